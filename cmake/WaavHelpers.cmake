@@ -1,0 +1,25 @@
+# Shared compile options and the test helper used by every folder.
+
+add_library(waav_options INTERFACE)
+target_compile_options(waav_options INTERFACE -Wall -Wextra -Wpedantic -Wno-unused-parameter)
+if(WAAV_WERROR)
+  target_compile_options(waav_options INTERFACE -Werror)
+endif()
+if(WAAV_SANITIZE)
+  target_compile_options(waav_options INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer)
+  target_link_options(waav_options INTERFACE -fsanitize=address,undefined)
+endif()
+target_include_directories(waav_options INTERFACE ${CMAKE_SOURCE_DIR})
+
+# waav_test(NAME SOURCES a.cc b.cc LIBS lib1 lib2 LABELS unit)
+# One gtest binary; each TEST becomes a ctest test carrying LABELS and the data paths.
+function(waav_test name)
+  cmake_parse_arguments(T "" "" "SOURCES;LIBS;LABELS" ${ARGN})
+  add_executable(${name} ${T_SOURCES})
+  target_link_libraries(${name} PRIVATE waav_options ${T_LIBS} GTest::gtest GTest::gtest_main)
+  gtest_discover_tests(${name}
+    DISCOVERY_TIMEOUT 60
+    PROPERTIES
+      LABELS "${T_LABELS}"
+      ENVIRONMENT "WAAV_MODELS_DIR=${WAAV_MODELS_DIR};WAAV_SHARED_DATA=${WAAV_SHARED_DATA};WAAV_PYTHON=${WAAV_PYTHON};WAAV_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+endfunction()

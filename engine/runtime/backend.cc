@@ -1,0 +1,22 @@
+#include "engine/runtime/backend.h"
+
+#include "absl/strings/str_cat.h"
+#include "engine/runtime/status.h"
+
+namespace waav {
+
+absl::Status Backend::BeginCapture() {
+  return absl::UnimplementedError(absl::StrCat("backend '", std::string(name()), "' cannot capture graphs"));
+}
+
+absl::StatusOr<std::unique_ptr<Graph>> Backend::EndCapture() {
+  return absl::UnimplementedError(absl::StrCat("backend '", std::string(name()), "' cannot capture graphs"));
+}
+
+absl::StatusOr<Tensor> Upload(Backend& backend, const Shape& shape, DType dtype, const void* src) {
+  ASSIGN_OR_RETURN(Tensor t, backend.Allocate(shape, dtype));
+  RETURN_IF_ERROR(backend.CopyFromHost(src, t.size_bytes(), t));
+  return t;
+}
+
+}  // namespace waav

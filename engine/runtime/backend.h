@@ -1,0 +1,136 @@
+// Backend: the one device-agnostic interface that model code is written against.
+//
+// A backend owns device memory, executes kernels in submission order on its stream, and can
+// capture a sequence of kernel calls into a Graph that is replayed later without re-issuing
+// each call. Model code never names a backend; it asks `supports()` before an optional op.
+//
+// Conventions for every kernel:
+//  * All tensors are row-major and contiguous, and live on this backend's device.
+//  * Kernels are stream-ordered: they may return before the work is done. Synchronize() waits.
+//    CopyToHost() synchronizes implicitly.
+//  * Shapes and dtypes are validated; a mismatch returns InvalidArgument naming the tensors.
+//  * Values that change from one replay of a graph to the next (token ids, positions, cache
+//    lengths) are passed as device tensors, never as C++ scalars, so a captured graph reads
+//    the current values when it runs.
+//  * Activations are f32. Weights (the `weight` of Linear and Conv1d, embedding tables) may be
+//    f32 or f16; f16 values are widened exactly and accumulated in f32.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/runtime/tensor.h"
+
+namespace waav {
+
+enum class Activation : uint8_t { kNone, kGelu /* exact, erf-based, as in Whisper */ };
+
+// Every kernel a backend may implement, for `supports()` and for parity tests.
+enum class Op : uint8_t {
+  kLinear,
+  kConv1d,
+  kLayerNorm,
+  kAdd,
+  kGelu,
+  kAttention,
+  kWriteRows,
+  kEmbed,
+  kLogSoftmax,
+  kGraphCapture,
+};
+
+// A captured sequence of kernel calls. Replay() re-runs them on the tensors they were captured
+// with, reading whatever those tensors hold at replay time. RAII: destroying the graph releases
+// its device resources and its references to the captured tensors.
+class Graph {
+ public:
+  virtual ~Graph() = default;
+  virtual absl::Status Replay() = 0;
+  // Number of kernel calls captured (for metrics and tests).
+  virtual int num_nodes() const = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // Identity. `name()` is what `--backend` accepts ("cpu", "cuda", ...).
+  virtual std::string_view name() const = 0;
+  virtual DeviceKind device() const = 0;
+  // One line about the device, for logs: e.g. "cpu: 2 threads, AVX2".
+  virtual std::string Describe() const = 0;
+  // Whether `op` is implemented. Required ops are always supported.
+  virtual bool supports(Op op) const = 0;
+
+  // ---- Memory (required) -------------------------------------------------------------------
+  // Uninitialised storage. Pooled: allocation on the hot path must not reach the driver.
+  virtual absl::StatusOr<Tensor> Allocate(const Shape& shape, DType dtype) = 0;
+  // Host -> device; `bytes` must equal dst.size_bytes().
+  virtual absl::Status CopyFromHost(const void* src, size_t bytes, const Tensor& dst) = 0;
+  // Device -> host; waits for prior work. `bytes` must equal src.size_bytes().
+  virtual absl::Status CopyToHost(const Tensor& src, void* dst, size_t bytes) = 0;
+  // Device -> device, same dtype and element count (shapes may differ).
+  virtual absl::Status Copy(const Tensor& src, const Tensor& dst) = 0;
+  // Waits until every submitted kernel has finished.
+  virtual absl::Status Synchronize() = 0;
+
+  // ---- Kernels (required) ------------------------------------------------------------------
+  // y[M, N] = act(x[M, K] · weight[N, K]ᵀ + bias[N]). x may have any leading dims (M is
+  // their product); bias is optional (pass nullptr).
+  virtual absl::Status Linear(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                              Activation act, const Tensor& y) = 0;
+  // 1-D convolution over time, time-major: x[B, T, Cin], weight[Cout, Cin, K], bias[Cout],
+  // y[B, Tout, Cout] with Tout = (T + 2·padding − K) / stride + 1, zero padding.
+  virtual absl::Status Conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                              int stride, int padding, Activation act, const Tensor& y) = 0;
+  // Row-wise layer normalisation over the last dim: y = (x − mean) / sqrt(var + eps) · γ + β.
+  virtual absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                 float eps, const Tensor& y) = 0;
+  // y = a + b, elementwise, equal shapes; y may alias a or b.
+  virtual absl::Status Add(const Tensor& a, const Tensor& b, const Tensor& y) = 0;
+  // y = gelu(x), exact (erf) form; y may alias x.
+  virtual absl::Status Gelu(const Tensor& x, const Tensor& y) = 0;
+
+  // Multi-head scaled dot-product attention.
+  //   q[B, Tq, H·D], k[B, Tk, H·D], v[B, Tk, H·D] -> out[B, Tq, H·D]; scale multiplies q·kᵀ.
+  //   kv_lengths: optional i32[B]; row b attends to keys [0, kv_lengths[b]) only (nullptr: all
+  //   Tk). With `causal`, query i of row b sits at position kv_lengths[b] − Tq + i and sees keys
+  //   at positions ≤ its own (this is how a decoder attends to its KV cache).
+  virtual absl::Status Attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Tensor* kv_lengths, int num_heads, float scale,
+                                 bool causal, const Tensor& out) = 0;
+
+  // Writes src[B, T, C] into dst[B, L, C] at rows positions[b] .. positions[b] + T − 1 of each
+  // batch row b (positions: i32[B]). Used to append to KV caches.
+  virtual absl::Status WriteRows(const Tensor& src, const Tensor& positions, const Tensor& dst) = 0;
+
+  // y[B, T, C] = token_table[tokens[b, t]] + position_table[start_positions[b] + t].
+  // tokens: i32[B, T]; start_positions: i32[B]; tables [V, C] and [P, C] (f32 or f16).
+  virtual absl::Status Embed(const Tensor& tokens, const Tensor& start_positions,
+                             const Tensor& token_table, const Tensor& position_table,
+                             const Tensor& y) = 0;
+
+  // Row-wise log-softmax over the last dim; y may alias x.
+  virtual absl::Status LogSoftmax(const Tensor& x, const Tensor& y) = 0;
+
+  // ---- Graph capture (optional) ------------------------------------------------------------
+  // Between BeginCapture() and EndCapture(), kernel calls are recorded instead of (or as well
+  // as, backend-defined) executed; EndCapture() returns the graph. Memory calls other than
+  // Copy are not capturable. Default: Unimplemented.
+  virtual absl::Status BeginCapture();
+  virtual absl::StatusOr<std::unique_ptr<Graph>> EndCapture();
+};
+
+// Uploads host data into a new tensor on `backend`.
+absl::StatusOr<Tensor> Upload(Backend& backend, const Shape& shape, DType dtype, const void* src);
+// Downloads a tensor's contents (any dtype) into a host vector of its raw elements.
+template <typename T>
+absl::StatusOr<std::vector<T>> Download(Backend& backend, const Tensor& t);
+
+}  // namespace waav
+
+#include "engine/runtime/backend_inl.h"
