@@ -1,0 +1,54 @@
+// Whisper's special tokens and the token sets decoding suppresses, derived from the tokenizer.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/text/bpe_tokenizer.h"
+
+namespace waav::whisper {
+
+struct SpecialTokens {
+  int eot = 0;             // <|endoftext|>
+  int sot = 0;             // <|startoftranscript|>
+  int translate = 0;       // <|translate|>
+  int transcribe = 0;      // <|transcribe|>
+  int sot_lm = 0;          // <|startoflm|>
+  int sot_prev = 0;        // <|startofprev|>
+  int no_speech = 0;       // <|nospeech|> (<|nocaptions|> in English-only models)
+  int no_timestamps = 0;   // <|notimestamps|>
+  int timestamp_begin = 0; // <|0.00|>; timestamps run to the end of the vocabulary
+  bool multilingual = false;
+};
+
+class Vocabulary {
+ public:
+  // Looks up the special tokens in `tokenizer`; `n_vocab` is the model's output size.
+  static absl::StatusOr<Vocabulary> Create(text::BpeTokenizer tokenizer, int n_vocab);
+
+  const text::BpeTokenizer& tokenizer() const { return tokenizer_; }
+  const SpecialTokens& special() const { return special_; }
+  int n_vocab() const { return n_vocab_; }
+
+  // The start-of-transcript sequence: <|sot|> for English-only models; with the language and
+  // task tokens for multilingual ones (language "en", task "transcribe" by default).
+  std::vector<int> SotSequence() const;
+
+  // Tokens that greedy decoding never emits, as faster-whisper's `suppress_tokens=[-1]` builds
+  // them: symbols that mark non-speech annotations (♪, [, (, ...) plus the task/control tokens.
+  std::vector<int> SuppressedTokens() const;
+
+  // Text of the tokens below <|endoftext|> (timestamps and control tokens are dropped).
+  std::string DecodeText(const std::vector<int>& tokens) const;
+
+ private:
+  Vocabulary(text::BpeTokenizer tokenizer, SpecialTokens special, int n_vocab)
+      : tokenizer_(std::move(tokenizer)), special_(special), n_vocab_(n_vocab) {}
+
+  text::BpeTokenizer tokenizer_;
+  SpecialTokens special_;
+  int n_vocab_;
+};
+
+}  // namespace waav::whisper

@@ -1,0 +1,407 @@
+#include "engine/models/whisper/whisper_model.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "engine/models/ct2/model_file.h"
+#include "engine/runtime/status.h"
+
+namespace waav::whisper {
+namespace {
+
+// Copies rows [row_begin, row_end) of a CTranslate2 variable (f16 or f32) to a new backend
+// tensor of `shape` and `dtype`. Fused projections (QKV, KV) are split this way at load time.
+absl::StatusOr<Tensor> UploadRows(Backend& backend, const ct2::Variable& var, int64_t row_begin,
+                                  int64_t row_end, const Shape& shape, DType dtype) {
+  if (var.shape.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("variable ", var.name, " is a scalar"));
+  }
+  int64_t numel = 1;
+  for (int64_t d : var.shape) numel *= d;
+  const int64_t row_elements = numel / var.shape[0];
+  const int64_t count = (row_end - row_begin) * row_elements;
+  if (row_begin < 0 || row_end > var.shape[0] || count != shape.numel()) {
+    return absl::InvalidArgumentError(absl::StrCat("variable ", var.name, " cannot provide ",
+                                                   shape.ToString()));
+  }
+  const bool is_f16 = var.type == ct2::VarType::kF16;
+  if (!is_f16 && var.type != ct2::VarType::kF32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("variable ", var.name, " has an element type waav cannot load (want f16 or f32)"));
+  }
+  const size_t src_size = is_f16 ? 2 : 4;
+  const uint8_t* src = var.data() + static_cast<size_t>(row_begin * row_elements) * src_size;
+  std::vector<uint8_t> host(static_cast<size_t>(count) * SizeOf(dtype));
+  for (int64_t i = 0; i < count; ++i) {
+    float value;
+    if (is_f16) {
+      uint16_t half;
+      std::memcpy(&half, src + i * 2, 2);
+      value = HalfToFloat(half);
+    } else {
+      std::memcpy(&value, src + i * 4, 4);
+    }
+    if (dtype == DType::kF32) {
+      std::memcpy(host.data() + i * 4, &value, 4);
+    } else {
+      const uint16_t half = FloatToHalf(value);  // exact when the source is f16
+      std::memcpy(host.data() + i * 2, &half, 2);
+    }
+  }
+  return Upload(backend, shape, dtype, host.data());
+}
+
+class WeightLoader {
+ public:
+  WeightLoader(const ct2::ModelFile& file, Backend& backend) : file_(file), backend_(backend) {}
+
+  // The whole variable, checked against `shape`.
+  absl::StatusOr<Tensor> Load(const std::string& name, const Shape& shape, DType dtype) {
+    ASSIGN_OR_RETURN(const ct2::Variable* var, file_.GetTensor(name, shape.dims()));
+    return UploadRows(backend_, *var, 0, var->shape[0], shape, dtype);
+  }
+
+  // Rows [begin, end) of a fused variable whose full shape is `full_shape`.
+  absl::StatusOr<Tensor> LoadRows(const std::string& name, const Shape& full_shape, int64_t begin,
+                                  int64_t end, DType dtype) {
+    ASSIGN_OR_RETURN(const ct2::Variable* var, file_.GetTensor(name, full_shape.dims()));
+    std::vector<int64_t> dims = full_shape.dims();
+    dims[0] = end - begin;
+    return UploadRows(backend_, *var, begin, end, Shape(std::move(dims)), dtype);
+  }
+
+  bool Has(const std::string& name) const { return file_.Get(name).ok(); }
+
+ private:
+  const ct2::ModelFile& file_;
+  Backend& backend_;
+};
+
+absl::StatusOr<int64_t> DimOf(const ct2::ModelFile& file, const std::string& name, int axis) {
+  ASSIGN_OR_RETURN(const ct2::Variable* var, file.Get(name));
+  if (axis >= static_cast<int>(var->shape.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file.path(), ": variable ", name, " has rank ", var->shape.size()));
+  }
+  return var->shape[static_cast<size_t>(axis)];
+}
+
+// Flags of the CTranslate2 spec that this implementation assumes (Whisper as released).
+absl::Status CheckFlag(const ct2::ModelFile& file, const std::string& name, int64_t want) {
+  auto value = file.GetScalarInt(name);
+  if (!value.ok()) return absl::OkStatus();  // older specs omit some flags; defaults match
+  if (*value != want) {
+    return absl::UnimplementedError(absl::StrCat(file.path(), ": ", name, " = ", *value,
+                                                 " is not supported (waav implements ", want, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<WhisperModel>> WhisperModel::Load(const std::string& model_dir,
+                                                                 Backend& backend,
+                                                                 WhisperModelOptions options) {
+  ASSIGN_OR_RETURN(ct2::ModelFile file, ct2::ModelFile::Open(model_dir + "/model.bin"));
+  return FromModelFile(file, backend, options);
+}
+
+absl::StatusOr<std::unique_ptr<WhisperModel>> WhisperModel::FromModelFile(
+    const ct2::ModelFile& file, Backend& backend, WhisperModelOptions options) {
+  if (file.spec_name() != "WhisperSpec") {
+    return absl::InvalidArgumentError(absl::StrCat(file.path(), " holds a ", file.spec_name(),
+                                                   " model, not a Whisper model"));
+  }
+  RETURN_IF_ERROR(CheckFlag(file, "decoder/activation", 3));  // GELU (erf)
+  RETURN_IF_ERROR(CheckFlag(file, "decoder/pre_norm", 1));
+  RETURN_IF_ERROR(CheckFlag(file, "decoder/alibi", 0));
+  RETURN_IF_ERROR(CheckFlag(file, "decoder/scale_embeddings", 0));
+
+  WhisperDims dims;
+  ASSIGN_OR_RETURN(int64_t d_model, DimOf(file, "encoder/conv1/weight", 0));
+  ASSIGN_OR_RETURN(int64_t n_mels, DimOf(file, "encoder/conv1/weight", 1));
+  ASSIGN_OR_RETURN(int64_t n_audio_ctx, DimOf(file, "encoder/position_encodings/encodings", 0));
+  ASSIGN_OR_RETURN(int64_t n_text_ctx, DimOf(file, "decoder/position_encodings/encodings", 0));
+  ASSIGN_OR_RETURN(int64_t n_vocab, DimOf(file, "decoder/embeddings/weight", 0));
+  ASSIGN_OR_RETURN(int64_t n_heads, file.GetScalarInt("encoder/num_heads"));
+  ASSIGN_OR_RETURN(int64_t n_dec_heads, file.GetScalarInt("decoder/num_heads"));
+  if (n_heads <= 0 || d_model % n_heads != 0 || n_dec_heads != n_heads) {
+    return absl::InvalidArgumentError(absl::StrCat(file.path(), ": ", n_heads, " encoder and ",
+                                                   n_dec_heads, " decoder heads do not divide ",
+                                                   d_model));
+  }
+  dims.d_model = static_cast<int>(d_model);
+  dims.n_mels = static_cast<int>(n_mels);
+  dims.n_audio_ctx = static_cast<int>(n_audio_ctx);
+  dims.n_text_ctx = static_cast<int>(n_text_ctx);
+  dims.n_vocab = static_cast<int>(n_vocab);
+  dims.n_heads = static_cast<int>(n_heads);
+  dims.n_encoder_layers = 0;
+  while (file.Get(absl::StrCat("encoder/layer_", dims.n_encoder_layers, "/ffn/linear_0/weight")).ok())
+    ++dims.n_encoder_layers;
+  dims.n_decoder_layers = 0;
+  while (file.Get(absl::StrCat("decoder/layer_", dims.n_decoder_layers, "/ffn/linear_0/weight")).ok())
+    ++dims.n_decoder_layers;
+  if (dims.n_encoder_layers == 0 || dims.n_decoder_layers == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(file.path(), " has no encoder or decoder layers"));
+  }
+
+  auto model = std::unique_ptr<WhisperModel>(new WhisperModel(backend, dims));
+  model->attention_scale_ = 1.0f / std::sqrt(static_cast<float>(d_model / n_heads));
+  WeightLoader loader(file, backend);
+  const int64_t d = d_model;
+  const DType wt = options.weight_dtype;
+  const DType f32 = DType::kF32;
+
+  auto load_norm = [&](const std::string& prefix, Tensor& gamma, Tensor& beta) -> absl::Status {
+    ASSIGN_OR_RETURN(gamma, loader.Load(prefix + "/gamma", {d}, f32));
+    ASSIGN_OR_RETURN(beta, loader.Load(prefix + "/beta", {d}, f32));
+    return absl::OkStatus();
+  };
+  // Self-attention: linear_0 is the fused [Q; K; V] projection, linear_1 the output.
+  auto load_self_attention = [&](const std::string& p, AttentionWeights& w) -> absl::Status {
+    RETURN_IF_ERROR(load_norm(p + "/layer_norm", w.norm_gamma, w.norm_beta));
+    const Shape fused_w{3 * d, d}, fused_b{3 * d};
+    ASSIGN_OR_RETURN(w.q_w, loader.LoadRows(p + "/linear_0/weight", fused_w, 0, d, wt));
+    ASSIGN_OR_RETURN(w.k_w, loader.LoadRows(p + "/linear_0/weight", fused_w, d, 2 * d, wt));
+    ASSIGN_OR_RETURN(w.v_w, loader.LoadRows(p + "/linear_0/weight", fused_w, 2 * d, 3 * d, wt));
+    ASSIGN_OR_RETURN(w.q_b, loader.LoadRows(p + "/linear_0/bias", fused_b, 0, d, f32));
+    ASSIGN_OR_RETURN(w.k_b, loader.LoadRows(p + "/linear_0/bias", fused_b, d, 2 * d, f32));
+    ASSIGN_OR_RETURN(w.v_b, loader.LoadRows(p + "/linear_0/bias", fused_b, 2 * d, 3 * d, f32));
+    ASSIGN_OR_RETURN(w.out_w, loader.Load(p + "/linear_1/weight", {d, d}, wt));
+    ASSIGN_OR_RETURN(w.out_b, loader.Load(p + "/linear_1/bias", {d}, f32));
+    return absl::OkStatus();
+  };
+  // Cross-attention: linear_0 is Q, linear_1 the fused [K; V] over encoder output, linear_2 out.
+  auto load_cross_attention = [&](const std::string& p, AttentionWeights& w) -> absl::Status {
+    RETURN_IF_ERROR(load_norm(p + "/layer_norm", w.norm_gamma, w.norm_beta));
+    const Shape fused_w{2 * d, d}, fused_b{2 * d};
+    ASSIGN_OR_RETURN(w.q_w, loader.Load(p + "/linear_0/weight", {d, d}, wt));
+    ASSIGN_OR_RETURN(w.q_b, loader.Load(p + "/linear_0/bias", {d}, f32));
+    ASSIGN_OR_RETURN(w.k_w, loader.LoadRows(p + "/linear_1/weight", fused_w, 0, d, wt));
+    ASSIGN_OR_RETURN(w.v_w, loader.LoadRows(p + "/linear_1/weight", fused_w, d, 2 * d, wt));
+    ASSIGN_OR_RETURN(w.k_b, loader.LoadRows(p + "/linear_1/bias", fused_b, 0, d, f32));
+    ASSIGN_OR_RETURN(w.v_b, loader.LoadRows(p + "/linear_1/bias", fused_b, d, 2 * d, f32));
+    ASSIGN_OR_RETURN(w.out_w, loader.Load(p + "/linear_2/weight", {d, d}, wt));
+    ASSIGN_OR_RETURN(w.out_b, loader.Load(p + "/linear_2/bias", {d}, f32));
+    return absl::OkStatus();
+  };
+  auto load_ffn = [&](const std::string& p, FeedForwardWeights& w) -> absl::Status {
+    RETURN_IF_ERROR(load_norm(p + "/layer_norm", w.norm_gamma, w.norm_beta));
+    ASSIGN_OR_RETURN(const int64_t hidden, DimOf(file, p + "/linear_0/weight", 0));
+    ASSIGN_OR_RETURN(w.in_w, loader.Load(p + "/linear_0/weight", {hidden, d}, wt));
+    ASSIGN_OR_RETURN(w.in_b, loader.Load(p + "/linear_0/bias", {hidden}, f32));
+    ASSIGN_OR_RETURN(w.out_w, loader.Load(p + "/linear_1/weight", {d, hidden}, wt));
+    ASSIGN_OR_RETURN(w.out_b, loader.Load(p + "/linear_1/bias", {d}, f32));
+    return absl::OkStatus();
+  };
+
+  WhisperModel& m = *model;
+  ASSIGN_OR_RETURN(m.conv1_w_, loader.Load("encoder/conv1/weight", {d, n_mels, 3}, wt));
+  ASSIGN_OR_RETURN(m.conv1_b_, loader.Load("encoder/conv1/bias", {d}, f32));
+  ASSIGN_OR_RETURN(m.conv2_w_, loader.Load("encoder/conv2/weight", {d, d, 3}, wt));
+  ASSIGN_OR_RETURN(m.conv2_b_, loader.Load("encoder/conv2/bias", {d}, f32));
+  ASSIGN_OR_RETURN(m.encoder_positions_,
+                   loader.Load("encoder/position_encodings/encodings", {n_audio_ctx, d}, f32));
+  RETURN_IF_ERROR(load_norm("encoder/layer_norm", m.encoder_norm_gamma_, m.encoder_norm_beta_));
+  m.encoder_layers_.resize(static_cast<size_t>(dims.n_encoder_layers));
+  for (int i = 0; i < dims.n_encoder_layers; ++i) {
+    const std::string p = absl::StrCat("encoder/layer_", i);
+    RETURN_IF_ERROR(load_self_attention(p + "/self_attention", m.encoder_layers_[i].self_attention));
+    RETURN_IF_ERROR(load_ffn(p + "/ffn", m.encoder_layers_[i].ffn));
+  }
+  ASSIGN_OR_RETURN(m.token_embedding_, loader.Load("decoder/embeddings/weight", {n_vocab, d},
+                                                   options.embedding_dtype));
+  ASSIGN_OR_RETURN(m.decoder_positions_,
+                   loader.Load("decoder/position_encodings/encodings", {n_text_ctx, d}, f32));
+  RETURN_IF_ERROR(load_norm("decoder/layer_norm", m.decoder_norm_gamma_, m.decoder_norm_beta_));
+  m.decoder_layers_.resize(static_cast<size_t>(dims.n_decoder_layers));
+  for (int i = 0; i < dims.n_decoder_layers; ++i) {
+    const std::string p = absl::StrCat("decoder/layer_", i);
+    DecoderLayer& layer = m.decoder_layers_[i];
+    RETURN_IF_ERROR(load_self_attention(p + "/self_attention", layer.self_attention));
+    RETURN_IF_ERROR(load_cross_attention(p + "/attention", layer.cross_attention));
+    RETURN_IF_ERROR(load_ffn(p + "/ffn", layer.ffn));
+  }
+  RETURN_IF_ERROR(backend.Synchronize());
+  return model;
+}
+
+absl::StatusOr<std::unique_ptr<DecoderState>> WhisperModel::NewDecoderState(int batch_size) const {
+  if (batch_size <= 0) return absl::InvalidArgumentError("batch size must be positive");
+  auto state = std::make_unique<DecoderState>();
+  state->batch_size_ = batch_size;
+  const int64_t b = batch_size, d = dims_.d_model;
+  for (int i = 0; i < dims_.n_decoder_layers; ++i) {
+    ASSIGN_OR_RETURN(Tensor ck, backend_.Allocate({b, dims_.n_audio_ctx, d}, DType::kF32));
+    ASSIGN_OR_RETURN(Tensor cv, backend_.Allocate({b, dims_.n_audio_ctx, d}, DType::kF32));
+    ASSIGN_OR_RETURN(Tensor sk, backend_.Allocate({b, dims_.n_text_ctx, d}, DType::kF32));
+    ASSIGN_OR_RETURN(Tensor sv, backend_.Allocate({b, dims_.n_text_ctx, d}, DType::kF32));
+    state->cross_k_.push_back(ck);
+    state->cross_v_.push_back(cv);
+    state->self_k_.push_back(sk);
+    state->self_v_.push_back(sv);
+  }
+  ASSIGN_OR_RETURN(state->positions_, backend_.Allocate({b}, DType::kI32));
+  ASSIGN_OR_RETURN(state->lengths_, backend_.Allocate({b}, DType::kI32));
+  return state;
+}
+
+absl::Status WhisperModel::RunFeedForward(const FeedForwardWeights& w, const Tensor& x) const {
+  const int64_t rows = x.numel() / dims_.d_model;
+  ASSIGN_OR_RETURN(Tensor h, backend_.Allocate(x.shape(), DType::kF32));
+  ASSIGN_OR_RETURN(Tensor hidden, backend_.Allocate({rows, w.in_w.dim(0)}, DType::kF32));
+  ASSIGN_OR_RETURN(Tensor h2, h.Reshape({rows, dims_.d_model}));
+  RETURN_IF_ERROR(backend_.LayerNorm(x, w.norm_gamma, w.norm_beta, 1e-5f, h));
+  RETURN_IF_ERROR(backend_.Linear(h2, w.in_w, &w.in_b, Activation::kGelu, hidden));
+  RETURN_IF_ERROR(backend_.Linear(hidden, w.out_w, &w.out_b, Activation::kNone, h2));
+  return backend_.Add(x, h, x);
+}
+
+// Pre-norm attention block: x += out_proj(attention(norm(x))). With `k_cache`/`v_cache` undefined
+// this is encoder self-attention; with a cache and positions the new keys/values are appended
+// first (decoder self-attention); with a cache and no positions the cache is read only
+// (cross-attention over the encoder output).
+absl::Status WhisperModel::RunAttention(const AttentionWeights& w, const Tensor& x,
+                                        const Tensor& k_cache, const Tensor& v_cache,
+                                        const Tensor* positions, const Tensor* lengths,
+                                        bool causal, const Tensor& out) const {
+  ASSIGN_OR_RETURN(Tensor h, backend_.Allocate(x.shape(), DType::kF32));
+  ASSIGN_OR_RETURN(Tensor q, backend_.Allocate(x.shape(), DType::kF32));
+  ASSIGN_OR_RETURN(Tensor attended, backend_.Allocate(x.shape(), DType::kF32));
+  RETURN_IF_ERROR(backend_.LayerNorm(x, w.norm_gamma, w.norm_beta, 1e-5f, h));
+  RETURN_IF_ERROR(backend_.Linear(h, w.q_w, &w.q_b, Activation::kNone, q));
+  Tensor keys = k_cache, values = v_cache;
+  if (!k_cache.defined() || positions != nullptr) {
+    ASSIGN_OR_RETURN(Tensor k, backend_.Allocate(x.shape(), DType::kF32));
+    ASSIGN_OR_RETURN(Tensor v, backend_.Allocate(x.shape(), DType::kF32));
+    RETURN_IF_ERROR(backend_.Linear(h, w.k_w, &w.k_b, Activation::kNone, k));
+    RETURN_IF_ERROR(backend_.Linear(h, w.v_w, &w.v_b, Activation::kNone, v));
+    if (k_cache.defined()) {
+      RETURN_IF_ERROR(backend_.WriteRows(k, *positions, k_cache));
+      RETURN_IF_ERROR(backend_.WriteRows(v, *positions, v_cache));
+    } else {
+      keys = k;
+      values = v;
+    }
+  }
+  RETURN_IF_ERROR(backend_.Attention(q, keys, values, lengths, dims_.n_heads, attention_scale_,
+                                     causal, attended));
+  RETURN_IF_ERROR(backend_.Linear(attended, w.out_w, &w.out_b, Activation::kNone, out));
+  return backend_.Add(x, out, x);
+}
+
+absl::StatusOr<Tensor> WhisperModel::RunEncoder(absl::Span<const float> mel, int batch) const {
+  const int64_t b = batch, frames = dims_.n_frames(), mels = dims_.n_mels, d = dims_.d_model;
+  if (batch <= 0 || static_cast<int64_t>(mel.size()) != b * mels * frames) {
+    return absl::InvalidArgumentError(absl::StrCat("encoder input has ", mel.size(),
+                                                   " values; expected ", b, " x ", mels, " x ",
+                                                   frames));
+  }
+  // The convolutions run time-major; the front end produces [mels, frames].
+  std::vector<float> time_major(mel.size());
+  for (int64_t i = 0; i < b; ++i) {
+    const float* src = mel.data() + i * mels * frames;
+    float* dst = time_major.data() + i * mels * frames;
+    for (int64_t m = 0; m < mels; ++m)
+      for (int64_t t = 0; t < frames; ++t) dst[t * mels + m] = src[m * frames + t];
+  }
+  ASSIGN_OR_RETURN(Tensor input, Upload(backend_, {b, frames, mels}, DType::kF32, time_major.data()));
+  ASSIGN_OR_RETURN(Tensor conv1, backend_.Allocate({b, frames, d}, DType::kF32));
+  ASSIGN_OR_RETURN(Tensor x, backend_.Allocate({b, dims_.n_audio_ctx, d}, DType::kF32));
+  RETURN_IF_ERROR(backend_.Conv1d(input, conv1_w_, conv1_b_, 1, 1, Activation::kGelu, conv1));
+  RETURN_IF_ERROR(backend_.Conv1d(conv1, conv2_w_, conv2_b_, 2, 1, Activation::kGelu, x));
+  for (int64_t i = 0; i < b; ++i) {
+    ASSIGN_OR_RETURN(Tensor row, x.Slice(i, i + 1));
+    ASSIGN_OR_RETURN(row, row.Reshape(encoder_positions_.shape()));
+    RETURN_IF_ERROR(backend_.Add(row, encoder_positions_, row));
+  }
+  ASSIGN_OR_RETURN(Tensor scratch, backend_.Allocate(x.shape(), DType::kF32));
+  for (const EncoderLayer& layer : encoder_layers_) {
+    RETURN_IF_ERROR(RunAttention(layer.self_attention, x, Tensor(), Tensor(), nullptr, nullptr,
+                                 /*causal=*/false, scratch));
+    RETURN_IF_ERROR(RunFeedForward(layer.ffn, x));
+  }
+  RETURN_IF_ERROR(backend_.LayerNorm(x, encoder_norm_gamma_, encoder_norm_beta_, 1e-5f, x));
+  return x;
+}
+
+absl::StatusOr<std::vector<float>> WhisperModel::EncoderOutput(absl::Span<const float> mel,
+                                                               int batch) const {
+  ASSIGN_OR_RETURN(Tensor x, RunEncoder(mel, batch));
+  return Download<float>(backend_, x);
+}
+
+absl::Status WhisperModel::Encode(absl::Span<const float> mel, DecoderState& state) const {
+  ASSIGN_OR_RETURN(Tensor x, RunEncoder(mel, state.batch_size()));
+  for (int i = 0; i < dims_.n_decoder_layers; ++i) {
+    const AttentionWeights& w = decoder_layers_[static_cast<size_t>(i)].cross_attention;
+    RETURN_IF_ERROR(backend_.Linear(x, w.k_w, &w.k_b, Activation::kNone, state.cross_k_[i]));
+    RETURN_IF_ERROR(backend_.Linear(x, w.v_w, &w.v_b, Activation::kNone, state.cross_v_[i]));
+  }
+  return backend_.Synchronize();
+}
+
+absl::StatusOr<std::vector<float>> WhisperModel::Decode(absl::Span<const int32_t> tokens,
+                                                        int tokens_per_row,
+                                                        absl::Span<const int32_t> positions,
+                                                        DecoderState& state) const {
+  const int64_t b = state.batch_size(), t = tokens_per_row, d = dims_.d_model;
+  if (t <= 0 || static_cast<int64_t>(tokens.size()) != b * t ||
+      static_cast<int64_t>(positions.size()) != b) {
+    return absl::InvalidArgumentError(absl::StrCat("Decode: ", tokens.size(), " tokens and ",
+                                                   positions.size(), " positions for batch ", b,
+                                                   " x ", t));
+  }
+  std::vector<int32_t> lengths(positions.begin(), positions.end());
+  for (int32_t& length : lengths) {
+    if (length < 0 || length + t > dims_.n_text_ctx) {
+      return absl::OutOfRangeError(absl::StrCat("decoder context of ", dims_.n_text_ctx,
+                                                " tokens exceeded (position ", length, " + ", t,
+                                                ")"));
+    }
+    length += static_cast<int32_t>(t);
+  }
+  for (int32_t token : tokens) {
+    if (token < 0 || token >= dims_.n_vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", token, " is outside the vocabulary"));
+    }
+  }
+  ASSIGN_OR_RETURN(Tensor token_ids, Upload(backend_, {b, t}, DType::kI32, tokens.data()));
+  RETURN_IF_ERROR(backend_.CopyFromHost(positions.data(), positions.size() * 4, state.positions_));
+  RETURN_IF_ERROR(backend_.CopyFromHost(lengths.data(), lengths.size() * 4, state.lengths_));
+
+  ASSIGN_OR_RETURN(Tensor x, backend_.Allocate({b, t, d}, DType::kF32));
+  ASSIGN_OR_RETURN(Tensor scratch, backend_.Allocate({b, t, d}, DType::kF32));
+  RETURN_IF_ERROR(
+      backend_.Embed(token_ids, state.positions_, token_embedding_, decoder_positions_, x));
+  for (int i = 0; i < dims_.n_decoder_layers; ++i) {
+    const DecoderLayer& layer = decoder_layers_[static_cast<size_t>(i)];
+    RETURN_IF_ERROR(RunAttention(layer.self_attention, x, state.self_k_[i], state.self_v_[i],
+                                 &state.positions_, &state.lengths_, /*causal=*/true, scratch));
+    RETURN_IF_ERROR(RunAttention(layer.cross_attention, x, state.cross_k_[i], state.cross_v_[i],
+                                 nullptr, nullptr, /*causal=*/false, scratch));
+    RETURN_IF_ERROR(RunFeedForward(layer.ffn, x));
+  }
+  RETURN_IF_ERROR(backend_.LayerNorm(x, decoder_norm_gamma_, decoder_norm_beta_, 1e-5f, x));
+
+  // Only each row's last position needs logits.
+  ASSIGN_OR_RETURN(Tensor flat, x.Reshape({b * t, d}));
+  Tensor last;
+  if (t == 1) {
+    last = flat;
+  } else {
+    ASSIGN_OR_RETURN(last, backend_.Allocate({b, d}, DType::kF32));
+    for (int64_t i = 0; i < b; ++i) {
+      ASSIGN_OR_RETURN(Tensor src, flat.Slice(i * t + t - 1, i * t + t));
+      ASSIGN_OR_RETURN(Tensor dst, last.Slice(i, i + 1));
+      RETURN_IF_ERROR(backend_.Copy(src, dst));
+    }
+  }
+  ASSIGN_OR_RETURN(Tensor logits, backend_.Allocate({b, dims_.n_vocab}, DType::kF32));
+  RETURN_IF_ERROR(backend_.Linear(last, token_embedding_, nullptr, Activation::kNone, logits));
+  return Download<float>(backend_, logits);
+}
+
+}  // namespace waav::whisper

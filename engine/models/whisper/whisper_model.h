@@ -1,0 +1,130 @@
+// Whisper encoder-decoder, written once against the Backend interface.
+//
+// WhisperModel owns the weights (uploaded to the backend at load) and runs the two halves:
+//   * Encode: log-mel windows [B, n_mels, 3000] -> per-layer cross-attention K/V for the decoder.
+//   * Decode: tokens at given positions -> logits of the last position of each row, appending the
+//     tokens' self-attention K/V to the row's cache.
+// Decoding state lives in a DecoderState (one row per stream), so many streams can share one
+// model; WhisperModel itself is immutable after Load() and safe to share between threads that
+// use distinct DecoderStates on a backend that serialises kernel submission.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/runtime/backend.h"
+
+namespace waav::ct2 {
+class ModelFile;
+}
+
+namespace waav::whisper {
+
+// Hyper-parameters read from the model file (tiny.en: 80 mels, 384 wide, 6 heads, 4+4 layers).
+struct WhisperDims {
+  int n_mels = 80;
+  int n_audio_ctx = 1500;  // encoder positions per 30 s window
+  int n_text_ctx = 448;    // decoder positions
+  int d_model = 384;
+  int n_heads = 6;
+  int n_encoder_layers = 4;
+  int n_decoder_layers = 4;
+  int n_vocab = 51864;
+  int n_frames() const { return 2 * n_audio_ctx; }  // mel frames per window (stride-2 conv)
+};
+
+struct WhisperModelOptions {
+  // Element type the large projection weights are kept in on the device. f32 doubles the memory
+  // of the f16 file but lets the CPU backend use BLAS; f16 halves weight traffic. Values are the
+  // same either way (f16 -> f32 is exact). Default: kF32.
+  DType weight_dtype = DType::kF32;
+  // Element type of the token embedding, which is also the output projection (51864 x d_model,
+  // the largest read of every decoder step). Default: kF16.
+  DType embedding_dtype = DType::kF16;
+};
+
+// Cross-attention keys/values of one encoded window per batch row, and the self-attention cache.
+// Created by WhisperModel::NewDecoderState for a fixed batch size.
+class DecoderState {
+ public:
+  int batch_size() const { return batch_size_; }
+
+ private:
+  friend class WhisperModel;
+  int batch_size_ = 0;
+  std::vector<Tensor> cross_k_, cross_v_;  // per layer [B, n_audio_ctx, d_model]
+  std::vector<Tensor> self_k_, self_v_;    // per layer [B, n_text_ctx, d_model]
+  Tensor positions_;                       // i32 [B]: where the next tokens are written
+  Tensor lengths_;                         // i32 [B]: positions + tokens in this call
+};
+
+class WhisperModel {
+ public:
+  // Reads `model_dir`/model.bin (CTranslate2 WhisperSpec) and uploads the weights to `backend`,
+  // which must outlive the model. Errors name the file and the offending variable.
+  static absl::StatusOr<std::unique_ptr<WhisperModel>> Load(const std::string& model_dir,
+                                                            Backend& backend,
+                                                            WhisperModelOptions options = {});
+  static absl::StatusOr<std::unique_ptr<WhisperModel>> FromModelFile(const ct2::ModelFile& file,
+                                                                     Backend& backend,
+                                                                     WhisperModelOptions options);
+
+  const WhisperDims& dims() const { return dims_; }
+  Backend& backend() const { return backend_; }
+
+  absl::StatusOr<std::unique_ptr<DecoderState>> NewDecoderState(int batch_size) const;
+
+  // Runs the encoder on `mel` (host, row-major [B, n_mels, n_frames]) and stores each layer's
+  // cross-attention K/V in `state`, whose batch size must be B. Resets the self-attention cache.
+  absl::Status Encode(absl::Span<const float> mel, DecoderState& state) const;
+
+  // Encoder output only (host [B, n_audio_ctx, d_model]); for tests and parity checks.
+  absl::StatusOr<std::vector<float>> EncoderOutput(absl::Span<const float> mel, int batch) const;
+
+  // Feeds tokens[b][0..T) at positions positions[b] .. positions[b] + T − 1 for every row b
+  // (all rows the same T) and returns the logits of each row's last token, host [B, n_vocab].
+  absl::StatusOr<std::vector<float>> Decode(absl::Span<const int32_t> tokens, int tokens_per_row,
+                                            absl::Span<const int32_t> positions,
+                                            DecoderState& state) const;
+
+ private:
+  struct AttentionWeights {
+    Tensor norm_gamma, norm_beta;
+    Tensor q_w, q_b, k_w, k_b, v_w, v_b, out_w, out_b;
+  };
+  struct FeedForwardWeights {
+    Tensor norm_gamma, norm_beta, in_w, in_b, out_w, out_b;
+  };
+  struct EncoderLayer {
+    AttentionWeights self_attention;
+    FeedForwardWeights ffn;
+  };
+  struct DecoderLayer {
+    AttentionWeights self_attention;
+    AttentionWeights cross_attention;
+    FeedForwardWeights ffn;
+  };
+
+  WhisperModel(Backend& backend, WhisperDims dims) : backend_(backend), dims_(dims) {}
+
+  absl::Status RunAttention(const AttentionWeights& w, const Tensor& x, const Tensor& k_cache,
+                            const Tensor& v_cache, const Tensor* positions, const Tensor* lengths,
+                            bool causal, const Tensor& out) const;
+  absl::Status RunFeedForward(const FeedForwardWeights& w, const Tensor& x) const;
+  absl::StatusOr<Tensor> RunEncoder(absl::Span<const float> mel, int batch) const;
+
+  Backend& backend_;
+  WhisperDims dims_;
+  float attention_scale_ = 0.125f;
+  Tensor conv1_w_, conv1_b_, conv2_w_, conv2_b_, encoder_positions_;
+  Tensor encoder_norm_gamma_, encoder_norm_beta_;
+  std::vector<EncoderLayer> encoder_layers_;
+  Tensor token_embedding_, decoder_positions_;
+  Tensor decoder_norm_gamma_, decoder_norm_beta_;
+  std::vector<DecoderLayer> decoder_layers_;
+};
+
+}  // namespace waav::whisper

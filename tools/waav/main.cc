@@ -1,0 +1,44 @@
+// waav: the command-line client. `waav transcribe FILE` runs Whisper locally; later commands
+// (stream, recognize, health, synthesize) talk to a waavd server.
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "tools/waav/transcribe_command.h"
+
+#ifndef WAAV_DEFAULT_MODEL_DIR
+#define WAAV_DEFAULT_MODEL_DIR "models/whisper-tiny.en"
+#endif
+
+int main(int argc, char** argv) {
+  CLI::App app{"waav: real-time speech recognition and synthesis"};
+  app.require_subcommand(1);
+
+  waav::cli::TranscribeArgs transcribe;
+  // The only environment variable the CLI reads: where the model lives when --model is absent.
+  const char* env_model = std::getenv("WAAV_MODEL");
+  transcribe.model_dir = env_model != nullptr ? env_model : WAAV_DEFAULT_MODEL_DIR;
+  CLI::App* cmd = app.add_subcommand("transcribe", "Transcribe audio files (WAV) on this machine");
+  cmd->add_option("files", transcribe.files, "WAV files: PCM 8/16/24/32-bit or float, any rate")
+      ->required();
+  cmd->add_option("--model", transcribe.model_dir,
+                  "Model folder with model.bin and tokenizer.json (env WAAV_MODEL)")
+      ->capture_default_str();
+  cmd->add_option("--backend", transcribe.backend, "Compute backend: auto, cpu, ...")
+      ->capture_default_str();
+  cmd->add_option("--threads", transcribe.threads, "CPU threads (0: all cores)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
+  cmd->add_flag("--json", transcribe.json,
+                "Print one JSON object per file: text and segments with start/end seconds");
+  cmd->add_flag("-v,--verbose", transcribe.verbose, "Print load time and real-time factor");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (cmd->parsed()) return waav::cli::RunTranscribe(transcribe);
+  return 0;
+}

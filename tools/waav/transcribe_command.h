@@ -1,0 +1,25 @@
+// `waav transcribe FILE...`: offline transcription of audio files on a local backend.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace waav::cli {
+
+struct TranscribeArgs {
+  std::vector<std::string> files;
+  std::string model_dir;        // folder with model.bin and tokenizer.json
+  std::string backend = "cpu";  // --backend
+  int threads = 0;              // 0: all cores
+  bool json = false;            // one JSON object per file and line
+  bool verbose = false;         // timings on stderr
+};
+
+// Returns the process exit code: 0 when every file was transcribed, 1 otherwise (each failure
+// is one line on stderr), 2 when the model or backend cannot start.
+int RunTranscribe(const TranscribeArgs& args);
+
+// JSON string literal of `text` (quotes included), escaping per RFC 8259.
+std::string JsonString(const std::string& text);
+
+}  // namespace waav::cli
