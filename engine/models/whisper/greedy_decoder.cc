@@ -137,6 +137,7 @@ absl::StatusOr<GreedyResult> DecodeGreedy(const WhisperModel& model, const Vocab
           static_cast<float>(std::exp(row[static_cast<size_t>(special.no_speech)] - log_total));
     }
     rules.Apply(sampled, row);
+    if (options.on_step) options.on_step(step, row);
     const auto best = std::max_element(row.begin(), row.end());
     const int token = static_cast<int>(best - row.begin());
     result.sum_logprob += static_cast<double>(*best) - LogSumExp(row.data(), n_vocab);

@@ -4,6 +4,7 @@
 // (timestamps in pairs, non-decreasing, a timestamp first and at most max_initial_timestamp).
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -22,6 +23,9 @@ struct GreedyOptions {
   bool suppress_blank = true;
   // Latest first timestamp, in 0.02 s steps. Default: 50 (1.0 s).
   int max_initial_timestamp_index = 50;
+  // Called after the rules at every step with the step's logits (disabled entries −inf), before
+  // the token is chosen; for parity tests and diagnostics. Default: none.
+  std::function<void(int step, absl::Span<const float> logits)> on_step;
 };
 
 struct GreedyResult {

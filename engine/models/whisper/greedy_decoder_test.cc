@@ -1,0 +1,99 @@
+// The decoding rules on synthetic logits, with the real tiny.en vocabulary.
+#include "engine/models/whisper/greedy_decoder.h"
+
+#include <cmath>
+
+#include "gtest/gtest.h"
+#include "tests/support/test_env.h"
+
+namespace waav::whisper {
+namespace {
+
+class LogitRulesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto dir = waav::testing::TinyEnModelDir();
+    if (!dir) GTEST_SKIP() << "models/whisper-tiny.en absent: run scripts/setup";
+    auto tokenizer = text::BpeTokenizer::FromTokenizerJson(*dir + "/tokenizer.json");
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    auto vocabulary = Vocabulary::Create(std::move(*tokenizer), 51864);
+    ASSERT_TRUE(vocabulary.ok()) << vocabulary.status();
+    vocabulary_ = std::make_unique<Vocabulary>(std::move(*vocabulary));
+    s_ = vocabulary_->special();
+  }
+
+  std::vector<float> Apply(const std::vector<int>& sampled, std::vector<float> logits = {}) {
+    if (logits.empty()) logits.assign(51864, 0.0f);
+    LogitRules(*vocabulary_, GreedyOptions{}).Apply(sampled, absl::MakeSpan(logits));
+    return logits;
+  }
+  int Ts(int index) const { return s_.timestamp_begin + index; }
+  static bool Off(const std::vector<float>& l, int id) { return std::isinf(l[static_cast<size_t>(id)]); }
+
+  std::unique_ptr<Vocabulary> vocabulary_;
+  SpecialTokens s_;
+};
+
+TEST_F(LogitRulesTest, FirstStepAllowsOnlyEarlyTimestamps) {
+  const auto l = Apply({});
+  for (int id = 0; id < s_.timestamp_begin; ++id) ASSERT_TRUE(Off(l, id)) << id;
+  for (int i = 0; i <= 50; ++i) EXPECT_FALSE(Off(l, Ts(i))) << i;
+  EXPECT_TRUE(Off(l, Ts(51)));
+  EXPECT_TRUE(Off(l, 51863));
+}
+
+TEST_F(LogitRulesTest, SuppressedTokensAndNoTimestampsAreAlwaysOff) {
+  std::vector<float> logits(51864, 0.0f);
+  logits[100] = 50.0f;  // a dominant text token, so timestamps are not forced
+  const auto l = Apply({Ts(0), 100}, logits);
+  for (int id : vocabulary_->SuppressedTokens()) EXPECT_TRUE(Off(l, id)) << id;
+  EXPECT_TRUE(Off(l, s_.no_timestamps));
+  EXPECT_FALSE(Off(l, 100));
+  EXPECT_FALSE(Off(l, s_.eot));
+  EXPECT_FALSE(Off(l, 220));  // blank suppression applies to the first step only
+}
+
+TEST_F(LogitRulesTest, LikelyTimestampsForceATimestamp) {
+  // Uniform logits: 1501 timestamps together outweigh any single text token.
+  const auto l = Apply({Ts(0), 100});
+  for (int id = 0; id < s_.timestamp_begin; ++id) ASSERT_TRUE(Off(l, id)) << id;
+  EXPECT_FALSE(Off(l, Ts(0)));
+}
+
+TEST_F(LogitRulesTest, OpenTimestampAllowsAnotherTimestampOrTheEnd) {
+  std::vector<float> logits(51864, 0.0f);
+  logits[100] = 50.0f;
+  const auto l = Apply({Ts(0), 100, Ts(7)}, logits);
+  EXPECT_TRUE(Off(l, 100));        // no text inside a timestamp pair
+  EXPECT_FALSE(Off(l, s_.eot));    // the end may follow a single timestamp
+  EXPECT_TRUE(Off(l, Ts(6)));      // never backwards
+  EXPECT_FALSE(Off(l, Ts(7)));
+  EXPECT_FALSE(Off(l, Ts(8)));
+}
+
+TEST_F(LogitRulesTest, ClosedPairRequiresText) {
+  const auto l = Apply({Ts(0), 100, Ts(7), Ts(7)});
+  for (int id = s_.timestamp_begin; id < 51864; ++id) ASSERT_TRUE(Off(l, id)) << id;
+  EXPECT_FALSE(Off(l, 100));
+  EXPECT_FALSE(Off(l, s_.eot));
+}
+
+TEST_F(LogitRulesTest, SecondStepAfterTimestampMustBeText) {
+  // A single leading timestamp counts as a closed pair (it is its own penultimate).
+  const auto l = Apply({Ts(3)});
+  for (int id = s_.timestamp_begin; id < 51864; ++id) ASSERT_TRUE(Off(l, id)) << id;
+  EXPECT_FALSE(Off(l, 100));
+}
+
+TEST_F(LogitRulesTest, SpecialTokensAreWhereTheModelExpectsThem) {
+  EXPECT_EQ(s_.eot, 50256);
+  EXPECT_EQ(s_.sot, 50257);
+  EXPECT_EQ(s_.no_timestamps, 50362);
+  EXPECT_EQ(s_.timestamp_begin, 50363);
+  EXPECT_EQ(vocabulary_->SotSequence(), std::vector<int>{s_.sot});
+  EXPECT_EQ(vocabulary_->DecodeText({s_.sot, 843, Ts(3), s_.eot}),
+            vocabulary_->tokenizer().Decode(std::vector<int>{843}));
+}
+
+}  // namespace
+}  // namespace waav::whisper

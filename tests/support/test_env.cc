@@ -1,0 +1,49 @@
+#include "tests/support/test_env.h"
+
+#include <cstdlib>
+#include <random>
+
+namespace waav::testing {
+namespace {
+
+std::string Env(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? value : "";
+}
+
+}  // namespace
+
+std::optional<std::string> TinyEnModelDir() {
+  const std::string dir = Env("WAAV_MODELS_DIR") + "/whisper-tiny.en";
+  if (Env("WAAV_MODELS_DIR").empty() || !std::filesystem::exists(dir + "/model.bin")) {
+    return std::nullopt;
+  }
+  return dir;
+}
+
+std::optional<std::string> SpeechFile(const std::string& name) {
+  const std::string path = Env("WAAV_SHARED_DATA") + "/speech/" + name;
+  if (Env("WAAV_SHARED_DATA").empty() || !std::filesystem::exists(path)) return std::nullopt;
+  return path;
+}
+
+std::optional<std::string> ReferencePython() {
+  const std::string python = Env("WAAV_PYTHON");
+  if (python.empty() || !std::filesystem::exists(python)) return std::nullopt;
+  if (RunCommand(python + " -c 'import faster_whisper' >/dev/null 2>&1") != 0) return std::nullopt;
+  return python;
+}
+
+std::string SourceDir() { return Env("WAAV_SOURCE_DIR"); }
+
+std::filesystem::path MakeTempDir(const std::string& prefix) {
+  std::random_device rd;
+  const auto dir = std::filesystem::temp_directory_path() /
+                   (prefix + "-" + std::to_string(rd()) + std::to_string(rd()));
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+int RunCommand(const std::string& command) { return std::system(command.c_str()); }
+
+}  // namespace waav::testing
