@@ -37,7 +37,7 @@ const char* VarTypeName(VarType type);  // "f32", "i8", ...
 struct Variable {
   std::string name;
   std::vector<int64_t> shape;  // empty for a scalar
-  VarType type;
+  VarType type = VarType::kF32;
   // Raw little-endian elements inside the ModelFile's read-only mapping of the file: valid as
   // long as the ModelFile (or anything it was moved into) lives. No alignment is guaranteed
   // (offsets in the file are arbitrary): copy out, or read with memcpy.
