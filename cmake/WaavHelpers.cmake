@@ -19,7 +19,16 @@ function(waav_test name)
   target_link_libraries(${name} PRIVATE waav_options ${T_LIBS} GTest::gtest GTest::gtest_main)
   gtest_discover_tests(${name}
     DISCOVERY_TIMEOUT 60
-    PROPERTIES
-      LABELS "${T_LABELS}"
-      ENVIRONMENT "WAAV_MODELS_DIR=${WAAV_MODELS_DIR};WAAV_SHARED_DATA=${WAAV_SHARED_DATA};WAAV_PYTHON=${WAAV_PYTHON};WAAV_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+    PROPERTIES LABELS "${T_LABELS}")
+  # The data paths go in through a ctest include file that runs after the discovered tests are
+  # defined. Passing them in PROPERTIES above does not work: gtest_discover_tests flattens the
+  # ENVIRONMENT list into separate arguments, and only the first variable would be set.
+  set(env "WAAV_MODELS_DIR=${WAAV_MODELS_DIR}" "WAAV_SHARED_DATA=${WAAV_SHARED_DATA}"
+      "WAAV_PYTHON=${WAAV_PYTHON}" "WAAV_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+  set(env_file "${CMAKE_CURRENT_BINARY_DIR}/${name}_environment.cmake")
+  file(WRITE "${env_file}"
+    "if(${name}_TESTS)\n"
+    "  set_tests_properties(\${${name}_TESTS} PROPERTIES ENVIRONMENT [==[${env}]==])\n"
+    "endif()\n")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${env_file}")
 endfunction()
