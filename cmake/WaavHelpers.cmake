@@ -17,18 +17,19 @@ function(waav_test name)
   cmake_parse_arguments(T "" "" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   target_link_libraries(${name} PRIVATE waav_options ${T_LIBS} GTest::gtest GTest::gtest_main)
-  gtest_discover_tests(${name}
-    DISCOVERY_TIMEOUT 60
-    PROPERTIES LABELS "${T_LABELS}")
-  # The data paths go in through a ctest include file that runs after the discovered tests are
-  # defined. Passing them in PROPERTIES above does not work: gtest_discover_tests flattens the
-  # ENVIRONMENT list into separate arguments, and only the first variable would be set.
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60)
+  # Labels and the data paths are set on the discovered tests by a script that ctest runs after
+  # the discovery include: gtest_discover_tests (CMake 3.25) splits list-valued PROPERTIES into
+  # separate arguments, so a multi-variable ENVIRONMENT passed through it reaches the tests as
+  # only its first variable.
   set(env "WAAV_MODELS_DIR=${WAAV_MODELS_DIR}" "WAAV_SHARED_DATA=${WAAV_SHARED_DATA}"
-      "WAAV_PYTHON=${WAAV_PYTHON}" "WAAV_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
-  set(env_file "${CMAKE_CURRENT_BINARY_DIR}/${name}_environment.cmake")
-  file(WRITE "${env_file}"
+          "WAAV_PYTHON=${WAAV_PYTHON}" "WAAV_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+  set(props_file "${CMAKE_CURRENT_BINARY_DIR}/${name}_properties.cmake")
+  file(WRITE "${props_file}"
     "if(${name}_TESTS)\n"
-    "  set_tests_properties(\${${name}_TESTS} PROPERTIES ENVIRONMENT [==[${env}]==])\n"
+    "  set_tests_properties(\${${name}_TESTS} PROPERTIES\n"
+    "    LABELS [==[${T_LABELS}]==]\n"
+    "    ENVIRONMENT [==[${env}]==])\n"
     "endif()\n")
-  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${env_file}")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${props_file}")
 endfunction()
