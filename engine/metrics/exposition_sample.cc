@@ -92,10 +92,9 @@ absl::Status Fill(Registry* registry) {
   }
 
   ASSIGN_OR_RETURN(GaugeFamily * build, RegisterGauge(registry, kBuildInfo));
-  ASSIGN_OR_RETURN(Gauge * info,
-                   build->WithLabels({{"version", "0.1.0"},
-                                      {"revision", "0123abc"},
-                                      {"backends", "cpu,cuda"}}));
+  ASSIGN_OR_RETURN(
+      Gauge * info,
+      build->WithLabels({{"version", "0.1.0"}, {"revision", "0123abc"}, {"backends", "cpu,cuda"}}));
   info->Set(1);
   return absl::OkStatus();
 }

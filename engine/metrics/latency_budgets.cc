@@ -71,17 +71,17 @@ absl::Status LatencyBudgets::Validate() const {
     return absl::InvalidArgumentError("latency budget 'end_to_end' is 0 ms; it must be positive");
   }
   if (stages_ms + margin_ms > end_to_end_ms + kSumToleranceMs) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "latency budgets do not fit: the stages add up to ", FormatDouble(stages_ms),
-        " ms and the margin is ", FormatDouble(margin_ms), " ms, together more than end_to_end (",
-        FormatDouble(end_to_end_ms), " ms)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("latency budgets do not fit: the stages add up to ", FormatDouble(stages_ms),
+                     " ms and the margin is ", FormatDouble(margin_ms),
+                     " ms, together more than end_to_end (", FormatDouble(end_to_end_ms), " ms)"));
   }
   for (size_t i = kPipelineStageCount; i < kStageCount; ++i) {
     const double ms = BudgetMs(kAllStages[i]);
     if (ms > end_to_end_ms) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "latency budget '", StageName(kAllStages[i]), "' (", FormatDouble(ms),
-          " ms) exceeds end_to_end (", FormatDouble(end_to_end_ms), " ms)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("latency budget '", StageName(kAllStages[i]), "' (", FormatDouble(ms),
+                       " ms) exceeds end_to_end (", FormatDouble(end_to_end_ms), " ms)"));
     }
   }
   return absl::OkStatus();
@@ -98,9 +98,8 @@ absl::Status LatencyBudgets::SetBudgetMs(absl::string_view name, double ms) {
   for (const Field& f : kFields) {
     if (f.name != name) continue;
     if (!std::isfinite(ms) || ms < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("latency budget '", name, "': ",
-                                                     FormatDouble(ms),
-                                                     " ms is not a finite number >= 0"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "latency budget '", name, "': ", FormatDouble(ms), " ms is not a finite number >= 0"));
     }
     this->*f.member = ms;
     return absl::OkStatus();
@@ -122,8 +121,8 @@ absl::Status LatencyBudgets::ApplyOverrides(absl::string_view overrides) {
     item = absl::StripAsciiWhitespace(item);
     const size_t equals = item.find('=');
     if (item.empty() || equals == absl::string_view::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "latency budget override '", item, "' in '", overrides, "': want name=milliseconds"));
+      return absl::InvalidArgumentError(absl::StrCat("latency budget override '", item, "' in '",
+                                                     overrides, "': want name=milliseconds"));
     }
     const absl::string_view name = absl::StripAsciiWhitespace(item.substr(0, equals));
     const absl::string_view value = absl::StripAsciiWhitespace(item.substr(equals + 1));
@@ -133,9 +132,8 @@ absl::Status LatencyBudgets::ApplyOverrides(absl::string_view overrides) {
     }
     double ms = 0;
     if (value.empty() || !absl::SimpleAtod(value, &ms)) {
-      return absl::InvalidArgumentError(absl::StrCat("latency budget override '", item,
-                                                     "': '", value,
-                                                     "' is not a number of milliseconds"));
+      return absl::InvalidArgumentError(absl::StrCat("latency budget override '", item, "': '",
+                                                     value, "' is not a number of milliseconds"));
     }
     if (!seen.insert(std::string(name)).second) {
       return absl::InvalidArgumentError(

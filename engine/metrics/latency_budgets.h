@@ -13,14 +13,14 @@ namespace waav::metrics {
 
 struct LatencyBudgets {
   // The plan's stages, in milliseconds. Their sum plus the margin must fit end_to_end_ms.
-  double capture_ms = 10;        // Default: 10 ms
-  double preprocessing_ms = 5;   // Default: 5 ms
-  double stt_ms = 50;            // Default: 50 ms
-  double processing_ms = 10;     // Default: 10 ms
-  double tts_ms = 100;           // Default: 100 ms
-  double output_ms = 5;          // Default: 5 ms
-  double margin_ms = 20;         // Default: 20 ms; slack the plan leaves unassigned, not measured
-  double end_to_end_ms = 200;    // Default: 200 ms
+  double capture_ms = 10;       // Default: 10 ms
+  double preprocessing_ms = 5;  // Default: 5 ms
+  double stt_ms = 50;           // Default: 50 ms
+  double processing_ms = 10;    // Default: 10 ms
+  double tts_ms = 100;          // Default: 100 ms
+  double output_ms = 5;         // Default: 5 ms
+  double margin_ms = 20;        // Default: 20 ms; slack the plan leaves unassigned, not measured
+  double end_to_end_ms = 200;   // Default: 200 ms
 
   // Inner steps (see Stage). 0 means no budget: no budget gauge, no overrun counting.
   double ingest_wait_ms = 0;   // Default: 0 (none)

@@ -9,9 +9,9 @@
 #include <array>
 #include <cstddef>
 #include <span>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/metrics/registry.h"
 
 namespace waav::metrics {
@@ -39,8 +39,8 @@ inline constexpr std::array<double, 21> kStageLatencyBucketsSeconds = {
     0.03,    0.05,   0.075,   0.1,    0.15,  0.2,    0.3,   0.5,    1,    2.5};
 inline constexpr std::array<double, 17> kEndToEndLatencyBucketsSeconds = {
     0.01, 0.025, 0.05, 0.075, 0.1, 0.125, 0.15, 0.175, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5};
-inline constexpr std::array<double, 12> kRealTimeFactorBuckets = {
-    0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 5};
+inline constexpr std::array<double, 12> kRealTimeFactorBuckets = {0.01, 0.02, 0.05, 0.1, 0.2, 0.3,
+                                                                  0.5,  0.75, 1,    1.5, 2,   5};
 inline constexpr std::array<double, 11> kBatchSizeBuckets = {1,  2,   4,   8,   16,  32,
                                                              64, 128, 256, 512, 1024};
 
@@ -204,26 +204,40 @@ inline constexpr MetricDef kBuildInfo = {
 };
 
 inline constexpr std::array<MetricDef, 21> kAllMetrics = {
-    kStageLatencySeconds,      kStageBudgetSeconds,     kStageBudgetOverrunsTotal,
-    kEndToEndLatencySeconds,   kEndToEndBudgetSeconds,  kEndToEndBudgetOverrunsTotal,
-    kStreamsActive,            kStreamsStartedTotal,    kStreamsFinishedTotal,
-    kAudioProcessedSecondsTotal, kComputeSecondsTotal,  kStreamRealTimeFactor,
-    kAdmissionRejectionsTotal, kQueueDepth,             kBatchSize,
-    kKernelLaunchesTotal,      kGraphReplaysTotal,      kDeviceMemoryUsedBytes,
-    kDeviceMemoryCapacityBytes, kModelLoadDurationSeconds, kBuildInfo,
+    kStageLatencySeconds,
+    kStageBudgetSeconds,
+    kStageBudgetOverrunsTotal,
+    kEndToEndLatencySeconds,
+    kEndToEndBudgetSeconds,
+    kEndToEndBudgetOverrunsTotal,
+    kStreamsActive,
+    kStreamsStartedTotal,
+    kStreamsFinishedTotal,
+    kAudioProcessedSecondsTotal,
+    kComputeSecondsTotal,
+    kStreamRealTimeFactor,
+    kAdmissionRejectionsTotal,
+    kQueueDepth,
+    kBatchSize,
+    kKernelLaunchesTotal,
+    kGraphReplaysTotal,
+    kDeviceMemoryUsedBytes,
+    kDeviceMemoryCapacityBytes,
+    kModelLoadDurationSeconds,
+    kBuildInfo,
 };
 
 // ---- Label values -----------------------------------------------------------------------------
 // The values the daemon uses; dashboards and alerts select on them.
 inline constexpr std::array<absl::string_view, 2> kStreamKinds = {"stt", "tts"};
 inline constexpr std::array<absl::string_view, 4> kStreamOutcomes = {"ok", "cancelled",
-                                                                    "deadline_exceeded", "error"};
+                                                                     "deadline_exceeded", "error"};
 inline constexpr std::array<absl::string_view, 4> kRejectionReasons = {"capacity", "overload",
-                                                                      "rate_limited", "draining"};
+                                                                       "rate_limited", "draining"};
 inline constexpr std::array<absl::string_view, 4> kQueues = {"ingest", "scheduler", "tts_text",
-                                                            "results"};
+                                                             "results"};
 inline constexpr std::array<absl::string_view, 3> kBatchModels = {"whisper_encoder",
-                                                                 "whisper_decoder", "vits"};
+                                                                  "whisper_decoder", "vits"};
 inline constexpr std::array<absl::string_view, 4> kBackends = {"cpu", "cuda", "hip", "vulkan"};
 
 // Registers `def` in `registry` (or returns the family already there). FailedPrecondition when

@@ -17,9 +17,9 @@ namespace {
 // only needs every update to appear eventually.
 void AtomicAddDouble(std::atomic<uint64_t>& bits, double v) {
   uint64_t old_bits = bits.load(std::memory_order_relaxed);
-  while (!bits.compare_exchange_weak(
-      old_bits, std::bit_cast<uint64_t>(std::bit_cast<double>(old_bits) + v),
-      std::memory_order_relaxed)) {
+  while (!bits.compare_exchange_weak(old_bits,
+                                     std::bit_cast<uint64_t>(std::bit_cast<double>(old_bits) + v),
+                                     std::memory_order_relaxed)) {
   }
 }
 
@@ -33,8 +33,7 @@ std::string DescribeLabels(const std::vector<std::string>& names) {
 
 std::string DescribeBounds(const std::vector<double>& bounds) {
   return absl::StrCat(
-      "[",
-      absl::StrJoin(bounds, ",", [](std::string* out, double b) { AppendDouble(b, out); }),
+      "[", absl::StrJoin(bounds, ",", [](std::string* out, double b) { AppendDouble(b, out); }),
       "]");
 }
 
@@ -46,9 +45,9 @@ absl::Status ValidateSpec(MetricType type, const MetricSpec& spec) {
   std::set<std::string> seen;
   for (const std::string& label : spec.label_names) {
     if (!IsValidLabelName(label)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "metric '", spec.name, "': label name '", label,
-          "' is not valid: want [a-zA-Z_][a-zA-Z0-9_]* not starting with \"__\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat("metric '", spec.name, "': label name '", label,
+                       "' is not valid: want [a-zA-Z_][a-zA-Z0-9_]* not starting with \"__\""));
     }
     if (type == MetricType::kHistogram && label == "le") {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -183,8 +182,8 @@ absl::StatusOr<std::vector<std::string>> FamilyBase::ValuesFromPositional(
     absl::Span<const absl::string_view> values) const {
   if (values.size() != spec_.label_names.size()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("metric '", spec_.name, "' takes ", spec_.label_names.size(),
-                     " label values ", DescribeLabels(spec_.label_names), ", got ", values.size()));
+        absl::StrCat("metric '", spec_.name, "' takes ", spec_.label_names.size(), " label values ",
+                     DescribeLabels(spec_.label_names), ", got ", values.size()));
   }
   std::vector<std::string> out;
   out.reserve(values.size());
@@ -301,17 +300,15 @@ absl::StatusOr<Family<T>*> Registry::Add(MetricType type, const MetricSpec& spec
     const MetricSpec& old = existing->spec();
     // Only a family of the same type may be cast to Family<T>.
     const bool same_type = existing->type() == type;
-    const bool same_bounds =
-        !same_type || type != MetricType::kHistogram ||
-        static_cast<Family<T>*>(existing)->bucket_bounds() == bucket_bounds;
-    if (same_type && old.help == spec.help &&
-        old.label_names == spec.label_names && same_bounds) {
+    const bool same_bounds = !same_type || type != MetricType::kHistogram ||
+                             static_cast<Family<T>*>(existing)->bucket_bounds() == bucket_bounds;
+    if (same_type && old.help == spec.help && old.label_names == spec.label_names && same_bounds) {
       return static_cast<Family<T>*>(existing);
     }
     std::string was = absl::StrCat(MetricTypeName(existing->type()), " with labels ",
                                    DescribeLabels(old.label_names));
-    std::string now = absl::StrCat(MetricTypeName(type), " with labels ",
-                                   DescribeLabels(spec.label_names));
+    std::string now =
+        absl::StrCat(MetricTypeName(type), " with labels ", DescribeLabels(spec.label_names));
     if (same_type && type == MetricType::kHistogram) {
       absl::StrAppend(&was, " and buckets ",
                       DescribeBounds(static_cast<Family<T>*>(existing)->bucket_bounds()));

@@ -10,8 +10,8 @@ namespace waav::metrics {
 namespace {
 
 constexpr std::array<absl::string_view, kStageCount> kStageNames = {
-    "capture", "preprocessing", "stt",     "processing",   "tts",   "output",
-    "ingest_wait", "frontend",  "encoder", "decoder_step", "queue",
+    "capture",     "preprocessing", "stt",     "processing",   "tts",   "output",
+    "ingest_wait", "frontend",      "encoder", "decoder_step", "queue",
 };
 
 }  // namespace
@@ -25,8 +25,8 @@ absl::StatusOr<Stage> StageFromName(absl::string_view name) {
   for (const Stage stage : kAllStages) {
     if (StageName(stage) == name) return stage;
   }
-  return absl::NotFoundError(absl::StrCat("unknown stage '", name, "'; known stages: ",
-                                          absl::StrJoin(kStageNames, ", ")));
+  return absl::NotFoundError(
+      absl::StrCat("unknown stage '", name, "'; known stages: ", absl::StrJoin(kStageNames, ", ")));
 }
 
 }  // namespace waav::metrics

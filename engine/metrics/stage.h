@@ -33,9 +33,9 @@ inline constexpr size_t kStageCount = 11;
 inline constexpr size_t kPipelineStageCount = 6;
 
 inline constexpr std::array<Stage, kStageCount> kAllStages = {
-    Stage::kCapture,   Stage::kPreprocessing, Stage::kStt,     Stage::kProcessing,
-    Stage::kTts,       Stage::kOutput,        Stage::kIngestWait, Stage::kFrontend,
-    Stage::kEncoder,   Stage::kDecoderStep,   Stage::kQueue,
+    Stage::kCapture, Stage::kPreprocessing, Stage::kStt,        Stage::kProcessing,
+    Stage::kTts,     Stage::kOutput,        Stage::kIngestWait, Stage::kFrontend,
+    Stage::kEncoder, Stage::kDecoderStep,   Stage::kQueue,
 };
 
 constexpr size_t StageIndex(Stage stage) { return static_cast<size_t>(stage); }

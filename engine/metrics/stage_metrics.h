@@ -46,7 +46,7 @@ class StageMetrics {
 
   LatencyBudgets budgets_;
   std::array<Histogram*, kStageCount> latency_{};
-  std::array<Counter*, kStageCount> overruns_{};     // null: the stage has no budget
+  std::array<Counter*, kStageCount> overruns_{};      // null: the stage has no budget
   std::array<double, kStageCount> budget_seconds_{};  // 0: no budget
   Histogram* end_to_end_ = nullptr;
   Counter* end_to_end_overruns_ = nullptr;
