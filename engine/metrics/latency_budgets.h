@@ -42,8 +42,9 @@ struct LatencyBudgets {
   [[nodiscard]] absl::Status SetBudgetMs(absl::string_view name, double ms);
 
   // Applies overrides written "name=ms[,name=ms...]", e.g. "stt=60, end_to_end=210" (the
-  // daemon's --latency-budgets flag). All or nothing: on error nothing changes and the error
-  // names the offending item. Call Validate() afterwards: one override may need another.
+  // daemon's --latency-budgets flag); an empty or blank string changes nothing. All or
+  // nothing: on error nothing changes and the error names the offending item. Call Validate()
+  // afterwards: one override may need another.
   [[nodiscard]] absl::Status ApplyOverrides(absl::string_view overrides);
 
   // "capture=10,preprocessing=5,...": every non-zero budget, in the ApplyOverrides syntax.
