@@ -1,0 +1,100 @@
+// Hot-path cost of the metrics: what one Counter::Inc, Histogram::Observe or StageTimer stamp
+// adds to a pipeline stage. Single-threaded, and contended: two threads updating the same
+// series (the worst case: one cache line bouncing between cores). docs/metrics.md has numbers.
+//
+//   build/ci/bench/metrics_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+
+#include "benchmark/benchmark.h"
+#include "engine/metrics/latency_budgets.h"
+#include "engine/metrics/metric_names.h"
+#include "engine/metrics/registry.h"
+#include "engine/metrics/stage_metrics.h"
+#include "engine/metrics/stage_timer.h"
+
+namespace waav::metrics {
+namespace {
+
+// One registry shared by all benchmarks and threads, with the children created up front as the
+// daemon will create them.
+struct Fixture {
+  Registry registry;
+  Counter* counter = nullptr;
+  std::array<Counter*, 2> per_thread_counters{};
+  Histogram* histogram = nullptr;
+  std::unique_ptr<StageMetrics> stages;
+  // Latency-like values spread over the stage buckets (10 µs .. 300 ms, log-uniform), so the
+  // bucket search does not always take the same path.
+  std::array<double, 1024> values{};
+
+  Fixture() {
+    CounterFamily* counters = *RegisterCounter(&registry, kStreamsStartedTotal);
+    counter = *counters->WithLabelValues({"stt"});
+    per_thread_counters = {*counters->WithLabelValues({"a"}), *counters->WithLabelValues({"b"})};
+    histogram = *(*RegisterHistogram(&registry, kStageLatencySeconds))->WithLabelValues({"stt"});
+    stages = *StageMetrics::Create(&registry, LatencyBudgets());
+    std::mt19937_64 rng(42);
+    std::uniform_real_distribution<double> log10_seconds(-5, -0.5);
+    for (double& v : values) v = std::pow(10.0, log10_seconds(rng));
+  }
+};
+
+Fixture& Shared() {
+  static Fixture* fixture = new Fixture();
+  return *fixture;
+}
+
+void BM_CounterInc(benchmark::State& state) {
+  Counter* counter = Shared().counter;
+  for (auto _ : state) counter->Inc();
+}
+BENCHMARK(BM_CounterInc)->Threads(1)->Threads(2);
+
+// Two threads, each on its own series: what contention costs, without it.
+void BM_CounterIncPerThreadSeries(benchmark::State& state) {
+  Counter* counter = Shared().per_thread_counters[state.thread_index() % 2];
+  for (auto _ : state) counter->Inc();
+}
+BENCHMARK(BM_CounterIncPerThreadSeries)->Threads(2);
+
+void BM_CounterAddDouble(benchmark::State& state) {
+  Counter* counter = Shared().counter;
+  for (auto _ : state) counter->Add(0.02);
+}
+BENCHMARK(BM_CounterAddDouble)->Threads(1)->Threads(2);
+
+void BM_HistogramObserve(benchmark::State& state) {
+  Fixture& f = Shared();
+  size_t i = static_cast<size_t>(state.thread_index()) * 512;
+  for (auto _ : state) f.histogram->Observe(f.values[i++ & (f.values.size() - 1)]);
+}
+BENCHMARK(BM_HistogramObserve)->Threads(1)->Threads(2);
+
+void BM_StageClockNow(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(StageClock::NowNs());
+}
+BENCHMARK(BM_StageClockNow);
+
+// One stamp: read the clock, observe the stage's duration, check its budget. Each thread has
+// its own timer (one per unit of work) but they share the stage's histogram and counter.
+void BM_StageTimerStamp(benchmark::State& state) {
+  StageTimer timer(Shared().stages.get());
+  for (auto _ : state) benchmark::DoNotOptimize(timer.Stamp(Stage::kStt));
+}
+BENCHMARK(BM_StageTimerStamp)->Threads(1)->Threads(2);
+
+// Scrape cost, for scale: the whole registry as text (allocates; not on the hot path).
+void BM_Serialize(benchmark::State& state) {
+  Fixture& f = Shared();
+  for (auto _ : state) benchmark::DoNotOptimize(f.registry.Serialize());
+}
+BENCHMARK(BM_Serialize);
+
+}  // namespace
+}  // namespace waav::metrics
+
+BENCHMARK_MAIN();
