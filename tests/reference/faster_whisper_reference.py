@@ -49,6 +49,9 @@ TRANSCRIBE_OPTIONS = dict(
 
 
 def load_model(model_dir: str, cpu_threads: int = CPU_THREADS):
+    # Checked here: given a path that does not exist, faster-whisper would try a model hub.
+    if not os.path.isfile(os.path.join(model_dir, "model.bin")):
+        raise FileNotFoundError(f"{model_dir}: no model.bin (a CTranslate2 Whisper model folder)")
     from faster_whisper import WhisperModel
 
     return WhisperModel(model_dir, device="cpu", compute_type="float32", cpu_threads=cpu_threads)
