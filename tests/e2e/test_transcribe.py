@@ -7,9 +7,10 @@ Environment (set by tests/CMakeLists.txt):
   WAAV_CACHE_DIR    where faster-whisper's results are cached (optional; a temp dir otherwise)
 Every test skips, saying why, when one of these is missing.
 
-waav runs once on all clips (`--json`, one JSON object per line), once on jfk.wav for plain text,
-once on jfk.wav for single-file --json, and once per malformed input; faster-whisper's results
-come from tests/reference/faster_whisper_reference.py, cached on disk.
+waav runs once on all clips (`--json`, one JSON object per line), once on two generated clips,
+once on jfk.wav for plain text, once on jfk.wav for single-file --json, and once per malformed
+input; faster-whisper's results come from tests/reference/faster_whisper_reference.py, cached on
+disk.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "reference"))
+import audio16k  # noqa: E402
 import faster_whisper_reference as fwr  # noqa: E402
 import normalize  # noqa: E402
 
@@ -136,6 +139,45 @@ def reference_results(env, clips, tmp_path_factory) -> dict[str, dict]:
     return {Path(p).name: r for p, r in results.items()}
 
 
+def _write_wav(path: Path, samples: np.ndarray, rate_hz: int) -> None:
+    """Writes [frames, channels] int16 (PCM) or float32 (IEEE float) samples as a WAV file."""
+    tag, bits = (1, 16) if samples.dtype == np.int16 else (3, 32)
+    channels = samples.shape[1]
+    data = samples.astype("<i2" if tag == 1 else "<f4").tobytes()
+    block = channels * bits // 8
+    fmt = struct.pack("<HHIIHH", tag, channels, rate_hz, rate_hz * block, block, bits)
+    body = (b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt
+            + b"data" + struct.pack("<I", len(data)) + data)
+    path.write_bytes(b"RIFF" + struct.pack("<I", len(body)) + body)
+
+
+def _read_mono(path: Path, rate_hz: int) -> np.ndarray:
+    samples, file_rate_hz = audio16k.load_wav(str(path))
+    assert samples.shape[1] == 1 and file_rate_hz == rate_hz, f"{path}: not mono {rate_hz} Hz"
+    return samples[:, 0]
+
+
+@pytest.fixture(scope="session")
+def generated_clips(env, tmp_path_factory) -> list[Path]:
+    """Two WAVs made from the shared clips, byte-identical on every run (so the cache hits):
+    - long_ljspeech.wav: LJ001-0001..0006 back to back, 22.05 kHz PCM16, ~40 s: longer than one
+      30 s Whisper window, so seeking and conditioning on the previous text are exercised;
+    - jfk_stereo_f32.wav: jfk.wav as IEEE float32 stereo, right channel at half the left's
+      amplitude (exact in float32), to exercise float decoding and the mixdown.
+    """
+    out = tmp_path_factory.mktemp("generated")
+    lj = env.speech / "ljspeech"
+    parts = [_read_mono(lj / f"LJ001-{i:04d}.wav", 22050) for i in range(1, 7)]
+    long_path = out / "long_ljspeech.wav"
+    # Back to the files' int16 exactly: they were read as int16 / 32768.
+    pcm16 = np.round(np.concatenate(parts) * 32768).astype(np.int16)
+    _write_wav(long_path, pcm16[:, None], 22050)
+    left = _read_mono(env.speech / "jfk.wav", 16000)
+    stereo_path = out / "jfk_stereo_f32.wav"
+    _write_wav(stereo_path, np.stack([left, left * np.float32(0.5)], axis=1), 16000)
+    return [long_path, stereo_path]
+
+
 # ---------------------------------------------------------------------------------------------
 # Transcripts
 
@@ -163,11 +205,11 @@ def test_text_matches_faster_whisper(waav_results, reference_results, report):
     assert not problems, "\n".join(problems)
 
 
-def test_segment_timestamps_match_faster_whisper(waav_results, reference_results):
+def _timestamp_problems(waav_results, reference_results, skip_differing_text: bool) -> list[str]:
     problems = []
     for name, ref in reference_results.items():
         got = waav_results[name]
-        if got["text"] != ref["text"]:
+        if got["text"] != ref["text"] and skip_differing_text:
             continue  # reported by test_text_matches_faster_whisper
         want = [(s["start"], s["end"], s["text"]) for s in ref["segments"]]
         have = [(s["start"], s["end"], s["text"]) for s in got["segments"]]
@@ -179,7 +221,33 @@ def test_segment_timestamps_match_faster_whisper(waav_results, reference_results
         if not close:
             fmt = lambda segs: "\n".join(f"    [{s:7.2f} {e:7.2f}] {t!r}" for s, e, t in segs)
             problems.append(f"{name}:\n  waav:\n{fmt(have)}\n  faster-whisper:\n{fmt(want)}")
+    return problems
+
+
+def test_segment_timestamps_match_faster_whisper(waav_results, reference_results):
+    problems = _timestamp_problems(waav_results, reference_results, skip_differing_text=True)
     assert not problems, "segment timestamps differ (tolerance 0.01 s):\n" + "\n".join(problems)
+
+
+def test_generated_clips_match_faster_whisper(env, generated_clips):
+    """Text and segments on a clip longer than 30 s and on float32 stereo (no known differences)."""
+    proc = env.run("--json", *map(str, generated_clips))
+    assert proc.returncode == 0, f"waav exited {proc.returncode}\nstderr:\n{proc.stderr}"
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert len(lines) == len(generated_clips), proc.stdout[:2000]
+    waav = {p.name: json.loads(line) for p, line in zip(generated_clips, lines)}
+    cache = env.cache_dir or str(generated_clips[0].parent / "fw-cache")
+    ref = fwr.transcribe_files([str(p) for p in generated_clips], str(env.model_dir), cache)
+    ref = {Path(p).name: r for p, r in ref.items()}
+    assert max(s["end"] for s in ref["long_ljspeech.wav"]["segments"]) > 30.0, "not > 30 s"
+    problems = [
+        f"{n} differs:\n  waav:           {waav[n]['text']!r}\n"
+        f"  faster-whisper: {ref[n]['text']!r}"
+        for n in ref
+        if waav[n]["text"] != ref[n]["text"]
+    ]
+    problems += _timestamp_problems(waav, ref, skip_differing_text=False)
+    assert not problems, "\n".join(problems)
 
 
 def test_wer_against_ljspeech_transcripts(waav_results, reference_results, lj_transcripts, report):
