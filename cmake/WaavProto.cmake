@@ -92,13 +92,14 @@ function(waav_proto_library name)
   endforeach()
 
   set(protoset "${out_dir}/${name}.protoset")
+  string(JOIN " " protos_text ${P_PROTOS})
   add_custom_command(
     OUTPUT ${sources} "${protoset}"
     COMMAND "${Protobuf_PROTOC_EXECUTABLE}" ${import_paths} "--cpp_out=${out_dir}" ${grpc_args}
             "--descriptor_set_out=${protoset}" --include_imports --include_source_info
             ${proto_files}
     DEPENDS ${proto_files} ${dep_protos} "${Protobuf_PROTOC_EXECUTABLE}" ${grpc_depends}
-    COMMENT "Generating C++ from ${P_PROTOS}"
+    COMMENT "Generating C++ from ${protos_text}"
     VERBATIM)
 
   add_library(${name} STATIC ${sources})
