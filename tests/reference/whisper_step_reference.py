@@ -9,7 +9,8 @@ with beam 1 and temperature 0, and writes raw float32/int32 files to OUT_DIR:
   encoder.f32      [1500, d_model]  encoder output
   tokens.i32       [n]              sampled tokens (no final <|endoftext|>)
   step_logits.f32  [steps, n_vocab] logits after the decoding rules, one row per step
-                                    (disabled entries are -inf), steps = n + 1 when it ended
+                                    (disabled entries hold the lowest float), steps = n + 1
+                                    when it ended
   meta.txt         key=value: n_mels, d_model, n_vocab, steps, no_speech_prob, score
 """
 import argparse

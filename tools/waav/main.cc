@@ -5,6 +5,8 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
 #include "tools/waav/transcribe_command.h"
 
 #ifndef WAAV_DEFAULT_MODEL_DIR
@@ -39,6 +41,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  // Logs go to stderr so that stdout carries only transcripts; without --verbose only errors
+  // are shown, so a failing file is reported in exactly one line.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("waav"));
+  spdlog::set_level(transcribe.verbose ? spdlog::level::info : spdlog::level::err);
   if (cmd->parsed()) return waav::cli::RunTranscribe(transcribe);
   return 0;
 }

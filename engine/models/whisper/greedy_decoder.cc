@@ -66,15 +66,19 @@ void LogitRules::Apply(absl::Span<const int> sampled, absl::Span<float> logits) 
       Disable(logits, ts_begin, n_vocab_);  // a pair just closed: text must follow
       check_timestamp_probability = false;
     } else {
-      Disable(logits, 0, special_.eot);  // an open timestamp: another timestamp or the end
+      // An open timestamp: it closes with a timestamp no earlier than itself, or the window ends.
+      Disable(logits, 0, special_.eot);
+      Disable(logits, ts_begin, last);
     }
-  }
-  // Timestamps never go backwards.
-  for (int t = step - 1; t >= 0; --t) {
-    const int token = sampled[static_cast<size_t>(t)];
-    if (token >= ts_begin) {
-      Disable(logits, ts_begin, token);
-      break;
+  } else {
+    // After text, the next timestamp is strictly later than the last one, so every segment has
+    // a non-zero length.
+    for (int t = step - 1; t >= 0; --t) {
+      const int token = sampled[static_cast<size_t>(t)];
+      if (token >= ts_begin) {
+        Disable(logits, ts_begin, token + 1);
+        break;
+      }
     }
   }
   if (check_timestamp_probability) {

@@ -57,18 +57,29 @@ TEST_F(LogitRulesTest, LikelyTimestampsForceATimestamp) {
   // Uniform logits: 1501 timestamps together outweigh any single text token.
   const auto l = Apply({Ts(0), 100});
   for (int id = 0; id < s_.timestamp_begin; ++id) ASSERT_TRUE(Off(l, id)) << id;
-  EXPECT_FALSE(Off(l, Ts(0)));
+  EXPECT_FALSE(Off(l, Ts(1)));
 }
 
 TEST_F(LogitRulesTest, OpenTimestampAllowsAnotherTimestampOrTheEnd) {
   std::vector<float> logits(51864, 0.0f);
   logits[100] = 50.0f;
+  logits[static_cast<size_t>(s_.eot)] = 60.0f;  // likelier than all timestamps together
   const auto l = Apply({Ts(0), 100, Ts(7)}, logits);
   EXPECT_TRUE(Off(l, 100));        // no text inside a timestamp pair
   EXPECT_FALSE(Off(l, s_.eot));    // the end may follow a single timestamp
   EXPECT_TRUE(Off(l, Ts(6)));      // never backwards
   EXPECT_FALSE(Off(l, Ts(7)));
   EXPECT_FALSE(Off(l, Ts(8)));
+}
+
+TEST_F(LogitRulesTest, TimestampsAfterTextMoveStrictlyForward) {
+  std::vector<float> logits(51864, 0.0f);
+  logits[100] = 50.0f;
+  const auto l = Apply({Ts(0), 100, Ts(7), Ts(7), 200}, logits);
+  EXPECT_TRUE(Off(l, Ts(6)));
+  EXPECT_TRUE(Off(l, Ts(7)));  // a segment cannot end where it started
+  EXPECT_FALSE(Off(l, Ts(8)));
+  EXPECT_FALSE(Off(l, 100));
 }
 
 TEST_F(LogitRulesTest, ClosedPairRequiresText) {
