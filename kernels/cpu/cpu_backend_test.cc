@@ -12,6 +12,7 @@
 #include <cstring>
 #include <iostream>
 #include <limits>
+#include <mutex>
 #include <random>
 #include <set>
 #include <string>
@@ -30,7 +31,8 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 std::string Name(DType dtype) { return std::string(DTypeName(dtype)); }
 
-double Gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+// erfc form: exact also where 1 + erf(x/√2) would cancel (x < −8 in double).
+double Gelu(double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); }
 
 class CpuBackendTest : public ::testing::Test {
  protected:
@@ -219,23 +221,33 @@ TEST(ThreadPoolTest, CoversEachIndexOnce) {
     EXPECT_EQ(pool.num_threads(), threads);
     for (int64_t n : {0, 1, 2, 3, 7, 100, 1001}) {
       for (int64_t grain : {1, 4, 64}) {
+        SCOPED_TRACE(absl::StrCat(threads, " threads, n=", n, " grain=", grain));
         std::vector<int> hits(static_cast<size_t>(n), 0);
-        std::vector<int> chunk_of(static_cast<size_t>(n), -1);
+        std::mutex mu;
+        std::vector<std::pair<int64_t, int64_t>> chunks;
+        std::vector<int> busy(static_cast<size_t>(threads), 0);
         pool.ParallelForIndexed(
             n,
             [&](int thread, int64_t begin, int64_t end) {
               ASSERT_GE(thread, 0);
               ASSERT_LT(thread, threads);
-              for (int64_t i = begin; i < end; ++i) {
-                ++hits[static_cast<size_t>(i)];
-                chunk_of[static_cast<size_t>(i)] = thread;
+              {
+                std::lock_guard lock(mu);
+                chunks.emplace_back(begin, end);
+                ASSERT_EQ(busy[static_cast<size_t>(thread)]++, 0)
+                    << "participant used twice at once";
               }
+              for (int64_t i = begin; i < end; ++i) ++hits[static_cast<size_t>(i)];
+              std::lock_guard lock(mu);
+              --busy[static_cast<size_t>(thread)];
             },
             grain);
-        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)], 1) << n << " " << i;
-        // Chunks are contiguous and in participant order.
-        for (int64_t i = 1; i < n; ++i) {
-          ASSERT_GE(chunk_of[static_cast<size_t>(i)], chunk_of[static_cast<size_t>(i - 1)]);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)], 1) << i;
+        EXPECT_LE(chunks.size(), static_cast<size_t>(threads));
+        for (const auto& [begin, end] : chunks) {
+          if (n >= grain) {
+            EXPECT_GE(end - begin, grain);
+          }
         }
       }
     }
@@ -420,24 +432,37 @@ TEST_F(CpuBackendTest, AddAndGeluMatchReference) {
   }
 }
 
-// The vectorised erf behind GELU, element by element on a dense sweep: error within a few f32
-// ulps of the result (for negative x the result is a difference, so relative to |x|).
+// The vectorised GELU element by element on a dense sweep: relative error within 1e-6 of the
+// exact value everywhere, including large negative x where 1 + erf(x/√2) would cancel.
 TEST_F(CpuBackendTest, GeluIsAccurateEverywhere) {
   std::vector<float> x;
-  for (float v = -12.0f; v <= 12.0f; v += 1.0f / 1024) x.push_back(v);
-  x.push_back(kNaN);
+  for (float v = -16.0f; v <= 16.0f; v += 1.0f / 1024) x.push_back(v);
+  const float inf = std::numeric_limits<float>::infinity();
+  x.insert(x.end(), {kNaN, inf, 1e-30f, -1e-30f, 0.0f});
   const int64_t n = static_cast<int64_t>(x.size());
   Tensor ty = Poisoned({n});
   ASSERT_TRUE(backend_->Gelu(F32({n}, x), ty).ok());
   std::vector<float> y = Read(ty);
-  for (int64_t i = 0; i + 1 < n; ++i) {
+  double worst = 0;
+  float worst_x = 0;
+  for (int64_t i = 0; i + 5 < n; ++i) {
     const double want = Gelu(x[static_cast<size_t>(i)]);
-    ASSERT_LE(std::abs(y[static_cast<size_t>(i)] - want),
-              3e-7 * std::max(1.0, std::abs(double{x[static_cast<size_t>(i)]})))
+    const double err = std::abs(y[static_cast<size_t>(i)] - want);
+    if (std::abs(want) > 1e-30 && err / std::abs(want) > worst) {
+      worst = err / std::abs(want);
+      worst_x = x[static_cast<size_t>(i)];
+    }
+    // Results below the normal f32 range (x < −13.2) may flush to zero.
+    ASSERT_LE(err, 1e-6 * std::abs(want) + std::numeric_limits<float>::min())
         << "gelu(" << x[static_cast<size_t>(i)] << ") = " << y[static_cast<size_t>(i)] << ", want "
         << want;
   }
-  EXPECT_TRUE(std::isnan(y.back()));
+  std::cout << "worst relative error of gelu: " << worst << " at x = " << worst_x << "\n";
+  EXPECT_TRUE(std::isnan(y[static_cast<size_t>(n - 5)]));
+  EXPECT_EQ(y[static_cast<size_t>(n - 4)], inf);
+  EXPECT_FLOAT_EQ(y[static_cast<size_t>(n - 3)], 0.5e-30f);
+  EXPECT_FLOAT_EQ(y[static_cast<size_t>(n - 2)], -0.5e-30f);
+  EXPECT_EQ(y[static_cast<size_t>(n - 1)], 0.0f);
 }
 
 TEST_F(CpuBackendTest, LogSoftmaxMatchesReference) {

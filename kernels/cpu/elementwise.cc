@@ -170,7 +170,16 @@ void LogSoftmaxKernel(const KernelContext& ctx, const float* x, int64_t rows, in
     pool.ParallelForIndexed(
         cols,
         [&](int thread, int64_t begin, int64_t end) {
-          MaxAndSumExp(xr + begin, end - begin, &partial_max[thread], &partial_sum[thread]);
+          float max, sum;
+          MaxAndSumExp(xr + begin, end - begin, &max, &sum);
+          // A participant may run several chunks: merge into its slot.
+          const float old_max = partial_max[thread];
+          const float new_max = std::max(old_max, max);
+          partial_sum[thread] =
+              (partial_sum[thread] > 0.0f ? partial_sum[thread] * std::exp(old_max - new_max)
+                                          : 0.0f) +
+              sum * std::exp(max - new_max);
+          partial_max[thread] = new_max;
         },
         kElementGrain);
     float max = partial_max[0];

@@ -82,53 +82,55 @@ inline __m256 Exp(__m256 x) {
   return _mm256_blendv_ps(result, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));  // NaN stays NaN
 }
 
-// erf(x), relative error below 2e-7 (about 2 ulp). |x| in [0, 4) is split into 8 intervals of
-// width 1/2, each with a degree-7 polynomial in (|x| − centre) whose coefficients are picked per
-// lane with a permute; erf(|x| >= 4) rounds to 1 in f32. Coefficients from
-// kernels/cpu/tools/fit_erf.py (least squares on Chebyshev nodes, relative weighting).
-inline __m256 Erf(__m256 x) {
-  alignas(32) static constexpr float kCoeff[8][8] = {
-      {0.0f, 0.711155653f, 0.92290014f, 0.986671686f, 0.998537302f, 0.999899387f, 0.999995708f,
-       0.999999881f},
-      {1.12837923f, 0.642931044f, 0.236521125f, 0.0527749956f, 0.00714231934f, 0.000586277281f,
-       2.91890119e-05f, 8.81428832e-07f},
-      {-1.56721114e-06f, -0.482198149f, -0.295651734f, -0.092356205f, -0.0160701573f,
-       -0.00161226746f, -9.48693341e-05f, -3.30607099e-06f},
-      {-0.376077622f, 0.0267881006f, 0.16753605f, 0.0901573822f, 0.0217245109f, 0.00276038027f,
-       0.000195812623f, 7.97032772e-06f},
-      {-0.000563501206f, 0.15067561f, -0.00613196101f, -0.0481055267f, -0.0190882571f,
-       -0.00325771049f, -0.000286169437f, -1.37854095e-05f},
-      {0.115874603f, -0.0532091074f, -0.0471916944f, 0.00661859894f, 0.0106600877f, 0.00275629084f,
-       0.000313628843f, 1.83300581e-05f},
-      {-0.00800161995f, -0.0265825633f, 0.0205969494f, 0.00904952455f, -0.00277955667f,
-       -0.00166785065f, -0.000273758458f, -2.06924215e-05f},
-      {-0.0179786645f, 0.0178126246f, 0.00379214878f, -0.00593425566f, -0.000721785764f,
-       0.000635817123f, 0.000173596607f, 1.71447282e-05f},
-  };
-  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
-  const __m256 sign = _mm256_and_ps(x, sign_bit);
-  const __m256 z = _mm256_min_ps(_mm256_andnot_ps(sign_bit, x), _mm256_set1_ps(4.0f));
-  // Interval index 0..7 (z = 4 maps to 7 and is clamped to 1 below).
-  const __m256i index =
-      _mm256_min_epi32(_mm256_cvttps_epi32(_mm256_add_ps(z, z)), _mm256_set1_epi32(7));
-  const __m256 centre = _mm256_permutevar8x32_ps(
-      _mm256_setr_ps(0.0f, 0.75f, 1.25f, 1.75f, 2.25f, 2.75f, 3.25f, 3.75f), index);
-  const __m256 t = _mm256_sub_ps(z, centre);
-  __m256 p = _mm256_permutevar8x32_ps(_mm256_load_ps(kCoeff[7]), index);
-  for (int k = 6; k >= 0; --k) {
-    p = _mm256_fmadd_ps(p, t, _mm256_permutevar8x32_ps(_mm256_load_ps(kCoeff[k]), index));
-  }
-  p = _mm256_min_ps(p, _mm256_set1_ps(1.0f));
-  // NaN inputs: min() above returned the non-NaN operand; restore the NaN.
-  p = _mm256_blendv_ps(p, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-  return _mm256_or_ps(p, sign);
-}
-
-// gelu(x) = x/2 · (1 + erf(x/√2)), the exact form Whisper uses.
+// gelu(x) = x · Φ(x), Φ(x) = erfc(−x/√2) / 2: the exact (erf) GELU that Whisper uses, written
+// with erfc so that negative x keeps its relative accuracy (1 + erf(x/√2) would cancel).
+// erfc(z) = exp(−z²) · R(z) with R smooth on [0, 8): 8 unit intervals, a degree-8 polynomial
+// each, coefficients picked per lane with a permute (kernels/cpu/tools/fit_erfc.py fits them;
+// erfc relative error < 3e-7). z² = x²/2 is formed exactly as hi + lo with an FMA, so exp(−z²)
+// does not inherit the rounding of z. Error: below 3e-7 of |gelu(x)| wherever the result is a
+// normal f32 (Φ(x) rounds to 0 or 1 beyond |x| = 14); gelu(+inf) = +inf, gelu(−inf) = NaN as
+// in PyTorch, NaN → NaN.
 inline __m256 Gelu(__m256 x) {
-  const __m256 e = Erf(_mm256_mul_ps(x, _mm256_set1_ps(0.707106781186547524f)));
-  return _mm256_mul_ps(_mm256_mul_ps(x, _mm256_set1_ps(0.5f)),
-                       _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+  alignas(32) static constexpr float kCoeff[9][8] = {
+      {0.615690351f, 0.321585417f, 0.21080637f, 0.155293658f, 0.122484803f, 0.100962222f,
+       0.0858056694f, 0.0745736957f},
+      {-0.512688518f, -0.163622901f, -0.074347347f, -0.0413235761f, -0.026015928f, -0.0177947655f,
+       -0.0129054561f, -0.00977377128f},
+      {0.359346598f, 0.0761510506f, 0.0249379966f, 0.0106611336f, 0.00541312527f, 0.00309101259f,
+       0.00192020787f, 0.00127040944f},
+      {-0.222028837f, -0.0329314545f, -0.00800160132f, -0.0026730774f, -0.00110457651f,
+       -0.000529463869f, -0.000282736495f, -0.000163800345f},
+      {0.124161467f, 0.013377252f, 0.00246703532f, 0.000652686344f, 0.000221266469f,
+       8.94808036e-05f, 4.12103582e-05f, 2.09534574e-05f},
+      {-0.063702926f, -0.0051380056f, -0.00073313422f, -0.000155425703f, -4.35448746e-05f,
+       -1.49266607e-05f, -5.94740868e-06f, -2.65969402e-06f},
+      {0.0307276156f, 0.00188531785f, 0.000210963524f, 3.61765269e-05f, 8.42858753e-06f,
+       2.45927822e-06f, 8.50170522e-07f, 3.35074873e-07f},
+      {-0.0153115336f, -0.000704117585f, -6.1293038e-05f, -8.46758576e-06f, -1.63716629e-06f,
+       -4.06135086e-07f, -1.21732143e-07f, -4.22655155e-08f},
+      {0.00629259227f, 0.000233192433f, 1.64629728e-05f, 1.87824901e-06f, 3.06034678e-07f,
+       6.51915002e-08f, 1.70556511e-08f, 5.24083132e-09f},
+  };
+  // Beyond |x| = 14, Φ is 0 or 1 in f32; clamping keeps exp() and the FMA finite (NaN inputs
+  // become finite here and come back through the final multiply by x).
+  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-14.0f)), _mm256_set1_ps(14.0f));
+  const __m256 z = _mm256_mul_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), xc),
+                                 _mm256_set1_ps(0.707106781186547524f));
+  const __m256i index = _mm256_min_epi32(_mm256_cvttps_epi32(z), _mm256_set1_epi32(7));
+  const __m256 t = _mm256_sub_ps(z, _mm256_add_ps(_mm256_cvtepi32_ps(index), _mm256_set1_ps(0.5f)));
+  __m256 r = _mm256_permutevar8x32_ps(_mm256_load_ps(kCoeff[8]), index);
+  for (int k = 7; k >= 0; --k) {
+    r = _mm256_fmadd_ps(r, t, _mm256_permutevar8x32_ps(_mm256_load_ps(kCoeff[k]), index));
+  }
+  const __m256 half = _mm256_set1_ps(0.5f);
+  const __m256 sq = _mm256_mul_ps(xc, xc);
+  const __m256 sq_lo = _mm256_fmsub_ps(xc, xc, sq);  // x² = sq + sq_lo exactly
+  const __m256 e = _mm256_mul_ps(Exp(_mm256_mul_ps(sq, _mm256_set1_ps(-0.5f))),
+                                 _mm256_fnmadd_ps(sq_lo, half, _mm256_set1_ps(1.0f)));
+  const __m256 half_erfc = _mm256_mul_ps(_mm256_mul_ps(r, e), half);  // Φ(−|x|)
+  const __m256 phi = _mm256_blendv_ps(half_erfc, _mm256_sub_ps(_mm256_set1_ps(1.0f), half_erfc),
+                                      _mm256_cmp_ps(xc, _mm256_setzero_ps(), _CMP_GE_OQ));
+  return _mm256_mul_ps(x, phi);
 }
 
 }  // namespace waav::cpu::simd

@@ -9,7 +9,7 @@ namespace {
 // How long an idle worker polls for the next job before it sleeps. Long enough to bridge the
 // gaps between the kernels of one decoder step, short enough not to burn a core between steps.
 constexpr auto kSpinTime = std::chrono::microseconds(100);
-// Polls between clock reads / before the waiting caller starts yielding.
+// Polls between clock reads; polls before the waiting caller starts yielding.
 constexpr int kPollsPerClockRead = 64;
 constexpr int kCallerPollsBeforeYield = 1 << 14;
 
@@ -56,19 +56,19 @@ void ThreadPool::ParallelForIndexed(int64_t n, absl::FunctionRef<void(int, int64
   }
   job_ = &fn;
   job_n_ = n;
-  job_chunks_ = chunks;
-  pending_.store(num_threads_ - 1, std::memory_order_relaxed);
+  done_chunks_.store(0, std::memory_order_relaxed);
+  claims_.store(static_cast<uint64_t>(chunks) << 32, std::memory_order_release);
   Publish();
 
   t_participant = 0;
-  RunChunk(0);
+  RunChunks(0);
   t_participant = -1;
 
-  for (int polls = 0; pending_.load(std::memory_order_acquire) != 0; ++polls) {
+  for (int polls = 0; done_chunks_.load(std::memory_order_acquire) != chunks; ++polls) {
     if (polls < kCallerPollsBeforeYield) {
       CpuRelax();
     } else {
-      std::this_thread::yield();  // a worker was preempted: give it the core
+      std::this_thread::yield();  // a worker was preempted mid-chunk: give it the core
     }
   }
   job_ = nullptr;
@@ -82,11 +82,15 @@ void ThreadPool::Publish() {
   }
 }
 
-void ThreadPool::RunChunk(int index) {
-  if (index >= job_chunks_) return;
-  const int64_t begin = job_n_ * index / job_chunks_;
-  const int64_t end = job_n_ * (index + 1) / job_chunks_;
-  (*job_)(index, begin, end);
+void ThreadPool::RunChunks(int participant) {
+  while (true) {
+    const uint64_t claim = claims_.fetch_add(1, std::memory_order_acq_rel);
+    const int64_t chunk = static_cast<int64_t>(claim & 0xffffffffu);
+    const int64_t chunks = static_cast<int64_t>(claim >> 32);
+    if (chunk >= chunks) return;
+    (*job_)(participant, job_n_ * chunk / chunks, job_n_ * (chunk + 1) / chunks);
+    done_chunks_.fetch_add(1, std::memory_order_release);
+  }
 }
 
 void ThreadPool::WorkerLoop(int index) {
@@ -113,8 +117,7 @@ void ThreadPool::WorkerLoop(int index) {
     }
     seen = current;
     if (stop_.load(std::memory_order_relaxed)) return;
-    RunChunk(index);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    RunChunks(index);
   }
 }
 
