@@ -68,7 +68,10 @@ BENCHMARK(BM_Linear)
     ->Args({5, 384, 51864, 1, 0})  // logits, 5 beams
     ->Args({1, 384, 1536, 1, 1})   // decoder fc1 step
     ->Args({1, 384, 384, 1, 0})
+    ->Args({8, 384, 1536, 1, 1})  // batched decoder steps
     ->Args({16, 384, 1536, 1, 1})
+    ->Args({32, 384, 1536, 1, 1})
+    ->Args({16, 384, 1536, 0, 1})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

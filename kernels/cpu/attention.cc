@@ -4,7 +4,9 @@
 //  * many queries (encoder, prefill): per block of kQueryBlock queries of one head,
 //    S = scale·Q·Kᵀ with sgemm (lda = H·D reads the head's columns in place), a row softmax in
 //    place, O = P·V with sgemm, then each row divided by its softmax sum. S for one block is
-//    kQueryBlock × Tk floats (384 KiB at Tk = 1500), so it stays in L2 between the two GEMMs.
+//    kQueryBlock × Tk floats (1.5 MiB at Tk = 1500, read back from L2/L3 by the second GEMM);
+//    blocks of 256 queries measured ~15% faster than 64 on Zen 5 with OpenBLAS, whose packing
+//    of K and V per call is amortised over more rows.
 //    With `causal` the GEMMs stop at the last key the block can see.
 //  * few queries (decoder step): direct vectorised loops, scores with the small-GEMM tiles,
 //    then a weighted sum of V rows.
@@ -22,7 +24,7 @@
 namespace waav::cpu {
 namespace {
 
-constexpr int64_t kQueryBlock = 64;
+constexpr int64_t kQueryBlock = 256;
 // Below this many queries the direct loops win over two sgemm calls per head.
 constexpr int64_t kSmallQueries = 16;
 
@@ -46,12 +48,13 @@ float ScaledSoftmaxNumerators(float* s, int64_t n, float scale) {
   const __m256 shift = _mm256_set1_ps(max);
   __m256 vsum = _mm256_setzero_ps();
   for (int64_t j = 0; j < body; j += simd::kLanes) {
-    const __m256 e = simd::Exp(_mm256_fmsub_ps(_mm256_loadu_ps(s + j), vscale, shift));
+    const __m256 e = simd::ExpNonPositive(_mm256_fmsub_ps(_mm256_loadu_ps(s + j), vscale, shift));
     _mm256_storeu_ps(s + j, e);
     vsum = _mm256_add_ps(vsum, e);
   }
   if (body < n) {
-    __m256 e = simd::Exp(_mm256_fmsub_ps(_mm256_maskload_ps(s + body, tail_mask), vscale, shift));
+    __m256 e = simd::ExpNonPositive(
+        _mm256_fmsub_ps(_mm256_maskload_ps(s + body, tail_mask), vscale, shift));
     e = _mm256_and_ps(e, _mm256_castsi256_ps(tail_mask));
     _mm256_maskstore_ps(s + body, tail_mask, e);
     vsum = _mm256_add_ps(vsum, e);

@@ -299,7 +299,7 @@ std::vector<double> LinearReference(const std::vector<float>& x, const std::vect
 TEST_F(CpuBackendTest, LinearMatchesReference) {
   for (DType w_dtype : {DType::kF32, DType::kF16}) {
     for (bool bias_and_gelu : {false, true}) {
-      for (int64_t m : {1, 3, 17, 300}) {
+      for (int64_t m : {1, 3, 17, 40, 300}) {  // 1..32: GEMV tiles; more: sgemm
         for (int64_t k : {384, 240}) {
           for (int64_t n : {1, 7, 384, 1536}) {
             SCOPED_TRACE(absl::StrCat("w ", Name(w_dtype), " M=", m, " K=", k, " N=", n,

@@ -59,7 +59,7 @@ void MaxAndSumExp(const float* x, int64_t n, float* max_out, float* sum_out) {
   const __m256 shift = _mm256_set1_ps(max);
   __m256 vsum = _mm256_setzero_ps();
   for (int64_t j = 0; j < body; j += simd::kLanes) {
-    vsum = _mm256_add_ps(vsum, simd::Exp(_mm256_sub_ps(_mm256_loadu_ps(x + j), shift)));
+    vsum = _mm256_add_ps(vsum, simd::ExpNonPositive(_mm256_sub_ps(_mm256_loadu_ps(x + j), shift)));
   }
   float sum = simd::HorizontalSum(vsum);
   for (int64_t j = body; j < n; ++j) sum += std::exp(x[j] - max);

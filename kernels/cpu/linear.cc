@@ -27,8 +27,9 @@ using detail::SmallGemm;
 using simd::Load1;
 using simd::Load8;
 
-// Up to this many rows, the GEMV-like kernel beats packing for sgemm.
-constexpr int64_t kSmallM = 8;
+// Up to this many rows, the GEMV-like kernel beats widening + sgemm (Zen 5, K=384, N=1536:
+// 1.2x at M=32, 1.5x at M=16 with f16 weights; on par with f32 weights).
+constexpr int64_t kSmallM = 32;
 // Weight rows widened from f16 per sgemm call on the many-rows path.
 constexpr int64_t kF16BlockRows = 256;
 // Output rows per im2col block of Conv1d: the block's columns should stay in L2.

@@ -82,6 +82,29 @@ inline __m256 Exp(__m256 x) {
   return _mm256_blendv_ps(result, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));  // NaN stays NaN
 }
 
+// e^x for x <= 0 (softmax numerators, exp(−x²/2)): as Exp without the overflow and NaN
+// handling, about 20% fewer instructions; 0 below −87.3.
+inline __m256 ExpNonPositive(__m256 x) {
+  const __m256 kMin = _mm256_set1_ps(-87.3365479f);
+  const __m256 clamped = _mm256_max_ps(x, kMin);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(clamped, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), clamped);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  // n in [−126, 0]: 2^n is a normal float built in the exponent bits.
+  const __m256 scale = _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+  return _mm256_and_ps(_mm256_mul_ps(p, scale), _mm256_cmp_ps(x, kMin, _CMP_GE_OQ));
+}
+
 // gelu(x) = x · Φ(x), Φ(x) = erfc(−x/√2) / 2: the exact (erf) GELU that Whisper uses, written
 // with erfc so that negative x keeps its relative accuracy (1 + erf(x/√2) would cancel).
 // erfc(z) = exp(−z²) · R(z) with R smooth on [0, 8): 8 unit intervals, a degree-8 polynomial
@@ -125,7 +148,7 @@ inline __m256 Gelu(__m256 x) {
   const __m256 half = _mm256_set1_ps(0.5f);
   const __m256 sq = _mm256_mul_ps(xc, xc);
   const __m256 sq_lo = _mm256_fmsub_ps(xc, xc, sq);  // x² = sq + sq_lo exactly
-  const __m256 e = _mm256_mul_ps(Exp(_mm256_mul_ps(sq, _mm256_set1_ps(-0.5f))),
+  const __m256 e = _mm256_mul_ps(ExpNonPositive(_mm256_mul_ps(sq, _mm256_set1_ps(-0.5f))),
                                  _mm256_fnmadd_ps(sq_lo, half, _mm256_set1_ps(1.0f)));
   const __m256 half_erfc = _mm256_mul_ps(_mm256_mul_ps(r, e), half);  // Φ(−|x|)
   const __m256 phi = _mm256_blendv_ps(half_erfc, _mm256_sub_ps(_mm256_set1_ps(1.0f), half_erfc),
