@@ -15,8 +15,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kernels/cpu/cpu_memory.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/small_gemm.h"
 #include "kernels/cpu/thread_pool.h"

@@ -18,6 +18,7 @@
 #include "engine/runtime/status.h"
 #include "kernels/cpu/cpu_memory.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/cpu/thread_pool.h"
 #include "spdlog/spdlog.h"
 

@@ -1,12 +1,10 @@
-// Host memory for the CPU backend: 64-byte-aligned buffers from a size-bucketed free-list pool,
-// and per-thread scratch space for kernels.
+// Host memory for the CPU backend: 64-byte-aligned buffers from a size-bucketed free-list pool.
 //
 // Ownership: every CpuBuffer holds a shared_ptr to the pool state, so buffers (and the tensors
 // and captured graphs that hold them) may outlive the backend; the pool frees its cached
 // blocks when the last of them is gone.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -68,30 +66,5 @@ class CpuBuffer final : public Buffer {
 // shapes, ResourceExhausted when memory runs out.
 absl::StatusOr<Tensor> AllocateCpuTensor(const std::shared_ptr<CpuMemoryPool>& pool,
                                          const Shape& shape, DType dtype);
-
-// Growable, 64-byte-aligned float scratch, one slot per pool participant plus one shared slot
-// (index num_threads) for the calling thread's data that all participants read. A slot is only
-// touched by its own thread while a job runs, so Get needs no lock. Contents do not persist
-// across calls that may grow the slot.
-class Scratch {
- public:
-  explicit Scratch(int num_slots);
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-
-  // At least `floats` floats, or nullptr when memory runs out; a kernel that gets nullptr
-  // returns early and the backend reports the failure (TakeFailure) as ResourceExhausted.
-  float* Get(int slot, size_t floats);
-  // Whether a Get failed since the last call.
-  bool TakeFailure() { return failed_.exchange(false, std::memory_order_relaxed); }
-
- private:
-  struct Slot {
-    std::unique_ptr<float, void (*)(void*)> data{nullptr, nullptr};
-    size_t capacity = 0;
-  };
-  std::vector<Slot> slots_;
-  std::atomic<bool> failed_{false};
-};
 
 }  // namespace waav::cpu

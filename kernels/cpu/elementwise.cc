@@ -5,8 +5,8 @@
 #include <cmath>
 #include <limits>
 
-#include "kernels/cpu/cpu_memory.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/thread_pool.h"
 

@@ -37,10 +37,13 @@ inline void DotTile(const float* x, int64_t ldx, const WT* w, int64_t ldw, int64
     }
   }
   for (int m = 0; m < MT; ++m) {
-    if constexpr (NT == 4) {
-      alignas(16) float sums[4];
-      _mm_store_ps(sums, simd::HorizontalSum4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]));
-      for (int n = 0; n < 4; ++n) y[m * ldy + n] = sums[n] + tail[m][n];
+    if constexpr (NT % 4 == 0) {
+      for (int n0 = 0; n0 < NT; n0 += 4) {
+        alignas(16) float sums[4];
+        _mm_store_ps(
+            sums, simd::HorizontalSum4(acc[m][n0], acc[m][n0 + 1], acc[m][n0 + 2], acc[m][n0 + 3]));
+        for (int n = 0; n < 4; ++n) y[m * ldy + n0 + n] = sums[n] + tail[m][n0 + n];
+      }
     } else {
       for (int n = 0; n < NT; ++n) y[m * ldy + n] = simd::HorizontalSum(acc[m][n]) + tail[m][n];
     }
@@ -52,6 +55,9 @@ template <typename WT>
 inline void SmallGemm(const float* x, int64_t ldx, int64_t rows, const WT* w, int64_t ldw,
                       int64_t k_len, int64_t n_begin, int64_t n_end, float* y, int64_t ldy) {
   int64_t n = n_begin;
+  if (rows == 1) {  // one row: 8 weight rows in flight keep more loads and FMA chains going
+    for (; n + 8 <= n_end; n += 8) DotTile<1, 8>(x, ldx, w + n * ldw, ldw, k_len, y + n, ldy);
+  }
   for (; n + 4 <= n_end; n += 4) {
     const WT* wn = w + n * ldw;
     int64_t m = 0;
