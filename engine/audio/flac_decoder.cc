@@ -102,8 +102,9 @@ class FlacDecoder final : public StreamDecoder {
                                                          : "in a metadata block after STREAMINFO",
           "); no audio frames"));
     }
-    end_of_input_ = true;
-    RETURN_IF_ERROR(DecodeFrames());
+    // Every complete frame was decoded as its last byte arrived; what is left is the start of a
+    // frame that never ended. (Not handed to libFLAC as end of stream: libFLAC 1.4 reports a
+    // frame cut short as lost sync.)
     AddTrailingBytesDropped(static_cast<int64_t>(queue_.size() - head_));
     return absl::OkStatus();
   }
@@ -260,7 +261,7 @@ class FlacDecoder final : public StreamDecoder {
     queue_.insert(queue_.end(), bytes.begin(), bytes.end());
   }
 
-  // Decodes every frame complete in the queue (and, at the end of input, whatever remains).
+  // Decodes every frame complete in the queue.
   absl::Status DecodeFrames() {
     while (head_ < queue_.size()) {
       frame_written_ = false;
@@ -271,16 +272,15 @@ class FlacDecoder final : public StreamDecoder {
         RETURN_IF_ERROR(Commit());
         continue;
       }
-      if (state == FLAC__STREAM_DECODER_ABORTED) {
-        // Ran out of bytes inside a frame: forget the partial read, retry with more bytes.
-        if (!FLAC__stream_decoder_flush(flac_)) {
-          return absl::ResourceExhaustedError("FLAC: libFLAC cannot reset its input buffer");
-        }
-        delivered_ = 0;
-      } else if (state != FLAC__STREAM_DECODER_END_OF_STREAM) {
+      if (state != FLAC__STREAM_DECODER_ABORTED) {
         return DataError(absl::StrCat("libFLAC stopped near byte ", StreamOffset(queue_pos_),
                                       " in state ", FLAC__StreamDecoderStateString[state]));
       }
+      // Ran out of bytes inside a frame: forget the partial read, retry when more arrive.
+      if (!FLAC__stream_decoder_flush(flac_)) {
+        return absl::ResourceExhaustedError("FLAC: libFLAC cannot reset its input buffer");
+      }
+      delivered_ = 0;
       break;
     }
     return absl::OkStatus();
@@ -316,8 +316,7 @@ class FlacDecoder final : public StreamDecoder {
     const size_t available = self->queue_.size() - self->head_ - self->delivered_;
     if (available == 0) {
       *bytes = 0;
-      return self->end_of_input_ ? FLAC__STREAM_DECODER_READ_STATUS_END_OF_STREAM
-                                 : FLAC__STREAM_DECODER_READ_STATUS_ABORT;
+      return FLAC__STREAM_DECODER_READ_STATUS_ABORT;
     }
     const size_t n = std::min(*bytes, available);
     std::memcpy(buffer, self->queue_.data() + self->head_ + self->delivered_, n);
@@ -396,7 +395,6 @@ class FlacDecoder final : public StreamDecoder {
   size_t head_ = 0;
   int64_t queue_pos_ = 0;
   int64_t delivered_ = 0;
-  bool end_of_input_ = false;
   bool frame_written_ = false;
   absl::Status error_;  // set by the callbacks
   std::vector<float> mono_;

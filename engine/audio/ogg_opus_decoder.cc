@@ -22,6 +22,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -68,6 +69,16 @@ class OggOpusDecoder final : public StreamDecoder {
 
  protected:
   absl::Status DecodeBytes(absl::Span<const uint8_t> bytes) override {
+    // Say at once when the bytes are not Ogg at all (libogg would wait for 27 bytes and then
+    // report lost sync).
+    for (size_t i = 0; i < bytes.size() && magic_seen_.size() < 4; ++i) {
+      magic_seen_.push_back(static_cast<char>(bytes[i]));
+      if (magic_seen_.back() != "OggS"[magic_seen_.size() - 1]) {
+        return DataError(
+            absl::StrCat("the stream does not start with an Ogg page (\"OggS\"); it starts with \"",
+                         absl::CHexEscape(magic_seen_), "\""));
+      }
+    }
     while (!bytes.empty()) {
       const size_t piece = std::min(bytes.size(), kPieceBytes);
       char* buffer = ogg_sync_buffer(&sync_, static_cast<long>(piece));
@@ -164,7 +175,8 @@ class OggOpusDecoder final : public StreamDecoder {
                                         " holds audio after the OpusTags header; RFC 7845 "
                                         "requires audio to start on a fresh page"));
         }
-        if (ogg_stream_init(&stream_, serial_) != 0) {
+        // Reset: a fresh stream state expects page 0 and would see a gap before this page.
+        if (ogg_stream_init(&stream_, serial_) != 0 || ogg_stream_reset(&stream_) != 0) {
           return absl::ResourceExhaustedError("OGG_OPUS: out of memory");
         }
         stream_ready_ = true;
@@ -342,6 +354,7 @@ class OggOpusDecoder final : public StreamDecoder {
   int64_t packets_ = 0;      // audio packets seen, for messages
   int64_t written_ = 0;      // bytes handed to libogg
   int64_t page_offset_ = 0;  // stream offset of the page being read
+  std::string magic_seen_;   // the stream's first bytes, up to 4
   std::vector<float> pcm_;   // one decoded packet, interleaved
   std::vector<float> mono_;
 };

@@ -45,7 +45,7 @@ TEST(StreamDecoderTest, RejectsBadFormats) {
     absl::StatusOr<std::unique_ptr<StreamDecoder>> d = StreamDecoder::Create(c.format);
     ASSERT_FALSE(d.ok()) << c.message;
     EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(d.status().message(), HasSubstr(c.message));
+    EXPECT_THAT(std::string(d.status().message()), HasSubstr(c.message));
   }
 }
 
@@ -53,15 +53,15 @@ TEST(StreamDecoderTest, RejectsBadOptions) {
   const AudioFormatSpec format{AudioEncoding::kLinear16, 16000, 1};
   StreamDecoderOptions options;
   options.output_sample_rate_hz = 100;
-  EXPECT_THAT(StreamDecoder::Create(format, options).status().message(),
+  EXPECT_THAT(std::string(StreamDecoder::Create(format, options).status().message()),
               HasSubstr("output_sample_rate_hz 100"));
   options = {};
   options.max_buffered_bytes = 10;
-  EXPECT_THAT(StreamDecoder::Create(format, options).status().message(),
+  EXPECT_THAT(std::string(StreamDecoder::Create(format, options).status().message()),
               HasSubstr("max_buffered_bytes 10"));
   options = {};
   options.max_feed_seconds = 0;
-  EXPECT_THAT(StreamDecoder::Create(format, options).status().message(),
+  EXPECT_THAT(std::string(StreamDecoder::Create(format, options).status().message()),
               HasSubstr("max_feed_seconds"));
   options.max_feed_seconds = std::numeric_limits<double>::quiet_NaN();
   EXPECT_FALSE(StreamDecoder::Create(format, options).ok());
@@ -235,7 +235,7 @@ TEST(StreamDecoderTest, NonFiniteFloat32IsRejectedAndTheErrorSticks) {
     std::vector<float> out;
     const absl::Status s = codec_test::FeedInRandomPieces(**d, c.bytes, rng, &out, 100, false);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(s.message(),
+    EXPECT_THAT(std::string(s.message()),
                 HasSubstr(absl::StrCat("FLOAT32: sample ", frame, " of channel ", channel,
                                        " (byte offset ", offset, ") is ", b.name)));
     EXPECT_EQ((*d)->Feed(c.bytes, &out), s);
@@ -268,7 +268,8 @@ TEST(StreamDecoderTest, OnePieceMayDecodeAtMostMaxFeedSeconds) {
   const Bytes second(8000, 0xD5);
   const absl::Status s = (*d)->Feed(second, &out);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("ALAW: 8000 bytes of audio decode to more than 0.5 s"));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("ALAW: 8000 bytes of audio decode to more than 0.5 s"));
 }
 
 }  // namespace
