@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "engine/models/whisper/transcriber.h"
 #include "engine/runtime/backend_registry.h"
 #include "gtest/gtest.h"
@@ -30,7 +31,7 @@ class WhisperLoadTest : public ::testing::Test {
 
   // A model folder in tmp_ whose model.bin is `bytes` and whose tokenizer is the real one.
   std::string FolderWithModelBytes(const std::string& bytes) {
-    const fs::path dir = tmp_ / ("m" + std::to_string(counter_++));
+    const fs::path dir = tmp_ / absl::StrCat("model", counter_++);
     fs::create_directories(dir);
     std::ofstream(dir / "model.bin", std::ios::binary) << bytes;
     fs::copy_file(fs::path(source_) / "tokenizer.json", dir / "tokenizer.json");
