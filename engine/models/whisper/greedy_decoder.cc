@@ -30,8 +30,10 @@ double LogSumExp(const float* x, int n) {
 
 }  // namespace
 
-LogitRules::LogitRules(const Vocabulary& vocabulary, const GreedyOptions& options)
+LogitRules::LogitRules(const Vocabulary& vocabulary, const GreedyOptions& options,
+                       bool timestamps)
     : special_(vocabulary.special()),
+      timestamps_(timestamps),
       n_vocab_(vocabulary.n_vocab()),
       max_initial_timestamp_id_(special_.timestamp_begin + options.max_initial_timestamp_index),
       suppress_(options.suppress_tokens.empty() ? vocabulary.SuppressedTokens()
@@ -51,6 +53,10 @@ void LogitRules::Apply(absl::Span<const int> sampled, absl::Span<float> logits) 
     for (int id : suppress_begin_) Disable(logits, id, id + 1);
   }
   Disable(logits, special_.no_timestamps, special_.no_timestamps + 1);
+  if (!timestamps_) {
+    Disable(logits, ts_begin, n_vocab_);  // the prompt asked for text only
+    return;
+  }
 
   if (step == 0) {
     // The window starts with a timestamp no later than max_initial_timestamp.
@@ -108,10 +114,13 @@ absl::StatusOr<GreedyResult> DecodeGreedy(const WhisperModel& model, const Vocab
          prompt[prompt_length] <= special.no_timestamps) {
     ++prompt_length;
   }
-  if (prompt_length != prompt.size()) {
-    return absl::UnimplementedError("decoder prompts with a forced prefix are not supported");
+  const bool timestamps = prompt[prompt_length - 1] != special.no_timestamps;
+  if (prompt_length != prompt.size() && timestamps) {
+    return absl::UnimplementedError(
+        "a forced prefix is supported only after <|notimestamps|>");
   }
-  const int start_step = static_cast<int>(prompt_length) - 1;
+  // Everything but the last prompt token is fed as one batch; sampling starts from the last.
+  const int start_step = static_cast<int>(prompt.size()) - 1;
   const int max_length = std::min(options.max_length, model.dims().n_text_ctx);
   if (start_step >= max_length) {
     return absl::InvalidArgumentError(absl::StrCat("decoder prompt of ", prompt.size(),
@@ -125,7 +134,7 @@ absl::StatusOr<GreedyResult> DecodeGreedy(const WhisperModel& model, const Vocab
     RETURN_IF_ERROR(model.Decode(head, start_step, position, state).status());
   }
 
-  LogitRules rules(vocabulary, options);
+  LogitRules rules(vocabulary, options, timestamps);
   GreedyResult result;
   std::vector<int> sampled;
   int32_t input = prompt[static_cast<size_t>(start_step)];
@@ -144,8 +153,10 @@ absl::StatusOr<GreedyResult> DecodeGreedy(const WhisperModel& model, const Vocab
     if (options.on_step) options.on_step(step, row);
     const auto best = std::max_element(row.begin(), row.end());
     const int token = static_cast<int>(best - row.begin());
-    result.sum_logprob += static_cast<double>(*best) - LogSumExp(row.data(), n_vocab);
+    const double logprob = static_cast<double>(*best) - LogSumExp(row.data(), n_vocab);
+    result.sum_logprob += logprob;
     if (token == special.eot) break;
+    result.token_logprobs.push_back(static_cast<float>(logprob));
     sampled.push_back(token);
     input = token;
   }

@@ -30,28 +30,35 @@ struct GreedyOptions {
 
 struct GreedyResult {
   std::vector<int> tokens;       // sampled tokens without the final <|endoftext|>
+  std::vector<float> token_logprobs;  // log-probability of each of `tokens`
   double sum_logprob = 0;        // log-probabilities of every sampled token, <|endoftext|> too
   double avg_logprob = 0;        // sum_logprob / (tokens + 1), as faster-whisper reports it
-  float no_speech_prob = 0;      // P(<|nospeech|>) at the first step
+  float no_speech_prob = 0;      // P(<|nospeech|>) at the first sampled step (at
+                                 // <|startoftranscript|> for prompts that end there)
 };
 
 // The logit rules on one row of logits (in place: disallowed entries become −inf).
-// `sampled` are the tokens sampled so far in this window; `step` == sampled.size().
+// `sampled` are the tokens sampled so far in this window; `step` == sampled.size(). Without
+// `timestamps` (prompts ending in <|notimestamps|>) every timestamp token is disabled instead of
+// the timestamp rules.
 class LogitRules {
  public:
-  LogitRules(const Vocabulary& vocabulary, const GreedyOptions& options);
+  LogitRules(const Vocabulary& vocabulary, const GreedyOptions& options, bool timestamps = true);
   void Apply(absl::Span<const int> sampled, absl::Span<float> logits) const;
 
  private:
   const SpecialTokens special_;
+  const bool timestamps_;
   const int n_vocab_;
   const int max_initial_timestamp_id_;
   std::vector<int> suppress_;
   std::vector<int> suppress_begin_;
 };
 
-// Runs the decoder from `prompt` (which must contain <|startoftranscript|>) over the window
-// already encoded into `state` (batch size 1).
+// Runs the decoder from `prompt` over the window already encoded into `state` (batch size 1).
+// The prompt is [<|startofprev|> context...] <|startoftranscript|> [task tokens]
+// [<|notimestamps|> [forced prefix...]]; a forced prefix is fed, never sampled, and is not part of
+// the result's tokens.
 absl::StatusOr<GreedyResult> DecodeGreedy(const WhisperModel& model, const Vocabulary& vocabulary,
                                           const std::vector<int>& prompt,
                                           const GreedyOptions& options, DecoderState& state);

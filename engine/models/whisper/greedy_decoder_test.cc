@@ -96,6 +96,17 @@ TEST_F(LogitRulesTest, SecondStepAfterTimestampMustBeText) {
   EXPECT_FALSE(Off(l, 100));
 }
 
+TEST_F(LogitRulesTest, WithoutTimestampsNoTimestampIsEverSampled) {
+  LogitRules rules(*vocabulary_, GreedyOptions{}, /*timestamps=*/false);
+  for (const std::vector<int>& sampled : {std::vector<int>{}, std::vector<int>{100, 200}}) {
+    std::vector<float> l(51864, 0.0f);
+    rules.Apply(sampled, absl::MakeSpan(l));
+    for (int id = s_.timestamp_begin; id < 51864; ++id) ASSERT_TRUE(Off(l, id)) << id;
+    EXPECT_FALSE(Off(l, 100));
+    EXPECT_EQ(Off(l, s_.eot), sampled.empty());  // blank suppression at the first step only
+  }
+}
+
 TEST_F(LogitRulesTest, SpecialTokensAreWhereTheModelExpectsThem) {
   EXPECT_EQ(s_.eot, 50256);
   EXPECT_EQ(s_.sot, 50257);
