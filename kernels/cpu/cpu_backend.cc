@@ -6,6 +6,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>

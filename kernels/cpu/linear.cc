@@ -4,9 +4,9 @@
 //  * few rows (decoder steps, M <= kSmallM): a GEMV-like kernel reading the weight once per
 //    call straight from f32 or f16 (F16C widening), tiles of 2 rows × 4 outputs, parallel over N.
 //    For the f16 logits projection (51864×384) this halves the memory traffic of an f32 copy.
-//  * many rows, f32 weight: OpenBLAS sgemm, one single-threaded call per thread on a disjoint
-//    block of the output (OpenBLAS runs with one thread; the pool does the parallelism).
-//  * many rows, f16 weight: blocks of weight rows widened into per-thread scratch, then sgemm.
+//  * many rows: OpenBLAS sgemm on output tiles, one single-threaded call per tile (OpenBLAS runs
+//    with one thread; the pool does the parallelism); f16 weight blocks are first widened into
+//    per-thread scratch.
 // The epilogue (bias, GELU) runs on each output block right after it is computed, while hot.
 #include <cblas.h>
 
@@ -30,8 +30,10 @@ using simd::Load8;
 // Up to this many rows, the GEMV-like kernel beats widening + sgemm (Zen 5, K=384, N=1536:
 // 1.2x at M=32, 1.5x at M=16 with f16 weights; on par with f32 weights).
 constexpr int64_t kSmallM = 32;
-// Weight rows widened from f16 per sgemm call on the many-rows path.
-constexpr int64_t kF16BlockRows = 256;
+// Largest output tile of the many-rows path (tiles shrink to even sizes and to give every thread
+// work).
+constexpr int64_t kTileRows = 512;
+constexpr int64_t kTileCols = 256;
 // Output rows per im2col block of Conv1d: the block's columns should stay in L2.
 constexpr int64_t kConvColumnBytes = 1 << 20;
 
@@ -88,40 +90,45 @@ void LinearKernel(const KernelContext& ctx, const float* x, int64_t m, int64_t k
     return;
   }
 
-  if (w_dtype == DType::kF32) {
-    const float* wf = static_cast<const float*>(w);
-    // Split the output by columns when there are enough of them (each thread then reads only its
-    // part of the weight), else by rows.
-    const bool split_n = n >= 64 * threads || m < 16 * threads;
-    if (split_n) {
-      pool.ParallelFor((n + 15) / 16, [&](int64_t begin, int64_t end) {
-        const int64_t n0 = begin * 16, n1 = std::min(n, end * 16);
-        SgemmNT(m, n1 - n0, k, x, k, wf + n0 * k, k, y + n0, n);
-        BiasActivation(y + n0, n, m, n1 - n0, bias == nullptr ? nullptr : bias + n0, gelu);
-      });
-    } else {
-      pool.ParallelFor((m + 7) / 8, [&](int64_t begin, int64_t end) {
-        const int64_t m0 = begin * 8, m1 = std::min(m, end * 8);
-        SgemmNT(m1 - m0, n, k, x + m0 * k, k, wf, k, y + m0 * n, n);
-        BiasActivation(y + m0 * n, n, m1 - m0, n, bias, gelu);
-      });
-    }
-    return;
+  // Many rows: tiles of about kTileRows × kTileCols outputs, ordered column block by column block
+  // so that a thread walks down one block of weight rows (widened once if f16) before the next, and
+  // the epilogue runs on each tile while it is still in L2.
+  // Equal blocks (in multiples of 16) so that the contiguous ranges the threads get hold equal
+  // work.
+  const int64_t col_blocks = (n + kTileCols - 1) / kTileCols;
+  const int64_t tile_cols = ((n + col_blocks - 1) / col_blocks + 15) / 16 * 16;
+  int64_t wanted_row_blocks = (m + kTileRows - 1) / kTileRows;
+  while (col_blocks * wanted_row_blocks < 2 * threads && m / (wanted_row_blocks + 1) >= 32) {
+    ++wanted_row_blocks;
   }
-
-  // f16 weight, many rows: widen blocks of weight rows into scratch, sgemm each block.
-  const uint16_t* wh = static_cast<const uint16_t*>(w);
-  const int64_t blocks = (n + kF16BlockRows - 1) / kF16BlockRows;
-  pool.ParallelForIndexed(blocks, [&](int thread, int64_t begin, int64_t end) {
-    float* wide = ctx.scratch->Get(thread, static_cast<size_t>(kF16BlockRows * k));
-    if (wide == nullptr) return;
-    for (int64_t blk = begin; blk < end; ++blk) {
-      const int64_t n0 = blk * kF16BlockRows, n1 = std::min(n, n0 + kF16BlockRows);
-      WidenRows(wh + n0 * k, (n1 - n0) * k, wide);
-      SgemmNT(m, n1 - n0, k, x, k, wide, k, y + n0, n);
-      BiasActivation(y + n0, n, m, n1 - n0, bias == nullptr ? nullptr : bias + n0, gelu);
-    }
-  });
+  const int64_t tile_rows = (m + wanted_row_blocks - 1) / wanted_row_blocks;
+  const int64_t row_blocks = (m + tile_rows - 1) / tile_rows;
+  const bool f16 = w_dtype == DType::kF16;
+  pool.ParallelForIndexed(
+      (n + tile_cols - 1) / tile_cols * row_blocks, [&](int thread, int64_t begin, int64_t end) {
+        float* wide = nullptr;
+        if (f16) {
+          wide = ctx.scratch->Get(thread, static_cast<size_t>(tile_cols * k));
+          if (wide == nullptr) return;
+        }
+        int64_t widened = -1;  // column block now in `wide`
+        for (int64_t item = begin; item < end; ++item) {
+          const int64_t cb = item / row_blocks, rb = item % row_blocks;
+          const int64_t n0 = cb * tile_cols, n1 = std::min(n, n0 + tile_cols);
+          const int64_t m0 = rb * tile_rows, m1 = std::min(m, m0 + tile_rows);
+          const float* wb = static_cast<const float*>(w) + n0 * k;
+          if (f16) {
+            if (cb != widened) {
+              WidenRows(static_cast<const uint16_t*>(w) + n0 * k, (n1 - n0) * k, wide);
+              widened = cb;
+            }
+            wb = wide;
+          }
+          SgemmNT(m1 - m0, n1 - n0, k, x + m0 * k, k, wb, k, y + m0 * n + n0, n);
+          BiasActivation(y + m0 * n + n0, n, m1 - m0, n1 - n0,
+                         bias == nullptr ? nullptr : bias + n0, gelu);
+        }
+      });
 }
 
 void Conv1dKernel(const KernelContext& ctx, const float* x, const void* w, DType w_dtype,
