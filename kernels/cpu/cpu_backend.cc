@@ -542,8 +542,9 @@ class CpuBackend final : public Backend {
                                core.find("SapphireRapids") != std::string::npos;
       if (__builtin_cpu_supports("avx512f") && !avx512_core) {
         spdlog::warn(
-            "OpenBLAS uses its {} kernels on this AVX-512 CPU; setting OPENBLAS_CORETYPE=SkylakeX "
-            "in the environment roughly doubles GEMM throughput",
+            "OpenBLAS uses its {} kernels on this AVX-512 CPU; OPENBLAS_CORETYPE=SkylakeX "
+            "(set by waav's binaries through EnsureOpenBlasCoreType) roughly doubles GEMM "
+            "throughput",
             core);
       }
     });

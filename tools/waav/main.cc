@@ -5,6 +5,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "kernels/cpu/openblas_setup.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "tools/waav/transcribe_command.h"
@@ -14,6 +15,7 @@
 #endif
 
 int main(int argc, char** argv) {
+  waav::cpu::EnsureOpenBlasCoreType(argv);
   CLI::App app{"waav: real-time speech recognition and synthesis"};
   app.require_subcommand(1);
 

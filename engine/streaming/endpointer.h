@@ -1,0 +1,78 @@
+// Endpointing: turns per-frame voice-activity probabilities into utterance boundaries.
+//
+// Hysteresis as in Silero VAD's own segmentation: speech starts when the probability reaches
+// `threshold` and has stayed in speech for `min_speech_ms`; it ends after `silence_ms` of frames
+// below `threshold − hysteresis`, or when the utterance reaches `max_utterance_ms`. Frames between
+// the two thresholds keep the current state. Times are in samples of the 16 kHz stream.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "absl/status/status.h"
+
+namespace waav::streaming {
+
+struct EndpointConfig {
+  // Speech probability at or above which a frame is speech. Default: 0.5.
+  float threshold = 0.5f;
+  // Below threshold − hysteresis a frame is silence. Default: 0.15 (as Silero's segmentation).
+  float hysteresis = 0.15f;
+  // Speech shorter than this is ignored (clicks, breaths). Default: 250 ms.
+  int min_speech_ms = 250;
+  // Trailing silence that ends an utterance. Default: 500 ms.
+  int silence_ms = 500;
+  // An utterance is cut here even without silence. Default: 30000 ms (one Whisper window).
+  int max_utterance_ms = 30000;
+  // Audio kept before the detected start and after the end, so word edges are not clipped.
+  // Default: 200 ms.
+  int speech_pad_ms = 200;
+
+  [[nodiscard]] absl::Status Validate() const;
+};
+
+enum class EndReason { kSilence, kMaxLength, kEndOfAudio };
+
+struct UtteranceStart {
+  int64_t start_sample;     // padded start (never before the stream's first sample)
+  int64_t detected_sample;  // where the start was confirmed
+};
+struct UtteranceEnd {
+  int64_t end_sample;       // padded end of the speech
+  int64_t detected_sample;  // where the end was confirmed
+  EndReason reason;
+};
+
+class Endpointer {
+ public:
+  static constexpr int kSampleRateHz = 16000;
+
+  explicit Endpointer(const EndpointConfig& config);
+
+  // Feeds the probability of the frame [frame_start, frame_start + frame_samples). Returns a
+  // start when speech is confirmed, an end when it is over; never both for one frame.
+  struct Update {
+    std::optional<UtteranceStart> started;
+    std::optional<UtteranceEnd> ended;
+  };
+  Update Push(float probability, int64_t frame_start, int frame_samples);
+  // End of audio: closes an open utterance at `stream_end_sample`.
+  std::optional<UtteranceEnd> Finish(int64_t stream_end_sample);
+
+  bool in_speech() const { return state_ == State::kSpeech; }
+  // Start of the current utterance (padded), when in speech.
+  int64_t utterance_start() const { return utterance_start_; }
+
+ private:
+  enum class State { kSilence, kMaybeSpeech, kSpeech };
+  int64_t Ms(int ms) const { return static_cast<int64_t>(ms) * kSampleRateHz / 1000; }
+
+  EndpointConfig config_;
+  State state_ = State::kSilence;
+  int64_t candidate_start_ = 0;   // first speech frame of a not yet confirmed start
+  int64_t utterance_start_ = 0;   // padded start of the confirmed utterance
+  int64_t last_speech_end_ = 0;   // end of the latest frame at or above threshold
+  int64_t silence_since_ = -1;    // start of the current run of silent frames, −1 if none
+};
+
+}  // namespace waav::streaming
