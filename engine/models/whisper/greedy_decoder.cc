@@ -128,14 +128,29 @@ absl::StatusOr<GreedyResult> DecodeGreedy(const WhisperModel& model, const Vocab
   }
   const int max_steps = std::min(max_length / 2, max_length - start_step);
 
-  if (start_step > 0) {
-    std::vector<int32_t> head(prompt.begin(), prompt.begin() + start_step);
+  // <|nospeech|> is read at the <|startoftranscript|> position. When the prompt goes on past it
+  // (<|notimestamps|>, a forced prefix), the prefill stops there once to read it.
+  const int sot_index = static_cast<int>(sot - prompt.begin());
+  GreedyResult result;
+  int fed = 0;
+  if (sot_index < start_step) {
+    std::vector<int32_t> head(prompt.begin(), prompt.begin() + sot_index + 1);
     std::vector<int32_t> position = {0};
-    RETURN_IF_ERROR(model.Decode(head, start_step, position, state).status());
+    ASSIGN_OR_RETURN(std::vector<float> logits,
+                     model.Decode(head, static_cast<int>(head.size()), position, state));
+    const double log_total = LogSumExp(logits.data(), model.dims().n_vocab);
+    result.no_speech_prob = static_cast<float>(
+        std::exp(logits[static_cast<size_t>(special.no_speech)] - log_total));
+    fed = sot_index + 1;
+  }
+  if (fed < start_step) {
+    std::vector<int32_t> rest(prompt.begin() + fed, prompt.begin() + start_step);
+    std::vector<int32_t> position = {fed};
+    RETURN_IF_ERROR(
+        model.Decode(rest, static_cast<int>(rest.size()), position, state).status());
   }
 
   LogitRules rules(vocabulary, options, timestamps);
-  GreedyResult result;
   std::vector<int> sampled;
   int32_t input = prompt[static_cast<size_t>(start_step)];
   const int n_vocab = model.dims().n_vocab;
@@ -144,7 +159,7 @@ absl::StatusOr<GreedyResult> DecodeGreedy(const WhisperModel& model, const Vocab
     ASSIGN_OR_RETURN(std::vector<float> logits,
                      model.Decode(absl::MakeConstSpan(&input, 1), 1, position, state));
     absl::Span<float> row(logits.data(), static_cast<size_t>(n_vocab));
-    if (step == 0) {
+    if (step == 0 && sot_index == start_step) {
       const double log_total = LogSumExp(row.data(), n_vocab);
       result.no_speech_prob =
           static_cast<float>(std::exp(row[static_cast<size_t>(special.no_speech)] - log_total));

@@ -33,8 +33,7 @@ struct GreedyResult {
   std::vector<float> token_logprobs;  // log-probability of each of `tokens`
   double sum_logprob = 0;        // log-probabilities of every sampled token, <|endoftext|> too
   double avg_logprob = 0;        // sum_logprob / (tokens + 1), as faster-whisper reports it
-  float no_speech_prob = 0;      // P(<|nospeech|>) at the first sampled step (at
-                                 // <|startoftranscript|> for prompts that end there)
+  float no_speech_prob = 0;      // P(<|nospeech|>) at the <|startoftranscript|> position
 };
 
 // The logit rules on one row of logits (in place: disallowed entries become −inf).

@@ -1,0 +1,131 @@
+#include "engine/streaming/endpointer.h"
+
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace waav::streaming {
+namespace {
+
+constexpr int kFrame = 512;  // 32 ms
+
+struct FeedLog {
+  std::vector<Endpointer::Update> updates;
+  std::vector<int64_t> frame_starts;
+};
+
+// Feeds probabilities frame by frame and records every update with its frame.
+FeedLog Feed(Endpointer& e, const std::vector<float>& probabilities) {
+  FeedLog run;
+  int64_t t = 0;
+  for (float p : probabilities) {
+    run.updates.push_back(e.Push(p, t, kFrame));
+    run.frame_starts.push_back(t);
+    t += kFrame;
+  }
+  return run;
+}
+
+std::vector<float> Repeat(float p, int frames) { return std::vector<float>(frames, p); }
+std::vector<float> Concat(std::initializer_list<std::vector<float>> parts) {
+  std::vector<float> out;
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+TEST(EndpointerTest, SilenceNeverStartsAnUtterance) {
+  Endpointer e(EndpointConfig{});
+  const FeedLog run = Feed(e, Repeat(0.1f, 500));
+  for (const auto& u : run.updates) {
+    EXPECT_FALSE(u.started);
+    EXPECT_FALSE(u.ended);
+  }
+  EXPECT_FALSE(e.Finish(500 * kFrame));
+}
+
+TEST(EndpointerTest, ShortBlipsAreIgnored) {
+  Endpointer e(EndpointConfig{});  // min speech 250 ms = 7.8 frames
+  const FeedLog run = Feed(e, Concat({Repeat(0.1f, 10), Repeat(0.9f, 5), Repeat(0.1f, 40)}));
+  for (const auto& u : run.updates) EXPECT_FALSE(u.started);
+}
+
+TEST(EndpointerTest, SpeechThenSilenceGivesOneUtteranceWithPadding) {
+  EndpointConfig config;
+  Endpointer e(config);
+  // 1 s silence, 2 s speech, 1 s silence.
+  const FeedLog run = Feed(e, Concat({Repeat(0.05f, 31), Repeat(0.95f, 63), Repeat(0.05f, 31)}));
+  int starts = 0, ends = 0;
+  for (size_t i = 0; i < run.updates.size(); ++i) {
+    if (run.updates[i].started) {
+      ++starts;
+      EXPECT_EQ(run.updates[i].started->start_sample, 31 * kFrame - 200 * 16);  // padded
+    }
+    if (run.updates[i].ended) {
+      ++ends;
+      EXPECT_EQ(run.updates[i].ended->reason, EndReason::kSilence);
+      EXPECT_EQ(run.updates[i].ended->end_sample, (31 + 63) * kFrame + 200 * 16);
+      // Confirmed after silence_ms (500 ms) of silence.
+      EXPECT_GE(run.updates[i].ended->detected_sample - (31 + 63) * kFrame, 500 * 16);
+      EXPECT_LT(run.updates[i].ended->detected_sample - (31 + 63) * kFrame, 500 * 16 + kFrame);
+    }
+  }
+  EXPECT_EQ(starts, 1);
+  EXPECT_EQ(ends, 1);
+}
+
+TEST(EndpointerTest, HysteresisKeepsSpeechThroughUncertainFrames) {
+  Endpointer e(EndpointConfig{});  // threshold 0.5, silence below 0.35
+  const FeedLog run = Feed(e, Concat({Repeat(0.9f, 20), Repeat(0.4f, 60), Repeat(0.9f, 5)}));
+  for (const auto& u : run.updates) EXPECT_FALSE(u.ended);
+  EXPECT_TRUE(e.in_speech());
+}
+
+TEST(EndpointerTest, TwoUtterancesSeparatedBySilence) {
+  Endpointer e(EndpointConfig{});
+  const FeedLog run = Feed(e, Concat({Repeat(0.9f, 40), Repeat(0.1f, 40), Repeat(0.9f, 40),
+                                  Repeat(0.1f, 40)}));
+  int starts = 0, ends = 0;
+  for (const auto& u : run.updates) {
+    starts += u.started ? 1 : 0;
+    ends += u.ended ? 1 : 0;
+  }
+  EXPECT_EQ(starts, 2);
+  EXPECT_EQ(ends, 2);
+}
+
+TEST(EndpointerTest, MaxLengthCutsAndEndOfAudioCloses) {
+  EndpointConfig config;
+  config.max_utterance_ms = 2000;
+  Endpointer e(config);
+  const FeedLog run = Feed(e, Repeat(0.9f, 100));  // 3.2 s of speech
+  int max_cuts = 0;
+  for (const auto& u : run.updates) {
+    if (u.ended) {
+      EXPECT_EQ(u.ended->reason, EndReason::kMaxLength);
+      ++max_cuts;
+    }
+  }
+  EXPECT_EQ(max_cuts, 1);
+  const auto end = e.Finish(100 * kFrame);
+  ASSERT_TRUE(end);
+  EXPECT_EQ(end->reason, EndReason::kEndOfAudio);
+}
+
+TEST(EndpointerTest, ConfigValidation) {
+  EXPECT_TRUE(EndpointConfig{}.Validate().ok());
+  EndpointConfig bad;
+  bad.threshold = 1.5f;
+  EXPECT_FALSE(bad.Validate().ok());
+  bad = EndpointConfig{};
+  bad.silence_ms = 10;
+  EXPECT_FALSE(bad.Validate().ok());
+  bad = EndpointConfig{};
+  bad.max_utterance_ms = 60000;
+  EXPECT_FALSE(bad.Validate().ok());
+  bad = EndpointConfig{};
+  bad.hysteresis = 0.6f;
+  EXPECT_FALSE(bad.Validate().ok());
+}
+
+}  // namespace
+}  // namespace waav::streaming

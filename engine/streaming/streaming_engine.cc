@@ -1,0 +1,532 @@
+#include "engine/streaming/streaming_engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "engine/metrics/stage_metrics.h"
+#include "engine/runtime/status.h"
+#include "engine/streaming/endpointer.h"
+#include "engine/streaming/ingest_ring.h"
+#include "engine/streaming/utterance_decoder.h"
+#include "spdlog/spdlog.h"
+
+namespace waav::streaming {
+namespace {
+
+constexpr int kSampleRateHz = 16000;
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+int64_t SamplesToMs(int64_t samples) { return samples * 1000 / kSampleRateHz; }
+double NsToMs(int64_t ns) { return static_cast<double>(ns) / 1e6; }
+
+}  // namespace
+
+absl::Status EngineOptions::Validate() const {
+  if (max_streams < 1 || max_streams > 100000) {
+    return absl::InvalidArgumentError(absl::StrCat("max_streams must be in [1, 100000]; got ",
+                                                   max_streams));
+  }
+  if (ingest_ring_slots < 16 || ingest_ring_slots > (1 << 22)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ingest ring slots must be in [16, 4194304]; got ", ingest_ring_slots));
+  }
+  return absl::OkStatus();
+}
+
+class StreamingEngine::Impl {
+ public:
+  Impl(const EngineOptions& options, const whisper::Transcriber& transcriber,
+       VoiceActivityModel& vad, std::unique_ptr<whisper::DecoderState> decoder_state)
+      : options_(options),
+        transcriber_(transcriber),
+        vad_(vad),
+        decoder_state_(std::move(decoder_state)),
+        ring_(static_cast<size_t>(options.ingest_ring_slots)) {
+    frontend_ = std::thread([this] { FrontendLoop(); });
+    scheduler_ = std::thread([this] { SchedulerLoop(); });
+  }
+
+  ~Impl() {
+    stop_.store(true);
+    ring_.Close();
+    {
+      std::lock_guard lock(ready_mu_);
+      ready_cv_.notify_all();
+    }
+    frontend_.join();
+    scheduler_.join();
+    std::lock_guard lock(streams_mu_);
+    for (auto& [id, stream] : streams_) {
+      if (!stream->done) stream->sink->OnDone(absl::CancelledError("the engine shut down"),
+                                              SamplesToMs(stream->received_samples.load()));
+    }
+  }
+
+  absl::StatusOr<uint64_t> Open(const StreamOptions& options, std::shared_ptr<StreamSink> sink) {
+    RETURN_IF_ERROR(options.Validate());
+    if (!accepting_.load()) {
+      return absl::UnavailableError("the server is shutting down and accepts no new streams");
+    }
+    auto stream = std::make_shared<Stream>(options, std::move(sink), vad_.NewState(),
+                                           transcriber_.vocabulary());
+    std::lock_guard lock(streams_mu_);
+    if (static_cast<int>(streams_.size()) >= options_.max_streams) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the server is at its limit of ", options_.max_streams, " concurrent streams"));
+    }
+    stream->id = next_id_++;
+    streams_[stream->id] = stream;
+    return stream->id;
+  }
+
+  absl::Status Push(uint64_t id, absl::Span<const float> samples) {
+    ASSIGN_OR_RETURN(std::shared_ptr<Stream> stream, Find(id));
+    if (stream->finishing.load()) {
+      return absl::FailedPreconditionError("audio after the end of the stream");
+    }
+    if (!ring_.Push(id, samples, NowNs())) {
+      return absl::ResourceExhaustedError("the engine's ingest queue is full; slow down");
+    }
+    stream->received_samples.fetch_add(static_cast<int64_t>(samples.size()));
+    return absl::OkStatus();
+  }
+
+  absl::Status Finish(uint64_t id) {
+    ASSIGN_OR_RETURN(std::shared_ptr<Stream> stream, Find(id));
+    if (stream->finishing.exchange(true)) return absl::OkStatus();
+    if (!ring_.PushEndOfStream(id, NowNs())) {
+      stream->finishing.store(false);
+      return absl::ResourceExhaustedError("the engine's ingest queue is full; slow down");
+    }
+    return absl::OkStatus();
+  }
+
+  void Cancel(uint64_t id) {
+    auto stream = Find(id);
+    if (!stream.ok()) return;
+    (*stream)->cancelled.store(true);
+    Enqueue(*stream, Job{.kind = Job::kCancelled});
+  }
+
+  void StopAccepting() { accepting_.store(false); }
+  int Active() const {
+    std::lock_guard lock(streams_mu_);
+    return static_cast<int>(streams_.size());
+  }
+  size_t IngestDepth() const { return ring_.depth(); }
+  size_t IngestCapacity() const { return ring_.capacity(); }
+
+ private:
+  struct Job {
+    enum Kind { kSpeechStarted, kPartial, kFinal, kSpeechEnded, kDone, kCancelled };
+    Kind kind = kDone;
+    int utterance_index = 0;
+    int64_t offset_ms = 0;
+    int64_t detected_ms = 0;
+    std::vector<float> audio = {};  // partial/final: the utterance from its padded start
+    int64_t start_ms = 0;
+    EndReason reason = EndReason::kSilence;
+    int64_t newest_audio_ns = 0;  // when the newest audio in the job was published
+    double ingest_wait_ms = 0;
+    double frontend_ms = 0;
+    int64_t queued_ns = 0;
+  };
+
+  struct Stream {
+    Stream(const StreamOptions& o, std::shared_ptr<StreamSink> s,
+           std::unique_ptr<VadStreamState> vad, const whisper::Vocabulary& vocabulary)
+        : options(o), sink(std::move(s)), vad_state(std::move(vad)), endpointer(o.endpoint),
+          decoder(vocabulary, o) {}
+
+    uint64_t id = 0;
+    const StreamOptions options;
+    const std::shared_ptr<StreamSink> sink;
+    std::atomic<bool> finishing{false};
+    std::atomic<bool> cancelled{false};
+    std::atomic<int64_t> received_samples{0};
+
+    // Frontend worker only.
+    std::unique_ptr<VadStreamState> vad_state;
+    Endpointer endpointer;
+    std::vector<float> pending;     // arrived, not yet through the VAD
+    int64_t vad_samples = 0;        // samples through the VAD so far
+    std::vector<float> retained;    // audio [retained_begin, vad_samples)
+    int64_t retained_begin = 0;
+    int64_t last_partial_sample = 0;
+    int utterance_index = 0;
+    bool end_of_stream = false;
+    bool frontend_done = false;
+    int64_t newest_ns = 0;
+    double ingest_wait_ms = 0;
+
+    // Scheduler.
+    std::mutex jobs_mu;
+    std::deque<Job> jobs;
+    bool in_ready_queue = false;
+    UtteranceDecoder decoder;
+    absl::Status error;  // set by the frontend before its kDone job
+    bool done = false;
+  };
+
+  absl::StatusOr<std::shared_ptr<Stream>> Find(uint64_t id) const {
+    std::lock_guard lock(streams_mu_);
+    auto it = streams_.find(id);
+    if (it == streams_.end() || it->second->cancelled.load()) {
+      return absl::NotFoundError(absl::StrCat("no open stream ", id));
+    }
+    return it->second;
+  }
+
+  void Enqueue(const std::shared_ptr<Stream>& stream, Job job) {
+    job.queued_ns = NowNs();
+    bool schedule = false;
+    {
+      std::lock_guard lock(stream->jobs_mu);
+      stream->jobs.push_back(std::move(job));
+      if (!stream->in_ready_queue) {
+        stream->in_ready_queue = true;
+        schedule = true;
+      }
+    }
+    if (schedule) {
+      std::lock_guard lock(ready_mu_);
+      ready_.push_back(stream);
+      ready_cv_.notify_one();
+    }
+  }
+
+  // ---- Frontend worker ----------------------------------------------------------------------
+
+  void FrontendLoop() {
+    std::vector<IngestChunk> chunks;
+    std::unordered_map<uint64_t, std::shared_ptr<Stream>> touched;
+    while (!stop_.load()) {
+      ring_.WaitForWork(20'000'000);
+      chunks.clear();
+      ring_.Drain(&chunks, 4096);
+      if (chunks.empty()) continue;
+      const int64_t now = NowNs();
+      touched.clear();
+      {
+        std::lock_guard lock(streams_mu_);
+        for (const IngestChunk& c : chunks) {
+          auto it = streams_.find(c.stream_id);
+          if (it != streams_.end()) touched.emplace(c.stream_id, it->second);
+        }
+      }
+      double max_wait_ms = 0;
+      for (const IngestChunk& c : chunks) {
+        auto it = touched.find(c.stream_id);
+        if (it == touched.end()) continue;
+        Stream& s = *it->second;
+        if (s.cancelled.load() || s.frontend_done) continue;
+        if (c.end_of_stream) {
+          s.end_of_stream = true;
+        } else {
+          s.pending.insert(s.pending.end(), c.samples, c.samples + c.num_samples);
+        }
+        s.newest_ns = c.enqueue_ns;
+        s.ingest_wait_ms = NsToMs(now - c.enqueue_ns);
+        max_wait_ms = std::max(max_wait_ms, s.ingest_wait_ms);
+      }
+      if (options_.stage_metrics != nullptr) {
+        options_.stage_metrics->Observe(metrics::Stage::kIngestWait, max_wait_ms / 1e3);
+      }
+      RunVad(touched);
+      for (auto& [id, stream] : touched) {
+        if (stream->end_of_stream && !stream->frontend_done && !stream->cancelled.load()) {
+          EndOfStream(stream);
+        }
+      }
+    }
+  }
+
+  // Runs the VAD over every full frame of every touched stream, one batch per round.
+  void RunVad(const std::unordered_map<uint64_t, std::shared_ptr<Stream>>& touched) {
+    const int frame = vad_.frame_samples();
+    std::vector<std::shared_ptr<Stream>> batch;
+    std::vector<float> frames;
+    std::vector<VadStreamState*> states;
+    std::vector<float> probabilities;
+    for (;;) {
+      batch.clear();
+      for (const auto& [id, stream] : touched) {
+        if (!stream->frontend_done && !stream->cancelled.load() &&
+            static_cast<int>(stream->pending.size()) >= frame) {
+          batch.push_back(stream);
+        }
+      }
+      if (batch.empty()) return;
+      const auto start = std::chrono::steady_clock::now();
+      frames.resize(batch.size() * static_cast<size_t>(frame));
+      states.clear();
+      for (size_t i = 0; i < batch.size(); ++i) {
+        std::copy(batch[i]->pending.begin(), batch[i]->pending.begin() + frame,
+                  frames.begin() + static_cast<std::ptrdiff_t>(i * frame));
+        states.push_back(batch[i]->vad_state.get());
+      }
+      probabilities.assign(batch.size(), 0.0f);
+      const absl::Status status = vad_.Process(frames, states, absl::MakeSpan(probabilities));
+      const double vad_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
+      if (options_.stage_metrics != nullptr) {
+        options_.stage_metrics->Observe(metrics::Stage::kFrontend, vad_ms / 1e3);
+      }
+      for (size_t i = 0; i < batch.size(); ++i) {
+        Stream& s = *batch[i];
+        if (!status.ok()) {
+          Fail(batch[i], status);
+          continue;
+        }
+        const int64_t frame_start = s.vad_samples;
+        s.retained.insert(s.retained.end(), s.pending.begin(), s.pending.begin() + frame);
+        s.pending.erase(s.pending.begin(), s.pending.begin() + frame);
+        s.vad_samples += frame;
+        const Endpointer::Update update = s.endpointer.Push(probabilities[i], frame_start, frame);
+        HandleUpdate(batch[i], update, vad_ms);
+        TrimRetained(s);
+      }
+    }
+  }
+
+  void HandleUpdate(const std::shared_ptr<Stream>& stream, const Endpointer::Update& update,
+                    double frontend_ms) {
+    Stream& s = *stream;
+    if (update.ended) {
+      EmitFinal(stream, *update.ended, frontend_ms);
+      if (s.frontend_done) return;
+    }
+    if (update.started) {
+      s.last_partial_sample = s.vad_samples;
+      Enqueue(stream, Job{.kind = Job::kSpeechStarted,
+                          .utterance_index = s.utterance_index,
+                          .offset_ms = SamplesToMs(update.started->start_sample),
+                          .detected_ms = SamplesToMs(update.started->detected_sample)});
+    }
+    if (s.endpointer.in_speech() && s.options.interim_results &&
+        s.vad_samples - s.last_partial_sample >=
+            static_cast<int64_t>(s.options.partial_interval_ms) * kSampleRateHz / 1000) {
+      s.last_partial_sample = s.vad_samples;
+      Job job = UtteranceJob(s, Job::kPartial, s.vad_samples, frontend_ms);
+      Enqueue(stream, std::move(job));
+    }
+  }
+
+  Job UtteranceJob(const Stream& s, Job::Kind kind, int64_t end_sample, double frontend_ms) {
+    Job job{.kind = kind, .utterance_index = s.utterance_index};
+    const int64_t begin = std::max(s.endpointer.utterance_start(), s.retained_begin);
+    const int64_t end = std::clamp<int64_t>(end_sample, begin, s.vad_samples);
+    job.audio.assign(s.retained.begin() + (begin - s.retained_begin),
+                     s.retained.begin() + (end - s.retained_begin));
+    job.start_ms = SamplesToMs(begin);
+    job.newest_audio_ns = s.newest_ns;
+    job.ingest_wait_ms = s.ingest_wait_ms;
+    job.frontend_ms = frontend_ms;
+    return job;
+  }
+
+  void EmitFinal(const std::shared_ptr<Stream>& stream, const UtteranceEnd& end,
+                 double frontend_ms) {
+    Stream& s = *stream;
+    Job final_job = UtteranceJob(s, Job::kFinal, end.end_sample, frontend_ms);
+    final_job.reason = end.reason;
+    Enqueue(stream, std::move(final_job));
+    Enqueue(stream, Job{.kind = Job::kSpeechEnded,
+                        .utterance_index = s.utterance_index,
+                        .offset_ms = SamplesToMs(end.end_sample),
+                        .detected_ms = SamplesToMs(end.detected_sample)});
+    ++s.utterance_index;
+    if (s.options.single_utterance) {
+      s.frontend_done = true;
+      Enqueue(stream, Job{.kind = Job::kDone});
+    }
+  }
+
+  void EndOfStream(const std::shared_ptr<Stream>& stream) {
+    Stream& s = *stream;
+    // The last partial frame is too short for the VAD; it still belongs to an open utterance.
+    s.retained.insert(s.retained.end(), s.pending.begin(), s.pending.end());
+    s.vad_samples += static_cast<int64_t>(s.pending.size());
+    s.pending.clear();
+    if (auto end = s.endpointer.Finish(s.vad_samples)) EmitFinal(stream, *end, 0.0);
+    if (!s.frontend_done) {
+      s.frontend_done = true;
+      Enqueue(stream, Job{.kind = Job::kDone});
+    }
+  }
+
+  // Keeps what a coming utterance may still need: from the open utterance's start, or enough
+  // history for a start to be confirmed late and padded.
+  void TrimRetained(Stream& s) {
+    int64_t keep_from;
+    if (s.endpointer.in_speech()) {
+      keep_from = s.endpointer.utterance_start();
+    } else {
+      const EndpointConfig& e = s.options.endpoint;
+      keep_from = s.vad_samples - static_cast<int64_t>(e.min_speech_ms + e.speech_pad_ms + 100) *
+                                      kSampleRateHz / 1000;
+    }
+    keep_from = std::clamp(keep_from, s.retained_begin, s.vad_samples);
+    // Erase in large steps only: the copy is linear in what remains.
+    if (keep_from - s.retained_begin >= kSampleRateHz) {
+      s.retained.erase(s.retained.begin(), s.retained.begin() + (keep_from - s.retained_begin));
+      s.retained_begin = keep_from;
+    }
+  }
+
+  void Fail(const std::shared_ptr<Stream>& stream, const absl::Status& status) {
+    stream->frontend_done = true;
+    Job job{.kind = Job::kDone};
+    stream->error = status;
+    Enqueue(stream, std::move(job));
+  }
+
+  // ---- Scheduler ----------------------------------------------------------------------------
+
+  void SchedulerLoop() {
+    frontend::LogMel log_mel;
+    const DecodeContext context{&transcriber_, decoder_state_.get(), &log_mel};
+    for (;;) {
+      std::shared_ptr<Stream> stream;
+      {
+        std::unique_lock lock(ready_mu_);
+        ready_cv_.wait(lock, [&] { return stop_.load() || !ready_.empty(); });
+        if (stop_.load()) return;
+        stream = ready_.front();
+        ready_.pop_front();
+      }
+      std::deque<Job> jobs;
+      {
+        std::lock_guard lock(stream->jobs_mu);
+        jobs.swap(stream->jobs);
+        stream->in_ready_queue = false;
+      }
+      for (size_t i = 0; i < jobs.size() && !stream->done; ++i) {
+        Job& job = jobs[i];
+        // Only the newest partial of a run matters; a backlog would only add latency.
+        if (job.kind == Job::kPartial && i + 1 < jobs.size() &&
+            jobs[i + 1].kind == Job::kPartial) {
+          continue;
+        }
+        RunJob(stream, job, context);
+      }
+    }
+  }
+
+  void RunJob(const std::shared_ptr<Stream>& stream, Job& job, const DecodeContext& context) {
+    Stream& s = *stream;
+    StreamSink& sink = *s.sink;
+    if (s.cancelled.load() && job.kind != Job::kCancelled) return;
+    switch (job.kind) {
+      case Job::kSpeechStarted:
+        sink.OnSpeechStarted(job.utterance_index, job.offset_ms, job.detected_ms);
+        return;
+      case Job::kSpeechEnded:
+        sink.OnSpeechEnded(job.utterance_index, job.offset_ms, job.detected_ms);
+        return;
+      case Job::kDone:
+        Close(stream, s.error);
+        return;
+      case Job::kCancelled:
+        Close(stream, absl::CancelledError("the stream was cancelled"));
+        return;
+      case Job::kPartial:
+      case Job::kFinal:
+        break;
+    }
+    const double queue_ms = NsToMs(NowNs() - job.queued_ns);
+    auto result = s.decoder.Decode(context, job.audio, job.start_ms, job.kind == Job::kFinal,
+                                   job.reason);
+    if (!result.ok()) {
+      spdlog::error("stream {}: decoding failed: {}", s.id, result.status().ToString());
+      Close(stream, absl::InternalError(absl::StrCat("decoding failed: ",
+                                                     result.status().message())));
+      return;
+    }
+    ResultLatency& latency = result->latency;
+    latency.ingest_wait_ms = job.ingest_wait_ms;
+    latency.frontend_ms = job.frontend_ms;
+    latency.queue_ms = queue_ms;
+    latency.audio_to_result_ms = NsToMs(NowNs() - job.newest_audio_ns);
+    if (metrics::StageMetrics* m = options_.stage_metrics) {
+      m->Observe(metrics::Stage::kQueue, queue_ms / 1e3);
+      m->Observe(metrics::Stage::kEncoder, latency.encoder_ms / 1e3);
+      m->Observe(metrics::Stage::kDecoderStep,
+                 latency.decoder_ms / 1e3 / std::max(1, latency.decoder_steps));
+      m->Observe(metrics::Stage::kStt, (latency.encoder_ms + latency.decoder_ms) / 1e3);
+      m->ObserveEndToEnd(latency.audio_to_result_ms / 1e3);
+    }
+    // Silence and noise produce no transcript.
+    if (result->transcript.empty()) return;
+    sink.OnResult(*result);
+  }
+
+  void Close(const std::shared_ptr<Stream>& stream, const absl::Status& status) {
+    if (stream->done) return;
+    stream->done = true;
+    stream->cancelled.store(true);  // the frontend drops anything still queued for it
+    {
+      std::lock_guard lock(streams_mu_);
+      streams_.erase(stream->id);
+    }
+    stream->sink->OnDone(status, SamplesToMs(stream->received_samples.load()));
+  }
+
+  const EngineOptions options_;
+  const whisper::Transcriber& transcriber_;
+  VoiceActivityModel& vad_;
+  std::unique_ptr<whisper::DecoderState> decoder_state_;
+  IngestRing ring_;
+
+  mutable std::mutex streams_mu_;
+  std::unordered_map<uint64_t, std::shared_ptr<Stream>> streams_;
+  uint64_t next_id_ = 1;
+  std::atomic<bool> accepting_{true};
+  std::atomic<bool> stop_{false};
+
+  std::mutex ready_mu_;
+  std::condition_variable ready_cv_;
+  std::deque<std::shared_ptr<Stream>> ready_;
+
+  std::thread frontend_;
+  std::thread scheduler_;
+};
+
+absl::StatusOr<std::unique_ptr<StreamingEngine>> StreamingEngine::Create(
+    const EngineOptions& options, const whisper::Transcriber& transcriber,
+    VoiceActivityModel& vad) {
+  RETURN_IF_ERROR(options.Validate());
+  ASSIGN_OR_RETURN(auto state, transcriber.model().NewDecoderState(1));
+  return std::unique_ptr<StreamingEngine>(new StreamingEngine(
+      std::make_unique<Impl>(options, transcriber, vad, std::move(state))));
+}
+
+StreamingEngine::StreamingEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+StreamingEngine::~StreamingEngine() = default;
+
+absl::StatusOr<uint64_t> StreamingEngine::OpenStream(const StreamOptions& options,
+                                                     std::shared_ptr<StreamSink> sink) {
+  return impl_->Open(options, std::move(sink));
+}
+absl::Status StreamingEngine::PushAudio(uint64_t id, absl::Span<const float> samples) {
+  return impl_->Push(id, samples);
+}
+absl::Status StreamingEngine::FinishStream(uint64_t id) { return impl_->Finish(id); }
+void StreamingEngine::CancelStream(uint64_t id) { impl_->Cancel(id); }
+void StreamingEngine::StopAccepting() { impl_->StopAccepting(); }
+int StreamingEngine::active_streams() const { return impl_->Active(); }
+size_t StreamingEngine::ingest_depth() const { return impl_->IngestDepth(); }
+size_t StreamingEngine::ingest_capacity() const { return impl_->IngestCapacity(); }
+
+}  // namespace waav::streaming

@@ -1,0 +1,75 @@
+// StreamingEngine: many concurrent recognition sessions over one Whisper model and one VAD.
+//
+// Data path (CPU build):
+//   PushAudio (any thread) ─▶ IngestRing ─▶ frontend worker thread: VAD per 32 ms frame for all
+//   streams in one batch, endpointing, utterance audio ─▶ per-stream job queue ─▶ scheduler
+//   thread: log-mel + Whisper encoder + decoder per job (partials coalesced) ─▶ StreamSink.
+// PushAudio never blocks on inference; when the ring is full it fails with ResourceExhausted
+// and the caller applies back-pressure. Each stream's sink sees its events in order from one
+// thread at a time.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/models/whisper/transcriber.h"
+#include "engine/streaming/stream_types.h"
+#include "engine/streaming/voice_activity.h"
+
+namespace waav::metrics {
+class StageMetrics;
+}
+
+namespace waav::streaming {
+
+struct EngineOptions {
+  // Concurrent sessions; one more is refused with ResourceExhausted at once. Default: 16.
+  int max_streams = 16;
+  // Ingest ring slots of 100 ms each (shared by all streams). Default: 4096 (~7 min of audio).
+  int ingest_ring_slots = 4096;
+  // Stage timings go here when set (not owned). Default: none.
+  metrics::StageMetrics* stage_metrics = nullptr;
+
+  [[nodiscard]] absl::Status Validate() const;
+};
+
+class StreamingEngine {
+ public:
+  // `transcriber` and `vad` must outlive the engine.
+  static absl::StatusOr<std::unique_ptr<StreamingEngine>> Create(
+      const EngineOptions& options, const whisper::Transcriber& transcriber,
+      VoiceActivityModel& vad);
+  ~StreamingEngine();  // cancels open streams (their sinks get OnDone(Cancelled)) and joins
+
+  StreamingEngine(const StreamingEngine&) = delete;
+  StreamingEngine& operator=(const StreamingEngine&) = delete;
+
+  // Admits a session. ResourceExhausted beyond max_streams, Unavailable after StopAccepting(),
+  // InvalidArgument for bad options.
+  absl::StatusOr<uint64_t> OpenStream(const StreamOptions& options,
+                                      std::shared_ptr<StreamSink> sink);
+  // 16 kHz mono samples for an open stream. NotFound for an unknown or closed stream,
+  // FailedPrecondition after FinishStream, ResourceExhausted when the ring is full.
+  absl::Status PushAudio(uint64_t stream_id, absl::Span<const float> samples_16k);
+  // No more audio: open utterances are finalised, then the sink gets OnDone(OK).
+  absl::Status FinishStream(uint64_t stream_id);
+  // The client is gone: drop the stream's work; the sink gets OnDone(Cancelled).
+  void CancelStream(uint64_t stream_id);
+
+  // Refuse new sessions from now on (graceful shutdown); open ones continue.
+  void StopAccepting();
+  int active_streams() const;
+  size_t ingest_depth() const;
+  size_t ingest_capacity() const;
+
+ private:
+  class Impl;
+  explicit StreamingEngine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace waav::streaming

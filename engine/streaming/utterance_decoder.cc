@@ -1,0 +1,199 @@
+#include "engine/streaming/utterance_decoder.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "engine/runtime/status.h"
+
+namespace waav::streaming {
+namespace {
+
+constexpr int kSampleRateHz = 16000;
+
+double MsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+}  // namespace
+
+absl::Status StreamOptions::Validate() const {
+  RETURN_IF_ERROR(endpoint.Validate());
+  if (partial_interval_ms < 100 || partial_interval_ms > 10000) {
+    return absl::InvalidArgumentError("partial interval must be in [100, 10000] ms");
+  }
+  if (initial_prompt.size() > 1024) {
+    return absl::InvalidArgumentError("initial prompt is longer than 1024 bytes");
+  }
+  return absl::OkStatus();
+}
+
+UtteranceDecoder::UtteranceDecoder(const whisper::Vocabulary& vocabulary,
+                                   const StreamOptions& options)
+    : vocabulary_(vocabulary),
+      options_(options),
+      agreement_([this](int token) { return StartsWord(token); }) {
+  if (!options.initial_prompt.empty()) {
+    context_ = vocabulary.tokenizer().Encode(
+        absl::StrCat(" ", absl::StripAsciiWhitespace(options.initial_prompt)));
+  }
+}
+
+bool UtteranceDecoder::StartsWord(int token) const {
+  if (token >= vocabulary_.special().eot) return true;
+  const std::string piece = vocabulary_.tokenizer().Decode(std::vector<int>{token});
+  // Punctuation stays with the word before it ("Americans," is one word).
+  return !piece.empty() && piece[0] == ' ';
+}
+
+std::string UtteranceDecoder::TextOf(const std::vector<int>& tokens) const {
+  return std::string(absl::StripLeadingAsciiWhitespace(vocabulary_.DecodeText(tokens)));
+}
+
+absl::StatusOr<RecognitionResult> UtteranceDecoder::Decode(const DecodeContext& context,
+                                                           absl::Span<const float> audio,
+                                                           int64_t start_ms, bool is_final,
+                                                           EndReason end_reason) {
+  const whisper::WhisperModel& model = context.transcriber->model();
+  const whisper::SpecialTokens& special = vocabulary_.special();
+  RecognitionResult result;
+  result.utterance_index = utterance_index_;
+  result.is_final = is_final;
+  result.end_reason = end_reason;
+  result.start_ms = start_ms;
+  result.end_ms = start_ms + static_cast<int64_t>(audio.size()) * 1000 / kSampleRateHz;
+
+  // Log-mel of the utterance, zero-padded to one window like the offline path.
+  const auto encode_start = std::chrono::steady_clock::now();
+  const frontend::LogMel::Features features = context.log_mel->Compute(audio);
+  const int window_frames = model.dims().n_frames();
+  const int frames = std::min(window_frames, features.n_frames - 1);
+  std::vector<float> window(static_cast<size_t>(features.n_mels) * window_frames, 0.0f);
+  for (int m = 0; m < features.n_mels; ++m) {
+    const float* src = features.data.data() + static_cast<size_t>(m) * features.n_frames;
+    std::copy(src, src + frames, window.begin() + static_cast<size_t>(m) * window_frames);
+  }
+  RETURN_IF_ERROR(model.Encode(window, *context.state));
+  result.latency.encoder_ms = MsSince(encode_start);
+
+  // Prompt: earlier text, then the task, text only, then what is already committed.
+  std::vector<int> prompt;
+  if (options_.condition_on_previous_text && !context_.empty()) {
+    prompt.push_back(special.sot_prev);
+    const size_t take = std::min<size_t>(context_.size(), 223);
+    prompt.insert(prompt.end(), context_.end() - static_cast<std::ptrdiff_t>(take), context_.end());
+  }
+  const std::vector<int> sot_sequence = vocabulary_.SotSequence();
+  prompt.insert(prompt.end(), sot_sequence.begin(), sot_sequence.end());
+  prompt.push_back(special.no_timestamps);
+  const std::vector<int>& committed = agreement_.committed();
+  prompt.insert(prompt.end(), committed.begin(), committed.end());
+
+  const auto decode_start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(whisper::GreedyResult decoded,
+                   whisper::DecodeGreedy(model, vocabulary_, prompt, whisper::GreedyOptions{},
+                                         *context.state));
+  result.latency.decoder_ms = MsSince(decode_start);
+  result.latency.decoder_steps = static_cast<int>(decoded.tokens.size()) + 1;
+
+  // Whisper's own silence test (as faster-whisper applies it): likely no speech and an
+  // unconfident decode means the VAD let noise through.
+  const bool no_speech = decoded.no_speech_prob > 0.6f &&
+                         decoded.sum_logprob / static_cast<double>(decoded.tokens.size() + 1) < -1.0;
+
+  std::vector<int> tokens = committed;
+  std::vector<float> logprobs = committed_logprobs_;
+  size_t stable = committed.size();
+  if (is_final) {
+    if (!no_speech) {
+      tokens.insert(tokens.end(), decoded.tokens.begin(), decoded.tokens.end());
+      logprobs.insert(logprobs.end(), decoded.token_logprobs.begin(), decoded.token_logprobs.end());
+    }
+    stable = tokens.size();
+  } else if (!no_speech) {
+    const size_t newly = agreement_.Update(decoded.tokens);
+    committed_logprobs_.insert(committed_logprobs_.end(), decoded.token_logprobs.begin(),
+                               decoded.token_logprobs.begin() + static_cast<std::ptrdiff_t>(newly));
+    tokens = agreement_.committed();
+    logprobs = committed_logprobs_;
+    stable = tokens.size();
+    tokens.insert(tokens.end(), decoded.tokens.begin() + static_cast<std::ptrdiff_t>(newly),
+                  decoded.tokens.end());
+    logprobs.insert(logprobs.end(), decoded.token_logprobs.begin() + static_cast<std::ptrdiff_t>(newly),
+                    decoded.token_logprobs.end());
+  }
+
+  result.transcript = TextOf(tokens);
+  result.stable_transcript = TextOf(std::vector<int>(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(stable)));
+  double sum = 0;
+  for (float lp : logprobs) sum += lp;
+  result.confidence = logprobs.empty() ? 0.0f : static_cast<float>(std::exp(sum / logprobs.size()));
+  FillWords(tokens, logprobs, stable, result.start_ms, result.end_ms, &result);
+  if (!options_.word_time_offsets) {
+    const size_t total = result.words.size();
+    size_t stable_words = 0;
+    for (const WordResult& w : result.words) stable_words += w.stable ? 1 : 0;
+    result.stability = total == 0 ? 0.0f : static_cast<float>(stable_words) / total;
+    result.words.clear();
+  }
+
+  if (is_final) {
+    std::vector<int> text;
+    for (int t : tokens)
+      if (t < special.eot) text.push_back(t);
+    context_.insert(context_.end(), text.begin(), text.end());
+    agreement_.Reset();
+    committed_logprobs_.clear();
+    ++utterance_index_;
+  }
+  return result;
+}
+
+// Words are runs of tokens from one word-starting token to the next. Times are spread over the
+// utterance in proportion to each word's characters: an estimate (no forced alignment yet).
+void UtteranceDecoder::FillWords(const std::vector<int>& tokens, const std::vector<float>& logprobs,
+                                 size_t stable_tokens, int64_t start_ms, int64_t end_ms,
+                                 RecognitionResult* result) const {
+  struct Span {
+    size_t begin, end;
+  };
+  std::vector<Span> spans;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] >= vocabulary_.special().eot) continue;
+    if (spans.empty() || StartsWord(tokens[i])) spans.push_back({i, i + 1});
+    else spans.back().end = i + 1;
+  }
+  std::vector<std::string> words;
+  size_t total_chars = 0;
+  for (const Span& s : spans) {
+    words.emplace_back(absl::StripAsciiWhitespace(
+        vocabulary_.DecodeText(std::vector<int>(tokens.begin() + s.begin, tokens.begin() + s.end))));
+    total_chars += std::max<size_t>(1, words.back().size());
+  }
+  size_t chars_before = 0;
+  const double duration = static_cast<double>(end_ms - start_ms);
+  size_t stable_words = 0;
+  for (size_t w = 0; w < spans.size(); ++w) {
+    if (words[w].empty()) continue;
+    WordResult word;
+    word.word = words[w];
+    const size_t chars = std::max<size_t>(1, words[w].size());
+    word.start_ms = start_ms + static_cast<int64_t>(duration * chars_before / std::max<size_t>(1, total_chars));
+    chars_before += chars;
+    word.end_ms = start_ms + static_cast<int64_t>(duration * chars_before / std::max<size_t>(1, total_chars));
+    double sum = 0;
+    for (size_t i = spans[w].begin; i < spans[w].end; ++i) sum += logprobs[i];
+    word.confidence = static_cast<float>(std::exp(sum / (spans[w].end - spans[w].begin)));
+    word.stable = spans[w].end <= stable_tokens;
+    stable_words += word.stable ? 1 : 0;
+    result->words.push_back(std::move(word));
+  }
+  result->stability = result->words.empty()
+                          ? 0.0f
+                          : static_cast<float>(stable_words) / result->words.size();
+}
+
+}  // namespace waav::streaming
