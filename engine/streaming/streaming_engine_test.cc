@@ -1,0 +1,221 @@
+// The streaming engine on real speech with real Whisper weights. The voice-activity model here
+// is a test stand-in (frame energy), so these tests exercise the engine's mechanics: ordering,
+// stability, endpointing, admission, cancellation. Silero VAD is tested against onnxruntime in
+// its own parity test, and the daemon's integration tests use it end to end.
+#include "engine/streaming/streaming_engine.h"
+
+#include <cmath>
+#include <condition_variable>
+#include <mutex>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "engine/audio/resampler.h"
+#include "engine/runtime/backend_registry.h"
+#include "gtest/gtest.h"
+#include "tests/support/test_env.h"
+
+namespace waav::streaming {
+namespace {
+
+class EnergyVad : public VoiceActivityModel {
+ public:
+  int frame_samples() const override { return 512; }
+  std::unique_ptr<VadStreamState> NewState() const override {
+    return std::make_unique<VadStreamState>();
+  }
+  absl::Status Process(absl::Span<const float> frames, absl::Span<VadStreamState* const> states,
+                       absl::Span<float> probabilities) override {
+    for (size_t b = 0; b < states.size(); ++b) {
+      double energy = 0;
+      for (int i = 0; i < 512; ++i) {
+        const double x = frames[b * 512 + static_cast<size_t>(i)];
+        energy += x * x;
+      }
+      const double rms = std::sqrt(energy / 512);
+      probabilities[b] = rms > 0.01 ? 0.95f : 0.05f;
+    }
+    return absl::OkStatus();
+  }
+};
+
+struct Event {
+  std::string kind;
+  RecognitionResult result;
+};
+
+class RecordingSink : public StreamSink {
+ public:
+  void OnSpeechStarted(int index, int64_t, int64_t) override { Add({"started", {}}, index); }
+  void OnResult(const RecognitionResult& r) override { Add({r.is_final ? "final" : "partial", r}, r.utterance_index); }
+  void OnSpeechEnded(int index, int64_t, int64_t) override { Add({"ended", {}}, index); }
+  void OnDone(absl::Status status, int64_t) override {
+    std::lock_guard lock(mu_);
+    done_ = true;
+    status_ = status;
+    cv_.notify_all();
+  }
+  absl::Status Wait() {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::seconds(120), [&] { return done_; });
+    return done_ ? status_ : absl::DeadlineExceededError("no OnDone");
+  }
+  std::vector<Event> events() {
+    std::lock_guard lock(mu_);
+    return events_;
+  }
+
+ private:
+  void Add(Event e, int index) {
+    std::lock_guard lock(mu_);
+    e.result.utterance_index = index;
+    events_.push_back(std::move(e));
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Event> events_;
+  bool done_ = false;
+  absl::Status status_;
+};
+
+class StreamingEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto model = waav::testing::TinyEnModelDir();
+    const auto jfk = waav::testing::SpeechFile("jfk.wav");
+    if (!model) GTEST_SKIP() << "models/whisper-tiny.en absent: run scripts/setup";
+    if (!jfk) GTEST_SKIP() << "shared speech data absent (../shared/data/speech/jfk.wav)";
+    auto backend = CreateBackend("cpu", {});
+    ASSERT_TRUE(backend.ok());
+    backend_ = std::move(*backend);
+    auto transcriber = whisper::Transcriber::Load(*model, *backend_);
+    ASSERT_TRUE(transcriber.ok()) << transcriber.status();
+    transcriber_ = std::move(*transcriber);
+    auto audio = audio::LoadAudio16k(*jfk);
+    ASSERT_TRUE(audio.ok());
+    jfk_ = audio->samples;
+  }
+
+  std::unique_ptr<StreamingEngine> MakeEngine(EngineOptions options = {}) {
+    auto engine = StreamingEngine::Create(options, *transcriber_, vad_);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    return std::move(*engine);
+  }
+
+  // Pushes `samples` in 100 ms chunks as fast as the engine takes them.
+  static void PushAll(StreamingEngine& engine, uint64_t id, const std::vector<float>& samples) {
+    for (size_t i = 0; i < samples.size(); i += 1600) {
+      const size_t n = std::min<size_t>(1600, samples.size() - i);
+      ASSERT_TRUE(engine.PushAudio(id, absl::MakeConstSpan(samples.data() + i, n)).ok());
+    }
+  }
+
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<whisper::Transcriber> transcriber_;
+  EnergyVad vad_;
+  std::vector<float> jfk_;
+};
+
+std::string Normalize(std::string s) {
+  std::string out;
+  for (char c : s) {
+    if (absl::ascii_isalnum(c) || c == ' ') out += absl::ascii_tolower(c);
+  }
+  return out;
+}
+
+TEST_F(StreamingEngineTest, SpeechGivesOrderedEventsStablePrefixesAndAFinal) {
+  auto engine = MakeEngine();
+  auto sink = std::make_shared<RecordingSink>();
+  StreamOptions options;
+  options.endpoint.silence_ms = 1500;  // jfk pauses mid-sentence; keep it one utterance
+  auto id = engine->OpenStream(options, sink);
+  ASSERT_TRUE(id.ok());
+  std::vector<float> audio(16000, 0.0f);  // 1 s of silence first
+  audio.insert(audio.end(), jfk_.begin(), jfk_.end());
+  PushAll(*engine, *id, audio);
+  ASSERT_TRUE(engine->FinishStream(*id).ok());
+  ASSERT_TRUE(sink->Wait().ok());
+
+  const std::vector<Event> events = sink->events();
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.front().kind, "started");
+  std::string stable;
+  int finals = 0;
+  std::string final_text;
+  for (const Event& e : events) {
+    if (e.kind != "partial" && e.kind != "final") continue;
+    // A stable prefix, once reported, starts every later result of the utterance.
+    EXPECT_TRUE(absl::StartsWith(e.result.transcript, stable))
+        << "'" << stable << "' withdrawn in '" << e.result.transcript << "'";
+    EXPECT_TRUE(absl::StartsWith(e.result.transcript, e.result.stable_transcript));
+    EXPECT_GE(e.result.stable_transcript.size(), stable.size());
+    stable = e.result.stable_transcript;
+    if (e.kind == "final") {
+      ++finals;
+      final_text = e.result.transcript;
+      EXPECT_EQ(e.result.stability, 1.0f);
+    }
+  }
+  EXPECT_GE(finals, 1);
+  EXPECT_EQ(events.back().kind, "ended");
+  EXPECT_EQ(Normalize(final_text),
+            "and so my fellow americans ask not what your country can do for you ask what you "
+            "can do for your country");
+}
+
+TEST_F(StreamingEngineTest, SilenceGivesNoTranscript) {
+  auto engine = MakeEngine();
+  auto sink = std::make_shared<RecordingSink>();
+  auto id = engine->OpenStream(StreamOptions{}, sink);
+  ASSERT_TRUE(id.ok());
+  PushAll(*engine, *id, std::vector<float>(16000 * 5, 0.0f));
+  ASSERT_TRUE(engine->FinishStream(*id).ok());
+  ASSERT_TRUE(sink->Wait().ok());
+  EXPECT_TRUE(sink->events().empty());
+}
+
+TEST_F(StreamingEngineTest, AdmissionLimitRefusesAtOnce) {
+  EngineOptions options;
+  options.max_streams = 2;
+  auto engine = MakeEngine(options);
+  auto a = engine->OpenStream(StreamOptions{}, std::make_shared<RecordingSink>());
+  auto b = engine->OpenStream(StreamOptions{}, std::make_shared<RecordingSink>());
+  auto c = engine->OpenStream(StreamOptions{}, std::make_shared<RecordingSink>());
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted);
+  engine->CancelStream(*a);
+  // The slot frees once the cancellation is processed.
+  for (int i = 0; i < 200 && engine->active_streams() > 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(engine->OpenStream(StreamOptions{}, std::make_shared<RecordingSink>()).ok());
+  engine->StopAccepting();
+  EXPECT_EQ(engine->OpenStream(StreamOptions{}, std::make_shared<RecordingSink>()).status().code(),
+            absl::StatusCode::kUnavailable);
+}
+
+TEST_F(StreamingEngineTest, CancelledStreamEndsWithCancelledAndRejectsAudio) {
+  auto engine = MakeEngine();
+  auto sink = std::make_shared<RecordingSink>();
+  auto id = engine->OpenStream(StreamOptions{}, sink);
+  ASSERT_TRUE(id.ok());
+  PushAll(*engine, *id, jfk_);
+  engine->CancelStream(*id);
+  EXPECT_EQ(sink->Wait().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(engine->PushAudio(*id, jfk_).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(StreamingEngineTest, BadOptionsAreRefused) {
+  auto engine = MakeEngine();
+  StreamOptions options;
+  options.endpoint.threshold = 2.0f;
+  EXPECT_EQ(engine->OpenStream(options, std::make_shared<RecordingSink>()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EngineOptions bad;
+  bad.max_streams = 0;
+  EXPECT_FALSE(StreamingEngine::Create(bad, *transcriber_, vad_).ok());
+}
+
+}  // namespace
+}  // namespace waav::streaming
