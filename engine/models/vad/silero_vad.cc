@@ -1,6 +1,7 @@
 #include "engine/models/vad/silero_vad.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -22,12 +23,13 @@ constexpr int64_t kInputSamples = kVadContextSamples + kVadFrameSamples;  // 576
 constexpr int64_t kReflectSamples = 64;
 constexpr int64_t kPaddedSamples = kInputSamples + kReflectSamples;      // 640
 constexpr int64_t kStftFrames = (kPaddedSamples - kFftTaps) / kHop + 1;  // 4
+constexpr int64_t kWindowFloats = kStftFrames * kFftTaps;                // per stream frame
 constexpr int64_t kHidden = kVadStateSize;
 // ProcessSequence runs the front end on at most this many frames at a time, which bounds its
-// workspace (the STFT output is 4 KiB per frame).
+// workspace (about 13 KiB per frame).
 constexpr int64_t kSequenceChunkFrames = 256;
 
-// Encoder layer l: Cout, Cin, stride (kernel 3, padding 1, ReLU).
+// Encoder layer: Cout, Cin, stride; kernel 3, padding 1, ReLU.
 struct ConvLayer {
   int64_t out_channels, in_channels;
   int stride;
@@ -61,11 +63,40 @@ absl::StatusOr<std::string> FindPrefix(const OnnxConstants& constants) {
       prefixes[0], kBasisName, "', '", prefixes[1], kBasisName, "')"));
 }
 
-// Host [rows, 640]: each row is [context | frame | reflection of its last 65 samples but one].
-void PadRow(absl::Span<const float> context, absl::Span<const float> frame, float* row) {
-  std::copy(context.begin(), context.end(), row);
-  std::copy(frame.begin(), frame.end(), row + kVadContextSamples);
-  for (int64_t j = 0; j < kReflectSamples; ++j) row[kInputSamples + j] = row[kInputSamples - 2 - j];
+// The STFT windows of one stream frame, host [4, 256]: window t is samples [128·t, 128·t + 256)
+// of [context | frame] reflect-padded by 64 (x[576 + j] = x[574 − j]).
+void FrameWindows(absl::Span<const float> context, absl::Span<const float> frame, float* windows) {
+  std::array<float, kPaddedSamples> padded;
+  std::copy(context.begin(), context.end(), padded.begin());
+  std::copy(frame.begin(), frame.end(), padded.begin() + kVadContextSamples);
+  for (int64_t j = 0; j < kReflectSamples; ++j) {
+    padded[kInputSamples + j] = padded[kInputSamples - 2 - j];
+  }
+  for (int64_t t = 0; t < kStftFrames; ++t) {
+    std::copy_n(padded.begin() + t * kHop, kFftTaps, windows + t * kFftTaps);
+  }
+}
+
+// A convolution (kernel 3, padding 1) over a fixed number of time steps as one dense matrix, its
+// Toeplitz form: y[t_out·Cout + o] = Σ w[o, c, j] · x[(t_out·stride − 1 + j)·Cin + c] over the
+// taps that fall inside [0, t_in), i.e. exactly the convolution, taps on the zero padding left
+// out. Host [t_out·Cout, t_in·Cin], time-major on both sides like the activations.
+std::vector<float> ConvAsMatrix(absl::Span<const float> w, const ConvLayer& layer, int64_t t_in,
+                                int64_t t_out) {
+  const int64_t cout = layer.out_channels, cin = layer.in_channels;
+  std::vector<float> dense(static_cast<size_t>(t_out * cout * t_in * cin), 0.0f);
+  for (int64_t to = 0; to < t_out; ++to) {
+    for (int64_t o = 0; o < cout; ++o) {
+      float* row = dense.data() + (to * cout + o) * t_in * cin;
+      for (int64_t j = 0; j < 3; ++j) {
+        const int64_t ti = to * layer.stride - 1 + j;
+        if (ti < 0 || ti >= t_in) continue;
+        for (int64_t c = 0; c < cin; ++c)
+          row[ti * cin + c] = w[static_cast<size_t>((o * cin + c) * 3 + j)];
+      }
+    }
+  }
+  return dense;
 }
 
 absl::Status CheckFinite(absl::Span<const float> samples, const char* what) {
@@ -109,16 +140,28 @@ absl::StatusOr<std::unique_ptr<SileroVad>> SileroVad::FromConstants(const OnnxCo
   };
 
   auto vad = std::unique_ptr<SileroVad>(new SileroVad(backend));
-  ASSIGN_OR_RETURN(vad->stft_basis_, upload(kBasisName, {2 * kBins, 1, kFftTaps}));
-  const std::vector<float> zeros(2 * kBins, 0.0f);
-  ASSIGN_OR_RETURN(vad->stft_bias_, Upload(backend, {2 * kBins}, DType::kF32, zeros.data()));
+  // The STFT convolution (stride 128 over [B, 1, 640]) is a product of its windows with the
+  // bases: [258, 1, 256] used as a Linear weight [258, 256].
+  ASSIGN_OR_RETURN(auto basis, weights(kBasisName, {2 * kBins, 1, kFftTaps}));
+  ASSIGN_OR_RETURN(vad->stft_basis_,
+                   Upload(backend, {2 * kBins, kFftTaps}, DType::kF32, basis.data()));
+  int64_t t_in = kStftFrames;
   for (size_t l = 0; l < kEncoder.size(); ++l) {
     const ConvLayer& layer = kEncoder[l];
     const std::string p = absl::StrCat("encoder.", l, ".reparam_conv.");
-    ASSIGN_OR_RETURN(vad->conv_w_[l],
-                     upload(p + "weight", {layer.out_channels, layer.in_channels, 3}));
-    ASSIGN_OR_RETURN(vad->conv_b_[l], upload(p + "bias", {layer.out_channels}));
+    ASSIGN_OR_RETURN(auto w, weights(p + "weight", {layer.out_channels, layer.in_channels, 3}));
+    ASSIGN_OR_RETURN(auto b, weights(p + "bias", {layer.out_channels}));
+    const int64_t t_out = (t_in + 2 * 1 - 3) / layer.stride + 1;
+    const std::vector<float> dense = ConvAsMatrix(w, layer, t_in, t_out);
+    std::vector<float> bias;
+    for (int64_t t = 0; t < t_out; ++t) bias.insert(bias.end(), b.begin(), b.end());
+    const int64_t outputs = t_out * layer.out_channels;
+    ASSIGN_OR_RETURN(vad->encoder_w_[l], Upload(backend, {outputs, t_in * layer.in_channels},
+                                                DType::kF32, dense.data()));
+    ASSIGN_OR_RETURN(vad->encoder_b_[l], Upload(backend, {outputs}, DType::kF32, bias.data()));
+    t_in = t_out;
   }
+  if (t_in != 1) return absl::InternalError("Silero VAD encoder does not end in one time step");
 
   // PyTorch's LSTMCell weights side by side, biases summed: one GEMM over [x | h] per step.
   ASSIGN_OR_RETURN(auto w_ih, weights("decoder.rnn.weight_ih", {4 * kHidden, kHidden}));
@@ -144,24 +187,23 @@ absl::StatusOr<std::unique_ptr<SileroVad>> SileroVad::FromConstants(const OnnxCo
   return vad;
 }
 
-absl::StatusOr<Tensor> SileroVad::RunFrontEnd(const std::vector<float>& padded,
+absl::StatusOr<Tensor> SileroVad::RunFrontEnd(const std::vector<float>& windows,
                                               int64_t rows) const {
   Backend& be = backend_;
-  ASSIGN_OR_RETURN(Tensor input, Upload(be, {rows, kPaddedSamples, 1}, DType::kF32, padded.data()));
-  ASSIGN_OR_RETURN(Tensor spectrum, be.Allocate({rows, kStftFrames, 2 * kBins}, DType::kF32));
-  RETURN_IF_ERROR(be.Conv1d(input, stft_basis_, stft_bias_, kHop, 0, Activation::kNone, spectrum));
-  ASSIGN_OR_RETURN(Tensor x, be.Allocate({rows, kStftFrames, kBins}, DType::kF32));
-  RETURN_IF_ERROR(be.ComplexMagnitude(spectrum, x));
-  int64_t time = kStftFrames;
+  ASSIGN_OR_RETURN(Tensor input,
+                   Upload(be, {rows * kStftFrames, kFftTaps}, DType::kF32, windows.data()));
+  ASSIGN_OR_RETURN(Tensor spectrum, be.Allocate({rows * kStftFrames, 2 * kBins}, DType::kF32));
+  RETURN_IF_ERROR(be.Linear(input, stft_basis_, nullptr, Activation::kNone, spectrum));
+  ASSIGN_OR_RETURN(Tensor x, be.Allocate({rows, kStftFrames * kBins}, DType::kF32));
+  ASSIGN_OR_RETURN(Tensor magnitude, x.Reshape({rows * kStftFrames, kBins}));
+  RETURN_IF_ERROR(be.ComplexMagnitude(spectrum, magnitude));
+  // Each layer maps all time steps of a stream at once: [rows, t_in·Cin] -> [rows, t_out·Cout].
   for (size_t l = 0; l < kEncoder.size(); ++l) {
-    const ConvLayer& layer = kEncoder[l];
-    time = (time + 2 - 3) / layer.stride + 1;
-    ASSIGN_OR_RETURN(Tensor y, be.Allocate({rows, time, layer.out_channels}, DType::kF32));
-    RETURN_IF_ERROR(be.Conv1d(x, conv_w_[l], conv_b_[l], layer.stride, 1, Activation::kRelu, y));
+    ASSIGN_OR_RETURN(Tensor y, be.Allocate({rows, encoder_w_[l].dim(0)}, DType::kF32));
+    RETURN_IF_ERROR(be.Linear(x, encoder_w_[l], &encoder_b_[l], Activation::kRelu, y));
     x = y;
   }
-  // Four frames become one after the two stride-2 layers: [rows, 1, 128].
-  return x.Reshape({rows, kHidden});
+  return x;  // [rows, 128]: one time step is left after the two stride-2 layers
 }
 
 absl::StatusOr<std::vector<float>> SileroVad::RunDecoder(const Tensor& h) const {
@@ -191,16 +233,16 @@ absl::StatusOr<std::vector<float>> SileroVad::Process(absl::Span<const float> fr
   }
   RETURN_IF_ERROR(CheckFinite(frames, "SileroVad::Process"));
 
-  std::vector<float> padded(static_cast<size_t>(batch * kPaddedSamples));
+  std::vector<float> windows(static_cast<size_t>(batch * kWindowFloats));
   std::vector<float> state(static_cast<size_t>(2 * batch * kHidden));  // [h rows; c rows]
   for (int64_t b = 0; b < batch; ++b) {
     const VadState& s = *states[b];
-    PadRow(s.context_, frames.subspan(b * kVadFrameSamples, kVadFrameSamples),
-           padded.data() + b * kPaddedSamples);
+    FrameWindows(s.context_, frames.subspan(b * kVadFrameSamples, kVadFrameSamples),
+                 windows.data() + b * kWindowFloats);
     std::copy(s.h_.begin(), s.h_.end(), state.begin() + b * kHidden);
     std::copy(s.c_.begin(), s.c_.end(), state.begin() + (batch + b) * kHidden);
   }
-  ASSIGN_OR_RETURN(Tensor x, RunFrontEnd(padded, batch));
+  ASSIGN_OR_RETURN(Tensor x, RunFrontEnd(windows, batch));
   ASSIGN_OR_RETURN(Tensor hc, Upload(backend_, {2 * batch, kHidden}, DType::kF32, state.data()));
   ASSIGN_OR_RETURN(Tensor h, hc.Slice(0, batch));
   ASSIGN_OR_RETURN(Tensor c, hc.Slice(batch, 2 * batch));
@@ -236,17 +278,17 @@ absl::StatusOr<std::vector<float>> SileroVad::ProcessSequence(absl::Span<const f
   Tensor h_last = h0;
   for (int64_t first = 0; first < total; first += kSequenceChunkFrames) {
     const int64_t rows = std::min(kSequenceChunkFrames, total - first);
-    std::vector<float> padded(static_cast<size_t>(rows * kPaddedSamples));
+    std::vector<float> windows(static_cast<size_t>(rows * kWindowFloats));
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t frame = first + r;
       absl::Span<const float> context =
           frame == 0
               ? absl::Span<const float>(state.context_)
               : samples.subspan(frame * kVadFrameSamples - kVadContextSamples, kVadContextSamples);
-      PadRow(context, samples.subspan(frame * kVadFrameSamples, kVadFrameSamples),
-             padded.data() + r * kPaddedSamples);
+      FrameWindows(context, samples.subspan(frame * kVadFrameSamples, kVadFrameSamples),
+                   windows.data() + r * kWindowFloats);
     }
-    ASSIGN_OR_RETURN(Tensor x, RunFrontEnd(padded, rows));
+    ASSIGN_OR_RETURN(Tensor x, RunFrontEnd(windows, rows));
     // The LSTM, one frame after another; row t of `hs` is h after frame first + t.
     ASSIGN_OR_RETURN(Tensor hs, backend_.Allocate({rows, kHidden}, DType::kF32));
     for (int64_t t = 0; t < rows; ++t) {
