@@ -5,6 +5,28 @@
 
 namespace waav {
 
+namespace {
+
+absl::Status NotImplemented(std::string_view backend, const char* op) {
+  return absl::UnimplementedError(
+      absl::StrCat("backend '", std::string(backend), "' does not implement ", op));
+}
+
+}  // namespace
+
+absl::Status Backend::Activate(const Tensor&, Activation, const Tensor&) {
+  return NotImplemented(name(), "Activate");
+}
+
+absl::Status Backend::ComplexMagnitude(const Tensor&, const Tensor&) {
+  return NotImplemented(name(), "ComplexMagnitude");
+}
+
+absl::Status Backend::LstmCell(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                               const Tensor&, const Tensor&, const Tensor&) {
+  return NotImplemented(name(), "LstmCell");
+}
+
 absl::Status Backend::BeginCapture() {
   return absl::UnimplementedError(absl::StrCat("backend '", std::string(name()), "' cannot capture graphs"));
 }

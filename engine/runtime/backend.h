@@ -27,7 +27,15 @@
 
 namespace waav {
 
-enum class Activation : uint8_t { kNone, kGelu /* exact, erf-based, as in Whisper */ };
+// Elementwise functions applied as the epilogue of Linear and Conv1d, or alone by Activate.
+// Every backend implements every value in all three places; a value outside the enum is
+// InvalidArgument.
+enum class Activation : uint8_t {
+  kNone,
+  kGelu,     // exact, erf-based, as in Whisper
+  kRelu,     // max(x, 0); NaN stays NaN
+  kSigmoid,  // 1 / (1 + e^−x)
+};
 
 // Every kernel a backend may implement, for `supports()` and for parity tests.
 enum class Op : uint8_t {
@@ -41,6 +49,10 @@ enum class Op : uint8_t {
   kEmbed,
   kLogSoftmax,
   kGraphCapture,
+  // Optional kernels (Silero VAD).
+  kActivate,
+  kComplexMagnitude,
+  kLstmCell,
 };
 
 // A captured sequence of kernel calls. Replay() re-runs them on the tensors they were captured
@@ -116,6 +128,29 @@ class Backend {
 
   // Row-wise log-softmax over the last dim; y may alias x.
   virtual absl::Status LogSoftmax(const Tensor& x, const Tensor& y) = 0;
+
+  // ---- Kernels (optional; default Unimplemented, see supports()) ----------------------------
+  // y = act(x) elementwise; y may alias x. kNone copies.
+  virtual absl::Status Activate(const Tensor& x, Activation act, const Tensor& y);
+
+  // Magnitude of a complex spectrum stored as all real parts, then all imaginary parts, along the
+  // last dim (the layout of an STFT computed as a convolution with [cos; sin] bases):
+  //   x[..., 2N] -> y[..., N],  y[i] = sqrt(x[i]² + x[N + i]²), evaluated in f32 as written
+  //   (no hypot-style rescaling: |x| beyond ~1e19 overflows to inf, as in the ONNX graphs this
+  //   mirrors).
+  virtual absl::Status ComplexMagnitude(const Tensor& x, const Tensor& y);
+
+  // One step of an LSTM cell, PyTorch's LSTMCell semantics and gate order (i, f, g, o):
+  //   gates[B, 4H] = [x | h] · weightᵀ + bias
+  //   i = σ(gates[:, 0:H]), f = σ(gates[:, H:2H]), g = tanh(gates[:, 2H:3H]),
+  //   o = σ(gates[:, 3H:4H]);  c_out = f ⊙ c + i ⊙ g;  h_out = o ⊙ tanh(c_out)
+  // x[B, I], h and c [B, H]; weight [4H, I + H] is PyTorch's weight_ih [4H, I] and weight_hh
+  // [4H, H] side by side (f32 or f16), bias [4H] is bias_ih + bias_hh (f32). h_out and c_out
+  // [B, H] may be exactly h and c (the state updated in place) but must not otherwise overlap
+  // any input.
+  virtual absl::Status LstmCell(const Tensor& x, const Tensor& h, const Tensor& c,
+                                const Tensor& weight, const Tensor& bias, const Tensor& h_out,
+                                const Tensor& c_out);
 
   // ---- Graph capture (optional) ------------------------------------------------------------
   // Between BeginCapture() and EndCapture(), kernel calls are recorded instead of (or as well

@@ -19,6 +19,7 @@
 #include "engine/runtime/status.h"
 #include "kernels/cpu/cpu_memory.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/pointwise.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/thread_pool.h"
 #include "spdlog/spdlog.h"
@@ -137,6 +138,25 @@ absl::Status CheckBlasSize(const char* op, const char* what, int64_t value) {
   return Invalid(op, absl::StrCat(what, " = ", value, " exceeds the 32-bit limit of BLAS"));
 }
 
+absl::Status CheckActivation(const char* op, Activation act) {
+  switch (act) {
+    case Activation::kNone:
+    case Activation::kGelu:
+    case Activation::kRelu:
+    case Activation::kSigmoid:
+      return absl::OkStatus();
+  }
+  return Invalid(op, absl::StrCat("activation ", static_cast<int>(act),
+                                  " is not one of none, gelu, relu, sigmoid"));
+}
+
+// The epilogues that LinearKernel and Conv1dKernel do not fuse (they fuse GELU), as one more pass
+// over y.
+void ApplyEpilogue(const KernelContext& ctx, Activation act, float* y, int64_t n) {
+  if (act == Activation::kRelu) cpu::ActivationKernel(ctx, cpu::Pointwise::kRelu, y, y, n);
+  if (act == Activation::kSigmoid) cpu::ActivationKernel(ctx, cpu::Pointwise::kSigmoid, y, y, n);
+}
+
 Shape WithLastDim(const Shape& shape, int64_t last) {
   std::vector<int64_t> dims = shape.dims();
   dims.back() = last;
@@ -241,8 +261,9 @@ class CpuBackend final : public Backend {
     RETURN_IF_ERROR(CheckBlasSize(kOp, "rows", m));
     RETURN_IF_ERROR(CheckBlasSize(kOp, "outputs", n));
     RETURN_IF_ERROR(CheckBlasSize(kOp, "inputs", k));
+    RETURN_IF_ERROR(CheckActivation(kOp, act));
     const bool gelu = act == Activation::kGelu;
-    return Submit([state = state_, x, weight, b, y, m, n, k, gelu]() {
+    return Submit([state = state_, x, weight, b, y, m, n, k, gelu, act]() {
       if (k == 0) {  // an empty sum: y = act(bias)
         float* out = y.data_as<float>();
         const int64_t rows = y.numel() / std::max<int64_t>(n, 1);
@@ -252,10 +273,12 @@ class CpuBackend final : public Backend {
             out[r * n + j] = gelu ? 0.5f * v * (1.0f + std::erf(v * 0.70710678f)) : v;
           }
         }
+        ApplyEpilogue(state->context(), act, out, y.numel());
         return absl::OkStatus();
       }
       cpu::LinearKernel(state->context(), x.data_as<float>(), m, k, weight.data(), weight.dtype(),
                         n, b.defined() ? b.data_as<float>() : nullptr, gelu, y.data_as<float>());
+      ApplyEpilogue(state->context(), act, y.data_as<float>(), y.numel());
       return state->ScratchStatus(kOp);
     });
   }
@@ -292,10 +315,12 @@ class CpuBackend final : public Backend {
     RETURN_IF_ERROR(CheckDisjoint(kOp, "y", y, "bias", bias));
     RETURN_IF_ERROR(CheckBlasSize(kOp, "Cin·K", s.in_channels * s.kernel_size));
     RETURN_IF_ERROR(CheckBlasSize(kOp, "Cout", s.out_channels));
+    RETURN_IF_ERROR(CheckActivation(kOp, act));
     const bool gelu = act == Activation::kGelu;
-    return Submit([state = state_, x, weight, bias, y, s, gelu]() {
+    return Submit([state = state_, x, weight, bias, y, s, gelu, act]() {
       cpu::Conv1dKernel(state->context(), x.data_as<float>(), weight.data(), weight.dtype(),
                         bias.data_as<float>(), s, gelu, y.data_as<float>());
+      ApplyEpilogue(state->context(), act, y.data_as<float>(), y.numel());
       return state->ScratchStatus(kOp);
     });
   }
@@ -497,6 +522,102 @@ class CpuBackend final : public Backend {
     const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
     return Submit([state = state_, x, y, rows, cols]() {
       cpu::LogSoftmaxKernel(state->context(), x.data_as<float>(), rows, cols, y.data_as<float>());
+      return state->ScratchStatus(kOp);
+    });
+  }
+
+  // ---- Optional kernels (Silero VAD) ----------------------------------------------------------
+
+  absl::Status Activate(const Tensor& x, Activation act, const Tensor& y) override {
+    constexpr const char* kOp = "Activate";
+    RETURN_IF_ERROR(CheckTensor(kOp, "x", x, {DType::kF32}, -1));
+    RETURN_IF_ERROR(CheckTensor(kOp, "y", y, {DType::kF32}, -1));
+    RETURN_IF_ERROR(CheckShape(kOp, "y", y, x.shape(), "same as x"));
+    RETURN_IF_ERROR(CheckInPlaceOrDisjoint(kOp, "y", y, "x", x));
+    RETURN_IF_ERROR(CheckActivation(kOp, act));
+    return Submit([state = state_, x, y, act]() {
+      const float* in = x.data_as<float>();
+      float* out = y.data_as<float>();
+      switch (act) {
+        case Activation::kNone:
+          if (in != out && y.size_bytes() > 0) std::memcpy(out, in, y.size_bytes());
+          break;
+        case Activation::kGelu:
+          cpu::GeluKernel(state->context(), in, out, y.numel());
+          break;
+        case Activation::kRelu:
+          cpu::ActivationKernel(state->context(), cpu::Pointwise::kRelu, in, out, y.numel());
+          break;
+        case Activation::kSigmoid:
+          cpu::ActivationKernel(state->context(), cpu::Pointwise::kSigmoid, in, out, y.numel());
+          break;
+      }
+      return absl::OkStatus();
+    });
+  }
+
+  absl::Status ComplexMagnitude(const Tensor& x, const Tensor& y) override {
+    constexpr const char* kOp = "ComplexMagnitude";
+    RETURN_IF_ERROR(CheckTensor(kOp, "x", x, {DType::kF32}, -1, 1));
+    RETURN_IF_ERROR(CheckTensor(kOp, "y", y, {DType::kF32}, -1, 1));
+    if (x.dim(-1) % 2 != 0) {
+      return Invalid(kOp, absl::StrCat("x ", x.Describe(),
+                                       " must have an even last dim (real parts, then imaginary)"));
+    }
+    const int64_t half = x.dim(-1) / 2;
+    RETURN_IF_ERROR(CheckShape(kOp, "y", y, WithLastDim(x.shape(), half), "x's last dim halved"));
+    RETURN_IF_ERROR(CheckDisjoint(kOp, "y", y, "x", x));
+    const int64_t rows = half == 0 ? 0 : x.numel() / (2 * half);
+    return Submit([state = state_, x, y, rows, half]() {
+      cpu::ComplexMagnitudeKernel(state->context(), x.data_as<float>(), rows, half,
+                                  y.data_as<float>());
+      return absl::OkStatus();
+    });
+  }
+
+  absl::Status LstmCell(const Tensor& x, const Tensor& h, const Tensor& c, const Tensor& weight,
+                        const Tensor& bias, const Tensor& h_out, const Tensor& c_out) override {
+    constexpr const char* kOp = "LstmCell";
+    RETURN_IF_ERROR(CheckTensor(kOp, "x", x, {DType::kF32}, 2));
+    RETURN_IF_ERROR(CheckTensor(kOp, "h", h, {DType::kF32}, 2));
+    RETURN_IF_ERROR(CheckTensor(kOp, "c", c, {DType::kF32}, 2));
+    RETURN_IF_ERROR(CheckTensor(kOp, "weight", weight, {DType::kF32, DType::kF16}, 2));
+    RETURN_IF_ERROR(CheckTensor(kOp, "bias", bias, {DType::kF32}, 1));
+    RETURN_IF_ERROR(CheckTensor(kOp, "h_out", h_out, {DType::kF32}, 2));
+    RETURN_IF_ERROR(CheckTensor(kOp, "c_out", c_out, {DType::kF32}, 2));
+    const cpu::LstmShape s{x.dim(0), x.dim(1), h.dim(1)};
+    RETURN_IF_ERROR(CheckShape(kOp, "h", h, Shape{s.batch, s.hidden}, "[B, H]"));
+    RETURN_IF_ERROR(CheckShape(kOp, "c", c, h.shape(), "same as h"));
+    RETURN_IF_ERROR(CheckShape(kOp, "weight", weight, Shape{4 * s.hidden, s.input + s.hidden},
+                               "[4H, I + H]: weight_ih and weight_hh side by side"));
+    RETURN_IF_ERROR(CheckShape(kOp, "bias", bias, Shape{4 * s.hidden}, "[4H]"));
+    RETURN_IF_ERROR(CheckShape(kOp, "h_out", h_out, h.shape(), "same as h"));
+    RETURN_IF_ERROR(CheckShape(kOp, "c_out", c_out, h.shape(), "same as h"));
+    // The outputs may be the state they replace, nothing else.
+    RETURN_IF_ERROR(CheckInPlaceOrDisjoint(kOp, "h_out", h_out, "h", h));
+    RETURN_IF_ERROR(CheckInPlaceOrDisjoint(kOp, "c_out", c_out, "c", c));
+    RETURN_IF_ERROR(CheckDisjoint(kOp, "h_out", h_out, "c_out", c_out));
+    for (const auto& [out_name, out] :
+         {std::pair<const char*, const Tensor*>{"h_out", &h_out}, {"c_out", &c_out}}) {
+      for (const auto& [in_name, in] :
+           {std::pair<const char*, const Tensor*>{"x", &x}, {"weight", &weight}, {"bias", &bias}}) {
+        RETURN_IF_ERROR(CheckDisjoint(kOp, out_name, *out, in_name, *in));
+      }
+    }
+    RETURN_IF_ERROR(CheckDisjoint(kOp, "h_out", h_out, "c", c));
+    RETURN_IF_ERROR(CheckDisjoint(kOp, "c_out", c_out, "h", h));
+    RETURN_IF_ERROR(CheckBlasSize(kOp, "I + H", s.input + s.hidden));
+    RETURN_IF_ERROR(CheckBlasSize(kOp, "4H", 4 * s.hidden));
+    // Workspace for [x | h] and the gates, allocated here so that a captured graph owns its own.
+    ASSIGN_OR_RETURN(Tensor xh,
+                     cpu::AllocateCpuTensor(memory_, {s.batch, s.input + s.hidden}, DType::kF32));
+    ASSIGN_OR_RETURN(Tensor gates,
+                     cpu::AllocateCpuTensor(memory_, {s.batch, 4 * s.hidden}, DType::kF32));
+    return Submit([state = state_, s, x, h, c, weight, bias, h_out, c_out, xh, gates]() {
+      cpu::LstmCellKernel(state->context(), s, x.data_as<float>(), h.data_as<float>(),
+                          c.data_as<float>(), weight.data(), weight.dtype(), bias.data_as<float>(),
+                          xh.data_as<float>(), gates.data_as<float>(), h_out.data_as<float>(),
+                          c_out.data_as<float>());
       return state->ScratchStatus(kOp);
     });
   }

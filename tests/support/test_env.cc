@@ -21,6 +21,15 @@ std::optional<std::string> TinyEnModelDir() {
   return dir;
 }
 
+std::optional<std::string> SileroVadDir() {
+  const std::string dir = Env("WAAV_MODELS_DIR") + "/silero-vad";
+  if (Env("WAAV_MODELS_DIR").empty() ||
+      !std::filesystem::exists(dir + "/silero_vad_16k_op15.onnx")) {
+    return std::nullopt;
+  }
+  return dir;
+}
+
 std::optional<std::string> SpeechFile(const std::string& name) {
   const std::string path = Env("WAAV_SHARED_DATA") + "/speech/" + name;
   if (Env("WAAV_SHARED_DATA").empty() || !std::filesystem::exists(path)) return std::nullopt;
@@ -31,6 +40,13 @@ std::optional<std::string> ReferencePython() {
   const std::string python = Env("WAAV_PYTHON");
   if (python.empty() || !std::filesystem::exists(python)) return std::nullopt;
   if (RunCommand(python + " -c 'import faster_whisper' >/dev/null 2>&1") != 0) return std::nullopt;
+  return python;
+}
+
+std::optional<std::string> PythonWith(const std::string& modules) {
+  const std::string python = Env("WAAV_PYTHON");
+  if (python.empty() || !std::filesystem::exists(python)) return std::nullopt;
+  if (RunCommand(python + " -c 'import " + modules + "' >/dev/null 2>&1") != 0) return std::nullopt;
   return python;
 }
 

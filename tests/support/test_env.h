@@ -14,10 +14,15 @@ namespace waav::testing {
 
 // $WAAV_MODELS_DIR/whisper-tiny.en, or nullopt when model.bin is not there.
 std::optional<std::string> TinyEnModelDir();
+// $WAAV_MODELS_DIR/silero-vad (scripts/fetch_vad), or nullopt when its 16 kHz model is absent.
+std::optional<std::string> SileroVadDir();
 // $WAAV_SHARED_DATA/speech/NAME, or nullopt when absent.
 std::optional<std::string> SpeechFile(const std::string& name);
 // $WAAV_PYTHON when it exists and can import the references (faster_whisper), else nullopt.
 std::optional<std::string> ReferencePython();
+// $WAAV_PYTHON when it exists and can import `modules` (comma-separated, e.g. "numpy,
+// onnxruntime"), else nullopt.
+std::optional<std::string> PythonWith(const std::string& modules);
 // $WAAV_SOURCE_DIR.
 std::string SourceDir();
 // A fresh empty directory under the system temp dir, removed by the caller if wanted.
