@@ -16,7 +16,7 @@ target_include_directories(waav_options INTERFACE ${CMAKE_SOURCE_DIR})
 function(waav_test name)
   cmake_parse_arguments(T "" "" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
-  target_link_libraries(${name} PRIVATE waav_options ${T_LIBS} GTest::gtest GTest::gtest_main)
+  target_link_libraries(${name} PRIVATE waav_options ${T_LIBS} GTest::gtest waav_gtest_main)
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60)
   # Labels and the data paths are set on the discovered tests by a script that ctest runs after
   # the discovery include: gtest_discover_tests (CMake 3.25) splits list-valued PROPERTIES into

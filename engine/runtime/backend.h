@@ -4,6 +4,10 @@
 // capture a sequence of kernel calls into a Graph that is replayed later without re-issuing
 // each call. Model code never names a backend; it asks `supports()` before an optional op.
 //
+// Threads: a Backend is used by one thread at a time (kernel submission is not synchronised).
+// Code that submits from several threads (the streaming engine's frontend worker and scheduler)
+// creates one backend per thread; tensors belong to the backend that allocated them.
+//
 // Conventions for every kernel:
 //  * All tensors are row-major and contiguous, and live on this backend's device.
 //  * Kernels are stream-ordered: they may return before the work is done. Synchronize() waits.

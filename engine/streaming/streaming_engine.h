@@ -39,7 +39,8 @@ struct EngineOptions {
 
 class StreamingEngine {
  public:
-  // `transcriber` and `vad` must outlive the engine.
+  // `transcriber` and `vad` must outlive the engine. The VAD runs on the frontend worker thread
+  // and Whisper on the scheduler thread, so they must be on different backends (backend.h).
   static absl::StatusOr<std::unique_ptr<StreamingEngine>> Create(
       const EngineOptions& options, const whisper::Transcriber& transcriber,
       VoiceActivityModel& vad);

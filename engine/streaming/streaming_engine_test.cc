@@ -7,11 +7,13 @@
 #include <cmath>
 #include <condition_variable>
 #include <mutex>
+#include <random>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "engine/audio/resampler.h"
 #include "engine/runtime/backend_registry.h"
+#include "engine/streaming/silero_voice_activity.h"
 #include "gtest/gtest.h"
 #include "tests/support/test_env.h"
 
@@ -215,6 +217,55 @@ TEST_F(StreamingEngineTest, BadOptionsAreRefused) {
   EngineOptions bad;
   bad.max_streams = 0;
   EXPECT_FALSE(StreamingEngine::Create(bad, *transcriber_, vad_).ok());
+}
+
+// With Silero VAD, as the daemon runs: white noise and silence give no transcript, speech does.
+TEST_F(StreamingEngineTest, SileroVadKeepsNoiseOutAndSpeechIn) {
+  const auto vad_dir = waav::testing::SileroVadDir();
+  if (!vad_dir) GTEST_SKIP() << "models/silero-vad absent: run scripts/setup";
+  // The frontend worker runs the VAD on its own thread, so on its own backend.
+  BackendOptions one_thread;
+  one_thread.num_threads = 1;
+  auto vad_backend = CreateBackend("cpu", one_thread);
+  ASSERT_TRUE(vad_backend.ok());
+  auto silero =
+      SileroVoiceActivity::Load(*vad_dir + "/silero_vad_16k_op15.onnx", **vad_backend);
+  ASSERT_TRUE(silero.ok()) << silero.status();
+  auto engine = StreamingEngine::Create(EngineOptions{}, *transcriber_, **silero);
+  ASSERT_TRUE(engine.ok());
+
+  std::mt19937 rng(std::random_device{}());
+  std::normal_distribution<float> gauss(0.0f, 0.05f);
+  std::vector<float> noise(16000 * 4);
+  for (float& x : noise) x = gauss(rng);
+  auto quiet = std::make_shared<RecordingSink>();
+  auto quiet_id = (*engine)->OpenStream(StreamOptions{}, quiet);
+  ASSERT_TRUE(quiet_id.ok());
+  std::vector<float> silence_then_noise(16000 * 2, 0.0f);
+  silence_then_noise.insert(silence_then_noise.end(), noise.begin(), noise.end());
+  PushAll(**engine, *quiet_id, silence_then_noise);
+  ASSERT_TRUE((*engine)->FinishStream(*quiet_id).ok());
+  ASSERT_TRUE(quiet->Wait().ok());
+  for (const Event& e : quiet->events()) {
+    EXPECT_NE(e.kind, "partial");
+    EXPECT_NE(e.kind, "final") << e.result.transcript;
+  }
+
+  auto speech = std::make_shared<RecordingSink>();
+  StreamOptions options;
+  options.endpoint.silence_ms = 1500;
+  auto speech_id = (*engine)->OpenStream(options, speech);
+  ASSERT_TRUE(speech_id.ok());
+  PushAll(**engine, *speech_id, jfk_);
+  ASSERT_TRUE((*engine)->FinishStream(*speech_id).ok());
+  ASSERT_TRUE(speech->Wait().ok());
+  std::string finals;
+  for (const Event& e : speech->events()) {
+    if (e.kind == "final") finals += " " + e.result.transcript;
+  }
+  EXPECT_EQ(Normalize(std::string(absl::StripAsciiWhitespace(finals))),
+            "and so my fellow americans ask not what your country can do for you ask what you "
+            "can do for your country");
 }
 
 }  // namespace

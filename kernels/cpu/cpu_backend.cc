@@ -7,6 +7,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -645,7 +646,16 @@ class CpuBackend final : public Backend {
       captured_.emplace_back(std::forward<F>(node));
       return absl::OkStatus();
     }
-    return node();
+    // One submitting thread at a time (backend.h). Two threads would share the worker pool and
+    // can wait on each other's chunks forever; report the misuse instead of hanging.
+    if (busy_.exchange(true, std::memory_order_acquire)) {
+      return absl::FailedPreconditionError(
+          "the CPU backend was used from two threads at once; create one backend per thread "
+          "that submits work");
+    }
+    absl::Status status = node();
+    busy_.store(false, std::memory_order_release);
+    return status;
   }
 
   absl::Status NotCapturing(const char* op) const {
@@ -674,6 +684,7 @@ class CpuBackend final : public Backend {
   std::shared_ptr<ExecState> state_;
   std::shared_ptr<CpuMemoryPool> memory_;
   bool capturing_ = false;
+  std::atomic<bool> busy_{false};
   std::vector<Node> captured_;
 };
 
