@@ -110,29 +110,20 @@ int RunStream(const StreamArgs& args, const CommandOutput& io) {
   std::mutex mu;
   std::condition_variable wake;
   bool stop = false;
-  bool writer_done = false;
   const Clock::time_point start = Clock::now();
   std::thread writer([&] {
-    auto finish = [&] {
-      std::lock_guard<std::mutex> lock(mu);
-      writer_done = true;
-    };
-    if (!stream->Write(ConfigRequest(args, *audio))) return finish();
+    if (!stream->Write(ConfigRequest(args, *audio))) return;
     v1::StreamingRecognizeRequest request;
     for (const AudioChunk& chunk : audio->chunks) {
       {
         std::unique_lock<std::mutex> lock(mu);
         wake.wait_until(lock, ChunkDueTime(start, chunk.end_us, speed), [&] { return stop; });
-        if (stop) {
-          writer_done = true;
-          return;
-        }
+        if (stop) return;
       }
       request.set_audio(audio->bytes.data() + chunk.begin, chunk.end - chunk.begin);
-      if (!stream->Write(request)) return finish();
+      if (!stream->Write(request)) return;
     }
     stream->WritesDone();
-    finish();
   });
 
   StreamPrinterOptions printer_options;
@@ -148,11 +139,11 @@ int RunStream(const StreamArgs& args, const CommandOutput& io) {
     printer.OnResponse(response);
   }
   {
+    // The stream is over: a writer waiting for its next chunk stops now, and one inside
+    // Write() returns false there (the call is finished). Cancelling instead would replace the
+    // server's status with CANCELLED.
     std::lock_guard<std::mutex> lock(mu);
     stop = true;
-    // The stream is over but the writer may still be blocked in Write (flow control):
-    // cancelling makes that Write return.
-    if (!writer_done) context.TryCancel();
   }
   wake.notify_all();
   writer.join();
