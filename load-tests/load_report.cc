@@ -39,11 +39,12 @@ std::string DescribeRun(const LoadOptions& options,
           ? absl::StrFormat(", %d ms of silence appended", options.audio.tail_silence_ms)
           : "");
   absl::StrAppendFormat(
-      &out, "pace: %s; per slot: %s; slot starts %.0f ms apart; %s; interim %s, words %s\n",
+      &out, "pace: %s; per slot: %s; slot starts %s; %s; interim %s, words %s\n",
       speed > 0 ? absl::StrFormat("%.2fx real time", speed) : "as fast as possible (--fast)",
       options.duration_s > 0 ? absl::StrFormat("streams for %.0f s", options.duration_s)
                              : absl::StrFormat("%d stream(s)", options.repetitions),
-      options.stagger_ms,
+      options.spread_ms > 0 ? absl::StrFormat("spread over %.0f ms", options.spread_ms)
+                            : absl::StrFormat("%.0f ms apart", options.stagger_ms),
       options.connections > 0 ? absl::StrFormat("%d shared connection(s)", options.connections)
                               : "one connection per slot",
       options.stream.interim_results ? "on" : "off",
@@ -186,6 +187,7 @@ nlohmann::json ReportJson(const LoadOptions& options,
                          {"repetitions", options.repetitions},
                          {"duration_s", options.duration_s},
                          {"stagger_ms", options.stagger_ms},
+                         {"spread_ms", options.spread_ms},
                          {"connections", options.connections},
                          {"interim_results", options.stream.interim_results},
                          {"word_time_offsets", options.stream.word_time_offsets},

@@ -96,9 +96,11 @@ class StepRun {
   std::vector<StreamRecord> Run(double* wall_s) {
     step_start_ = Clock::now();
     slots_running_ = concurrency_;
+    const double stagger_ms =
+        options_.spread_ms > 0 ? options_.spread_ms / concurrency_ : options_.stagger_ms;
     for (int slot = 0; slot < concurrency_; ++slot) {
       const auto delay =
-          std::chrono::microseconds(static_cast<int64_t>(options_.stagger_ms * 1000.0 * slot));
+          std::chrono::microseconds(static_cast<int64_t>(stagger_ms * 1000.0 * slot));
       pacer_.At(step_start_ + delay, [this, slot] { StartNext(slot); });
     }
     {

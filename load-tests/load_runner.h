@@ -3,7 +3,8 @@
 // A step runs N slots at once. Each slot opens a stream, streams one file through it (files are
 // assigned round robin), and when that stream ends opens the next, until it has run
 // `repetitions` streams or, with `duration_s`, until that much time has passed since the step
-// began (a stream is never cut short). Slot i starts i * stagger_ms after the step begins. One
+// began (a stream is never cut short). Slot i starts i * stagger_ms (or i * spread_ms / N) after
+// the step begins. One
 // pacer thread wakes streams when their chunks are due; gRPC's callback threads do the rest.
 #pragma once
 
@@ -44,6 +45,9 @@ struct LoadOptions {
   int repetitions = 1;            // streams per slot (when duration_s is 0)
   double duration_s = 0;          // > 0: slots open streams until this much time has passed
   double stagger_ms = 0;          // delay between slot starts
+  // > 0: instead of stagger_ms, the slots' starts are spread evenly over this long (slot i
+  // starts at i * spread_ms / N), so every step of a ramp reaches full load at the same time.
+  double spread_ms = 0;
   // 0: one connection per slot (as separate users would have); otherwise this many connections
   // shared round robin.
   int connections = 0;

@@ -172,6 +172,7 @@ TEST(LoadRunnerTest, DurationModeAndSharedConnections) {
   auto fake = FakeRecognizer::Start(Script());
   LoadOptions options = Options(fake->address());
   options.duration_s = 0.05;  // every slot opens one stream, then the time is up
+  options.spread_ms = 20;
   options.connections = 1;
   double wall_s = 0;
   const auto records = RunStep(options, ThreeSeconds(), 4, &wall_s);

@@ -58,6 +58,8 @@ void AddOptions(CLI::App& app, Args* a) {
                  "Instead of --reps: slots keep opening streams for this long, s");
   app.add_option("--stagger-ms", o.stagger_ms, "Delay between the starts of the slots, ms")
       ->capture_default_str();
+  app.add_option("--spread-ms", o.spread_ms,
+                 "Instead of --stagger-ms: spread the slots' starts evenly over this long, ms");
   app.add_option("--connections", o.connections,
                  "Connections shared by the streams (0: one per slot)")
       ->capture_default_str();
@@ -106,9 +108,10 @@ std::string Validate(Args& a) {
     return absl::StrCat("--streams ", a.streams, " is outside 1..100000");
   }
   if (o.repetitions < 1) return absl::StrCat("--reps ", o.repetitions, " is below 1");
-  if (!(o.duration_s >= 0) || !(o.stagger_ms >= 0) || !(a.settle_s >= 0) ||
+  if (!(o.duration_s >= 0) || !(o.stagger_ms >= 0) || !(o.spread_ms >= 0) || !(a.settle_s >= 0) ||
       !(o.stream.deadline_s >= 0)) {
-    return "--duration-s, --stagger-ms, --settle-s and --deadline-s cannot be negative";
+    return "--duration-s, --stagger-ms, --spread-ms, --settle-s and --deadline-s cannot be "
+           "negative";
   }
   if (o.connections < 0) return "--connections cannot be negative";
   if (o.stream.silence_ms != 0 && (o.stream.silence_ms < 100 || o.stream.silence_ms > 10000)) {

@@ -196,16 +196,32 @@ class Player {
 
 }  // namespace
 
+std::vector<FakeUtterance> RegularScript(int utterances, int words, uint32_t gap_ms) {
+  std::vector<FakeUtterance> script;
+  uint32_t t = 500;
+  int k = 0;
+  for (int u = 0; u < utterances; ++u) {
+    FakeUtterance utterance;
+    for (int w = 0; w < words; ++w, ++k) {
+      utterance.words.push_back({absl::StrCat("w", k), t, t + 300});
+      t += 400;
+    }
+    script.push_back(std::move(utterance));
+    t += gap_ms;
+  }
+  return script;
+}
+
 std::unique_ptr<FakeRecognizer> FakeRecognizer::Start(const FakeRecognizerOptions& options) {
   std::unique_ptr<FakeRecognizer> fake(new FakeRecognizer(options));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(fake.get());
   fake->server_ = builder.BuildAndStart();
   if (fake->server_ == nullptr || port == 0) return nullptr;
-  fake->address_ = absl::StrCat("127.0.0.1:", port);
+  fake->address_ = absl::StrCat(options.listen.substr(0, options.listen.rfind(':')), ":", port);
   fake->SetServing(true);
   return fake;
 }

@@ -52,7 +52,12 @@ struct FakeRecognizerOptions {
   grpc::StatusCode fail_code = grpc::StatusCode::OK;  // OK: never
   uint32_t fail_after_ms = 0;  // with fail_code: fail once this much audio is in
   std::string model = "fake-tiny.en";
+  std::string listen = "127.0.0.1:0";  // where to serve; port 0: a free one
 };
+
+// A script of `utterances` utterances of `words` words each (word k: "w<k>", 300 ms long, one
+// every 400 ms), with `gap_ms` of silence between utterances, starting at 500 ms.
+std::vector<FakeUtterance> RegularScript(int utterances, int words, uint32_t gap_ms);
 
 class FakeRecognizer final : public v1::Recognizer::Service {
  public:
