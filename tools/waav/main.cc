@@ -1,5 +1,8 @@
-// waav: the command-line client. `waav transcribe FILE` runs Whisper locally; later commands
-// (stream, recognize, health, synthesize) talk to a waavd server.
+// waav: the command-line client. `waav transcribe FILE` runs Whisper locally; `stream`,
+// `recognize` and `health` talk to a waavd server (one file per command beside this one).
+#include <sys/ioctl.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -8,11 +11,24 @@
 #include "kernels/cpu/openblas_setup.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
+#include "tools/waav/health_command.h"
+#include "tools/waav/recognize_command.h"
+#include "tools/waav/stream_command.h"
 #include "tools/waav/transcribe_command.h"
 
 #ifndef WAAV_DEFAULT_MODEL_DIR
 #define WAAV_DEFAULT_MODEL_DIR "models/whisper-tiny.en"
 #endif
+
+namespace {
+
+int TerminalColumns() {
+  winsize size{};
+  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
+  return 80;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   waav::cpu::EnsureOpenBlasCoreType(argv);
@@ -23,20 +39,13 @@ int main(int argc, char** argv) {
   // The only environment variable the CLI reads: where the model lives when --model is absent.
   const char* env_model = std::getenv("WAAV_MODEL");
   transcribe.model_dir = env_model != nullptr ? env_model : WAAV_DEFAULT_MODEL_DIR;
-  CLI::App* cmd = app.add_subcommand("transcribe", "Transcribe audio files (WAV) on this machine");
-  cmd->add_option("files", transcribe.files, "WAV files: PCM 8/16/24/32-bit or float, any rate")
-      ->required();
-  cmd->add_option("--model", transcribe.model_dir,
-                  "Model folder with model.bin and tokenizer.json (env WAAV_MODEL)")
-      ->capture_default_str();
-  cmd->add_option("--backend", transcribe.backend, "Compute backend: auto, cpu, ...")
-      ->capture_default_str();
-  cmd->add_option("--threads", transcribe.threads, "CPU threads (0: all cores)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1024));
-  cmd->add_flag("--json", transcribe.json,
-                "Print one JSON object per file: text and segments with start/end seconds");
-  cmd->add_flag("-v,--verbose", transcribe.verbose, "Print load time and real-time factor");
+  CLI::App* transcribe_cmd = waav::cli::AddTranscribeCommand(app, &transcribe);
+  waav::cli::StreamArgs stream;
+  CLI::App* stream_cmd = waav::cli::AddStreamCommand(app, &stream);
+  waav::cli::RecognizeArgs recognize;
+  CLI::App* recognize_cmd = waav::cli::AddRecognizeCommand(app, &recognize);
+  waav::cli::HealthArgs health;
+  CLI::App* health_cmd = waav::cli::AddHealthCommand(app, &health);
 
   try {
     app.parse(argc, argv);
@@ -47,6 +56,12 @@ int main(int argc, char** argv) {
   // are shown, so a failing file is reported in exactly one line.
   spdlog::set_default_logger(spdlog::stderr_color_mt("waav"));
   spdlog::set_level(transcribe.verbose ? spdlog::level::info : spdlog::level::err);
-  if (cmd->parsed()) return waav::cli::RunTranscribe(transcribe);
+  const bool terminal = isatty(STDOUT_FILENO) != 0;
+  const waav::cli::CommandOutput io{std::cout, std::cerr, terminal,
+                                    terminal ? TerminalColumns() : 80};
+  if (transcribe_cmd->parsed()) return waav::cli::RunTranscribe(transcribe);
+  if (stream_cmd->parsed()) return waav::cli::RunStream(stream, io);
+  if (recognize_cmd->parsed()) return waav::cli::RunRecognize(recognize, io);
+  if (health_cmd->parsed()) return waav::cli::RunHealth(health, io);
   return 0;
 }

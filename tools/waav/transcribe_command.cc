@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
 #include "engine/audio/resampler.h"
 #include "engine/models/whisper/transcriber.h"
@@ -24,9 +25,9 @@ std::string OneLine(std::string message) {
 }
 
 void PrintJson(const std::string& file, const whisper::Transcript& transcript) {
-  std::string out = absl::StrFormat("{\"file\": %s, \"duration_s\": %.3f, \"text\": %s, \"segments\": [",
-                                    JsonString(file), transcript.duration_s,
-                                    JsonString(transcript.Text()));
+  std::string out =
+      absl::StrFormat("{\"file\": %s, \"duration_s\": %.3f, \"text\": %s, \"segments\": [",
+                      JsonString(file), transcript.duration_s, JsonString(transcript.Text()));
   for (size_t i = 0; i < transcript.segments.size(); ++i) {
     const whisper::Segment& s = transcript.segments[i];
     absl::StrAppendFormat(&out, "%s{\"start\": %.2f, \"end\": %.2f, \"text\": %s}",
@@ -42,11 +43,21 @@ std::string JsonString(const std::string& text) {
   std::string out = "\"";
   for (unsigned char c : text) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           out += absl::StrFormat("\\u%04x", c);
@@ -56,6 +67,24 @@ std::string JsonString(const std::string& text) {
     }
   }
   return out + "\"";
+}
+
+CLI::App* AddTranscribeCommand(CLI::App& app, TranscribeArgs* args) {
+  CLI::App* cmd = app.add_subcommand("transcribe", "Transcribe audio files (WAV) on this machine");
+  cmd->add_option("files", args->files, "WAV files: PCM 8/16/24/32-bit or float, any rate")
+      ->required();
+  cmd->add_option("--model", args->model_dir,
+                  "Model folder with model.bin and tokenizer.json (env WAAV_MODEL)")
+      ->capture_default_str();
+  cmd->add_option("--backend", args->backend, "Compute backend: auto, cpu, ...")
+      ->capture_default_str();
+  cmd->add_option("--threads", args->threads, "CPU threads (0: all cores)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
+  cmd->add_flag("--json", args->json,
+                "Print one JSON object per file: text and segments with start/end seconds");
+  cmd->add_flag("-v,--verbose", args->verbose, "Print load time and real-time factor");
+  return cmd;
 }
 
 int RunTranscribe(const TranscribeArgs& args) {
@@ -89,8 +118,8 @@ int RunTranscribe(const TranscribeArgs& args) {
     }
     auto transcript = (*transcriber)->Transcribe(audio->samples);
     if (!transcript.ok()) {
-      std::cerr << "waav: " << file << ": "
-                << OneLine(std::string(transcript.status().message())) << std::endl;
+      std::cerr << "waav: " << file << ": " << OneLine(std::string(transcript.status().message()))
+                << std::endl;
       exit_code = 1;
       continue;
     }

@@ -4,6 +4,10 @@
 #include <string>
 #include <vector>
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace waav::cli {
 
 struct TranscribeArgs {
@@ -14,6 +18,10 @@ struct TranscribeArgs {
   bool json = false;            // one JSON object per file and line
   bool verbose = false;         // timings on stderr
 };
+
+// Registers `transcribe` with its options on `app`; the values land in `*args` (whose
+// model_dir, set before, is the default shown).
+CLI::App* AddTranscribeCommand(CLI::App& app, TranscribeArgs* args);
 
 // Returns the process exit code: 0 when every file was transcribed, 1 otherwise (each failure
 // is one line on stderr), 2 when the model or backend cannot start.

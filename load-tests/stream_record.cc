@@ -1,0 +1,113 @@
+#include "load-tests/stream_record.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include "absl/strings/ascii.h"
+
+namespace waav::load {
+namespace {
+
+// Seconds since t0 at which stream time `ms` was "spoken" at `speed`.
+double SpokenAt(uint32_t ms, double speed) { return ms / 1000.0 / speed; }
+
+double LatencyMs(double received_s, uint32_t ms, double speed) {
+  return (received_s - SpokenAt(ms, speed)) * 1000.0;
+}
+
+bool HasWord(const ObservedResult& result, const ObservedWord& word, uint32_t slack_ms) {
+  for (const ObservedWord& w : result.words) {
+    const int64_t gap = static_cast<int64_t>(w.end_ms) - static_cast<int64_t>(word.end_ms);
+    if (w.text == word.text && std::llabs(gap) <= slack_ms) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string NormalizeWord(const std::string& word) {
+  std::string out;
+  for (char c : word) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (absl::ascii_isalnum(u)) {
+      out.push_back(absl::ascii_tolower(u));
+    } else if (c == '\'' && !out.empty()) {
+      out.push_back(c);
+    }
+  }
+  while (!out.empty() && out.back() == '\'') out.pop_back();
+  return out.empty() ? absl::AsciiStrToLower(word) : out;
+}
+
+ObservedResult ObserveResult(const v1::StreamingRecognitionResult& result, double received_s) {
+  ObservedResult observed;
+  observed.received_s = received_s;
+  observed.utterance = result.utterance_index();
+  observed.is_final = result.is_final();
+  observed.end_ms = result.end_ms();
+  if (result.alternatives_size() > 0) {
+    const v1::SpeechRecognitionAlternative& top = result.alternatives(0);
+    observed.has_text = !top.transcript().empty();
+    observed.words.reserve(static_cast<size_t>(top.words_size()));
+    for (const v1::WordInfo& w : top.words()) {
+      observed.words.push_back({NormalizeWord(w.word()), w.end_ms()});
+    }
+  }
+  observed.latency = result.latency();
+  return observed;
+}
+
+StreamLatencies AnalyzeStream(const StreamRecord& record, uint32_t match_slack_ms) {
+  StreamLatencies out;
+  for (const ObservedResult& r : record.results) {
+    if (!r.is_final) continue;
+    ++out.finals;
+    out.words += r.words.size();
+    if (!r.words.empty()) out.reference = Reference::kWordEnds;
+  }
+  if (!(record.speed > 0)) return out;
+  const double speed = record.speed;
+
+  for (const ObservedResult& final : record.results) {
+    if (!final.is_final) continue;
+    out.utterance_final_ms.push_back(LatencyMs(final.received_s, final.end_ms, speed));
+    // The results of this utterance that arrived up to its final (the final included).
+    auto earliest = [&](auto&& matches) {
+      double first = final.received_s;
+      for (const ObservedResult& r : record.results) {
+        if (r.utterance == final.utterance && r.received_s <= final.received_s && matches(r)) {
+          first = std::min(first, r.received_s);
+        }
+      }
+      return first;
+    };
+    if (out.reference == Reference::kWordEnds) {
+      for (const ObservedWord& word : final.words) {
+        const double first =
+            earliest([&](const ObservedResult& r) { return HasWord(r, word, match_slack_ms); });
+        out.first_partial_ms.push_back(LatencyMs(first, word.end_ms, speed));
+        out.final_ms.push_back(LatencyMs(final.received_s, word.end_ms, speed));
+      }
+      continue;
+    }
+    uint32_t end_ms = final.end_ms;
+    for (const ObservedEvent& e : record.events) {
+      if (e.type == v1::SpeechEvent::SPEECH_ENDED && e.utterance == final.utterance) {
+        end_ms = e.offset_ms;
+      }
+    }
+    const double first =
+        earliest([&](const ObservedResult& r) { return r.has_text && r.end_ms >= end_ms; });
+    out.first_partial_ms.push_back(LatencyMs(std::min(first, final.received_s), end_ms, speed));
+    out.final_ms.push_back(LatencyMs(final.received_s, end_ms, speed));
+  }
+  return out;
+}
+
+double StreamRtf(const StreamRecord& record) {
+  if (record.audio_us <= 0) return 0;
+  return record.done_s / (static_cast<double>(record.audio_us) / 1e6);
+}
+
+}  // namespace waav::load

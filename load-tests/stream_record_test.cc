@@ -1,0 +1,148 @@
+// The latency accounting of one stream: word ends, matching interim words to final ones,
+// utterance-end fallback, speed, and no latencies without pacing.
+#include "load-tests/stream_record.h"
+
+#include "gtest/gtest.h"
+
+namespace waav::load {
+namespace {
+
+ObservedResult Result(double received_s, uint32_t utterance, bool final, uint32_t end_ms,
+                      std::vector<ObservedWord> words, bool has_text = true) {
+  ObservedResult r;
+  r.received_s = received_s;
+  r.utterance = utterance;
+  r.is_final = final;
+  r.end_ms = end_ms;
+  r.words = std::move(words);
+  r.has_text = has_text;
+  return r;
+}
+
+TEST(NormalizeWordTest, LowercasesAndDropsPunctuation) {
+  EXPECT_EQ(NormalizeWord("Hello,"), "hello");
+  EXPECT_EQ(NormalizeWord("\"Don't!\""), "don't");
+  EXPECT_EQ(NormalizeWord("'tis'"), "tis");
+  EXPECT_EQ(NormalizeWord("U.S.A."), "usa");
+  EXPECT_EQ(NormalizeWord("42%"), "42");
+  EXPECT_EQ(NormalizeWord("--"), "--");  // nothing left: kept as it was
+  EXPECT_EQ(NormalizeWord("\xC3\x89t\xC3\xA9"), "t");
+}
+
+TEST(AnalyzeStreamTest, WordEndsFromFinalWordsAndEarliestMatchingPartial) {
+  StreamRecord record;
+  record.speed = 1;
+  record.results = {
+      Result(0.9, 0, false, 850, {{"hello", 600}}),
+      Result(1.2, 0, false, 1150, {{"hello", 620}, {"word", 1000}}),  // "world" misheard
+      Result(1.3, 0, false, 1250, {{"hello", 610}, {"world", 1000}, {"extra", 1240}}),
+      Result(1.6, 0, true, 1000, {{"hello", 600}, {"world", 1000}}),
+      // Utterance 1: its only word appeared at a far-off time first (no match), then right.
+      Result(2.5, 1, false, 2450, {{"again", 900}}),
+      Result(2.6, 1, false, 2550, {{"again", 2400}}),
+      Result(3.0, 1, true, 2400, {{"again", 2400}}),
+  };
+  const StreamLatencies l = AnalyzeStream(record, 500);
+  EXPECT_EQ(l.reference, Reference::kWordEnds);
+  EXPECT_EQ(l.finals, 2u);
+  EXPECT_EQ(l.words, 3u);
+  ASSERT_EQ(l.first_partial_ms.size(), 3u);
+  EXPECT_NEAR(l.first_partial_ms[0], 300, 1e-9);  // 0.9 s - 0.6 s
+  EXPECT_NEAR(l.first_partial_ms[1], 300, 1e-9);  // 1.3 s - 1.0 s (the 1.2 s one was wrong)
+  EXPECT_NEAR(l.first_partial_ms[2], 200, 1e-9);  // 2.6 s - 2.4 s
+  ASSERT_EQ(l.final_ms.size(), 3u);
+  EXPECT_NEAR(l.final_ms[0], 1000, 1e-9);
+  EXPECT_NEAR(l.final_ms[1], 600, 1e-9);
+  EXPECT_NEAR(l.final_ms[2], 600, 1e-9);
+  ASSERT_EQ(l.utterance_final_ms.size(), 2u);
+  EXPECT_NEAR(l.utterance_final_ms[0], 600, 1e-9);
+  EXPECT_NEAR(l.utterance_final_ms[1], 600, 1e-9);
+
+  // With a slack of 5 ms only exact sightings match: still the same first ones here.
+  const StreamLatencies tight = AnalyzeStream(record, 5);
+  EXPECT_NEAR(tight.first_partial_ms[0], 300, 1e-9);
+  EXPECT_NEAR(tight.first_partial_ms[1], 300, 1e-9);
+}
+
+TEST(AnalyzeStreamTest, WordSeenOnlyInTheFinalHasEqualLatenciesAndSpeedScalesReference) {
+  StreamRecord record;
+  record.speed = 2;  // stream time 1000 ms is spoken 0.5 s after t0
+  record.results = {Result(0.8, 0, true, 1000, {{"one", 1000}})};
+  const StreamLatencies l = AnalyzeStream(record, 500);
+  ASSERT_EQ(l.final_ms.size(), 1u);
+  EXPECT_NEAR(l.final_ms[0], 300, 1e-9);
+  EXPECT_NEAR(l.first_partial_ms[0], 300, 1e-9);
+}
+
+TEST(AnalyzeStreamTest, NegativeLatenciesAreKept) {
+  StreamRecord record;
+  record.speed = 1;
+  record.results = {Result(0.5, 0, false, 500, {{"early", 800}}),
+                    Result(1.5, 0, true, 800, {{"early", 800}})};
+  const StreamLatencies l = AnalyzeStream(record, 500);
+  EXPECT_NEAR(l.first_partial_ms[0], -300, 1e-9);
+}
+
+TEST(AnalyzeStreamTest, WithoutWordsUtteranceEndsFromSpeechEnded) {
+  StreamRecord record;
+  record.speed = 1;
+  record.results = {
+      Result(0.7, 0, false, 650, {}),
+      Result(1.1, 0, false, 1050, {}),  // has decoded past the speech end (1000)
+      Result(1.6, 0, true, 1010, {}),
+      Result(2.9, 1, false, 2900, {}, /*has_text=*/false),  // empty: does not count
+      Result(3.1, 1, true, 2500, {}),
+  };
+  record.events = {{1.5, v1::SpeechEvent::SPEECH_ENDED, 0, 1000}};  // utterance 1 has none
+  const StreamLatencies l = AnalyzeStream(record, 500);
+  EXPECT_EQ(l.reference, Reference::kUtteranceEnds);
+  ASSERT_EQ(l.final_ms.size(), 2u);
+  EXPECT_NEAR(l.final_ms[0], 600, 1e-9);          // 1.6 s - 1.0 s (the event's offset)
+  EXPECT_NEAR(l.first_partial_ms[0], 100, 1e-9);  // 1.1 s - 1.0 s
+  EXPECT_NEAR(l.final_ms[1], 600, 1e-9);          // 3.1 s - 2.5 s (the final's end_ms)
+  EXPECT_NEAR(l.first_partial_ms[1], 600, 1e-9);
+  EXPECT_NEAR(l.utterance_final_ms[0], 590, 1e-9);  // against the final's own end_ms
+}
+
+TEST(AnalyzeStreamTest, NoPacingMeansNoLatencies) {
+  StreamRecord record;
+  record.speed = 0;
+  record.audio_us = 2'000'000;
+  record.done_s = 0.5;
+  record.results = {Result(0.2, 0, true, 1000, {{"a", 400}, {"b", 900}})};
+  const StreamLatencies l = AnalyzeStream(record, 500);
+  EXPECT_EQ(l.finals, 1u);
+  EXPECT_EQ(l.words, 2u);
+  EXPECT_TRUE(l.first_partial_ms.empty());
+  EXPECT_TRUE(l.final_ms.empty());
+  EXPECT_TRUE(l.utterance_final_ms.empty());
+  EXPECT_DOUBLE_EQ(StreamRtf(record), 0.25);
+  record.audio_us = 0;
+  EXPECT_DOUBLE_EQ(StreamRtf(record), 0);
+}
+
+TEST(ObserveResultTest, CopiesWhatTheAccountingNeeds) {
+  v1::StreamingRecognitionResult result;
+  result.set_utterance_index(3);
+  result.set_is_final(true);
+  result.set_end_ms(1234);
+  v1::SpeechRecognitionAlternative* top = result.add_alternatives();
+  top->set_transcript("Hi, you.");
+  top->add_words()->set_word("Hi,");
+  top->mutable_words(0)->set_end_ms(300);
+  top->add_words()->set_word("you.");
+  top->mutable_words(1)->set_end_ms(700);
+  result.mutable_latency()->set_decoder_ms(12.5f);
+  const ObservedResult r = ObserveResult(result, 4.5);
+  EXPECT_EQ(r.utterance, 3u);
+  EXPECT_TRUE(r.is_final && r.has_text);
+  EXPECT_EQ(r.end_ms, 1234u);
+  ASSERT_EQ(r.words.size(), 2u);
+  EXPECT_EQ(r.words[0].text, "hi");
+  EXPECT_EQ(r.words[1].end_ms, 700u);
+  EXPECT_FLOAT_EQ(r.latency.decoder_ms(), 12.5f);
+  EXPECT_DOUBLE_EQ(r.received_s, 4.5);
+}
+
+}  // namespace
+}  // namespace waav::load
