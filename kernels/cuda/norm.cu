@@ -1,0 +1,71 @@
+// One warp per row, two passes (mean, then squared deviations: no cancellation) and a third that
+// writes; the row is re-read from L1/L2, not from memory. In place is safe: each element is
+// read by the thread that writes it, after both reductions.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/norm.cuh"
+
+namespace waav::cuda {
+namespace {
+
+constexpr int kRowsPerBlock = 8;
+
+template <bool kVec>
+__global__ void LayerNormKernel(const float* x, int64_t rows, int64_t cols, const float* gamma,
+                                const float* beta, float eps, float* y) {
+  WaitForPreviousKernel();
+  AllowNextKernel();
+  const int lane = threadIdx.x % kWarp;
+  const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / kWarp;
+  if (row >= rows) return;
+  const float* xr = x + row * cols;
+  float* yr = y + row * cols;
+  float sum = 0.0f;
+  if constexpr (kVec) {
+    for (int64_t c = lane * 4; c < cols; c += kWarp * 4) {
+      const float4 v = *reinterpret_cast<const float4*>(xr + c);
+      sum += (v.x + v.y) + (v.z + v.w);
+    }
+  } else {
+    for (int64_t c = lane; c < cols; c += kWarp) sum += xr[c];
+  }
+  const float mean = WarpSum(sum) / static_cast<float>(cols);
+  float squares = 0.0f;
+  if constexpr (kVec) {
+    for (int64_t c = lane * 4; c < cols; c += kWarp * 4) {
+      const float4 v = *reinterpret_cast<const float4*>(xr + c);
+      const float a = v.x - mean, b = v.y - mean, d = v.z - mean, e = v.w - mean;
+      squares += (a * a + b * b) + (d * d + e * e);
+    }
+  } else {
+    for (int64_t c = lane; c < cols; c += kWarp) squares += (xr[c] - mean) * (xr[c] - mean);
+  }
+  const float rstd = rsqrtf(WarpSum(squares) / static_cast<float>(cols) + eps);
+  if constexpr (kVec) {
+    for (int64_t c = lane * 4; c < cols; c += kWarp * 4) {
+      const float4 v = *reinterpret_cast<const float4*>(xr + c);
+      const float4 g = *reinterpret_cast<const float4*>(gamma + c);
+      const float4 b = *reinterpret_cast<const float4*>(beta + c);
+      *reinterpret_cast<float4*>(yr + c) =
+          make_float4((v.x - mean) * rstd * g.x + b.x, (v.y - mean) * rstd * g.y + b.y,
+                      (v.z - mean) * rstd * g.z + b.z, (v.w - mean) * rstd * g.w + b.w);
+    }
+  } else {
+    for (int64_t c = lane; c < cols; c += kWarp) yr[c] = (xr[c] - mean) * rstd * gamma[c] + beta[c];
+  }
+}
+
+bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+}  // namespace
+
+cudaError_t LaunchLayerNorm(const LaunchContext& ctx, const float* x, int64_t rows, int64_t cols,
+                            const float* gamma, const float* beta, float eps, float* y) {
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  const dim3 grid(CeilDiv(rows, kRowsPerBlock)), block(kRowsPerBlock * kWarp);
+  if (cols % 4 == 0 && Aligned16(x) && Aligned16(y) && Aligned16(gamma) && Aligned16(beta)) {
+    return Launch(ctx, LayerNormKernel<true>, grid, block, 0, x, rows, cols, gamma, beta, eps, y);
+  }
+  return Launch(ctx, LayerNormKernel<false>, grid, block, 0, x, rows, cols, gamma, beta, eps, y);
+}
+
+}  // namespace waav::cuda
