@@ -52,13 +52,30 @@ class DecoderState {
  public:
   int batch_size() const { return batch_size_; }
 
+  // Device inputs and output of WhisperModel::DecodeStep (one token per row). The caller writes
+  // the inputs (Backend::CopyFromHost, or kernels) before each step or graph replay and reads the
+  // logits after it:
+  //   step_tokens  i32 [B, 1]  the token of each row
+  //   positions    i32 [B]     its position (where its K/V go in the self-attention cache)
+  //   lengths      i32 [B]     positions + 1 (keys each row attends to)
+  //   step_logits  f32 [B, n_vocab]
+  const Tensor& step_tokens() const { return step_.tokens; }
+  const Tensor& positions() const { return positions_; }
+  const Tensor& lengths() const { return lengths_; }
+  const Tensor& step_logits() const { return step_.logits; }
+
  private:
   friend class WhisperModel;
+  // Activations of one step (T = 1), allocated with the state so that a step allocates nothing.
+  struct StepBuffers {
+    Tensor tokens, x, out, h, q, k, v, attended, hidden, logits;
+  };
   int batch_size_ = 0;
   std::vector<Tensor> cross_k_, cross_v_;  // per layer [B, n_audio_ctx, d_model]
   std::vector<Tensor> self_k_, self_v_;    // per layer [B, n_text_ctx, d_model]
   Tensor positions_;                       // i32 [B]: where the next tokens are written
   Tensor lengths_;                         // i32 [B]: positions + tokens in this call
+  StepBuffers step_;
 };
 
 class WhisperModel {
@@ -90,6 +107,14 @@ class WhisperModel {
                                             absl::Span<const int32_t> positions,
                                             DecoderState& state) const;
 
+  // One decoder step on the device: reads state.step_tokens(), positions() and lengths() as they
+  // are when the kernels run, appends each row's K/V to its self-attention cache and writes
+  // state.step_logits(). Allocates nothing, copies nothing to or from the host and does not
+  // wait, so it can be recorded between Backend::BeginCapture() and EndCapture() and the graph
+  // replayed for every later step (the state must outlive the graph). Positions are not checked
+  // here: an out-of-range one is reported by the backend (see its header).
+  absl::Status DecodeStep(DecoderState& state) const;
+
  private:
   struct AttentionWeights {
     Tensor norm_gamma, norm_beta;
@@ -110,10 +135,18 @@ class WhisperModel {
 
   WhisperModel(Backend& backend, WhisperDims dims) : backend_(backend), dims_(dims) {}
 
+  // Intermediates of one attention or feed-forward block: h, q, k, v, attended shaped like its
+  // input x [.., d_model]; hidden flat, rows of x times the widest feed-forward layer.
+  struct Workspace {
+    Tensor h, q, k, v, attended, hidden;
+  };
+  absl::StatusOr<Workspace> NewWorkspace(const Shape& x_shape) const;
+
   absl::Status RunAttention(const AttentionWeights& w, const Tensor& x, const Tensor& k_cache,
                             const Tensor& v_cache, const Tensor* positions, const Tensor* lengths,
-                            bool causal, const Tensor& out) const;
-  absl::Status RunFeedForward(const FeedForwardWeights& w, const Tensor& x) const;
+                            bool causal, const Tensor& out, const Workspace& ws) const;
+  absl::Status RunFeedForward(const FeedForwardWeights& w, const Tensor& x,
+                              const Workspace& ws) const;
   absl::StatusOr<Tensor> RunEncoder(absl::Span<const float> mel, int batch) const;
 
   Backend& backend_;
