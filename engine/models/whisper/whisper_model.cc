@@ -321,8 +321,30 @@ absl::Status WhisperModel::RunAttention(const AttentionWeights& w, const Tensor&
   return backend_.Add(x, out, x);
 }
 
-absl::StatusOr<Tensor> WhisperModel::RunEncoder(absl::Span<const float> mel, int batch) const {
-  const int64_t b = batch, frames = dims_.n_frames(), mels = dims_.n_mels, d = dims_.d_model;
+absl::StatusOr<std::unique_ptr<EncoderBuffers>> WhisperModel::NewEncoderBuffers(
+    int batch_size) const {
+  if (batch_size <= 0) return absl::InvalidArgumentError("batch size must be positive");
+  const int64_t b = batch_size, d = dims_.d_model;
+  auto buffers = std::make_unique<EncoderBuffers>();
+  buffers->batch_size_ = batch_size;
+  ASSIGN_OR_RETURN(buffers->mel_, backend_.Allocate({b, dims_.n_frames(), dims_.n_mels},
+                                                    DType::kF32));
+  ASSIGN_OR_RETURN(buffers->conv1_, backend_.Allocate({b, dims_.n_frames(), d}, DType::kF32));
+  ASSIGN_OR_RETURN(buffers->x_, backend_.Allocate({b, dims_.n_audio_ctx, d}, DType::kF32));
+  ASSIGN_OR_RETURN(buffers->scratch_, backend_.Allocate(buffers->x_.shape(), DType::kF32));
+  ASSIGN_OR_RETURN(const Workspace ws, NewWorkspace(buffers->x_.shape()));
+  buffers->h_ = ws.h;
+  buffers->q_ = ws.q;
+  buffers->k_ = ws.k;
+  buffers->v_ = ws.v;
+  buffers->attended_ = ws.attended;
+  buffers->hidden_ = ws.hidden;
+  return buffers;
+}
+
+absl::StatusOr<std::unique_ptr<EncoderBuffers>> WhisperModel::UploadMel(
+    absl::Span<const float> mel, int batch) const {
+  const int64_t b = batch, frames = dims_.n_frames(), mels = dims_.n_mels;
   if (batch <= 0 || static_cast<int64_t>(mel.size()) != b * mels * frames) {
     return absl::InvalidArgumentError(absl::StrCat("encoder input has ", mel.size(),
                                                    " values; expected ", b, " x ", mels, " x ",
@@ -336,40 +358,55 @@ absl::StatusOr<Tensor> WhisperModel::RunEncoder(absl::Span<const float> mel, int
     for (int64_t m = 0; m < mels; ++m)
       for (int64_t t = 0; t < frames; ++t) dst[t * mels + m] = src[m * frames + t];
   }
-  ASSIGN_OR_RETURN(Tensor input, Upload(backend_, {b, frames, mels}, DType::kF32, time_major.data()));
-  ASSIGN_OR_RETURN(Tensor conv1, backend_.Allocate({b, frames, d}, DType::kF32));
-  ASSIGN_OR_RETURN(Tensor x, backend_.Allocate({b, dims_.n_audio_ctx, d}, DType::kF32));
-  RETURN_IF_ERROR(backend_.Conv1d(input, conv1_w_, conv1_b_, 1, 1, Activation::kGelu, conv1));
-  RETURN_IF_ERROR(backend_.Conv1d(conv1, conv2_w_, conv2_b_, 2, 1, Activation::kGelu, x));
+  ASSIGN_OR_RETURN(std::unique_ptr<EncoderBuffers> buffers, NewEncoderBuffers(batch));
+  RETURN_IF_ERROR(backend_.CopyFromHost(time_major.data(), time_major.size() * sizeof(float),
+                                        buffers->mel_));
+  return buffers;
+}
+
+absl::Status WhisperModel::EncodeOnDevice(EncoderBuffers& buffers, DecoderState* state) const {
+  const int64_t b = buffers.batch_size();
+  if (state != nullptr && state->batch_size() != buffers.batch_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("EncodeOnDevice: encoder buffers for batch ",
+                                                   b, " and a decoder state for batch ",
+                                                   state->batch_size()));
+  }
+  const Tensor& x = buffers.x_;
+  RETURN_IF_ERROR(
+      backend_.Conv1d(buffers.mel_, conv1_w_, conv1_b_, 1, 1, Activation::kGelu, buffers.conv1_));
+  RETURN_IF_ERROR(backend_.Conv1d(buffers.conv1_, conv2_w_, conv2_b_, 2, 1, Activation::kGelu, x));
   for (int64_t i = 0; i < b; ++i) {
     ASSIGN_OR_RETURN(Tensor row, x.Slice(i, i + 1));
     ASSIGN_OR_RETURN(row, row.Reshape(encoder_positions_.shape()));
     RETURN_IF_ERROR(backend_.Add(row, encoder_positions_, row));
   }
-  ASSIGN_OR_RETURN(Tensor scratch, backend_.Allocate(x.shape(), DType::kF32));
-  ASSIGN_OR_RETURN(const Workspace ws, NewWorkspace(x.shape()));
+  const Workspace ws{buffers.h_, buffers.q_, buffers.k_, buffers.v_, buffers.attended_,
+                     buffers.hidden_};
   for (const EncoderLayer& layer : encoder_layers_) {
     RETURN_IF_ERROR(RunAttention(layer.self_attention, x, Tensor(), Tensor(), nullptr, nullptr,
-                                 /*causal=*/false, scratch, ws));
+                                 /*causal=*/false, buffers.scratch_, ws));
     RETURN_IF_ERROR(RunFeedForward(layer.ffn, x, ws));
   }
   RETURN_IF_ERROR(backend_.LayerNorm(x, encoder_norm_gamma_, encoder_norm_beta_, 1e-5f, x));
-  return x;
+  if (state == nullptr) return absl::OkStatus();
+  for (int i = 0; i < dims_.n_decoder_layers; ++i) {
+    const AttentionWeights& w = decoder_layers_[static_cast<size_t>(i)].cross_attention;
+    RETURN_IF_ERROR(backend_.Linear(x, w.k_w, &w.k_b, Activation::kNone, state->cross_k_[i]));
+    RETURN_IF_ERROR(backend_.Linear(x, w.v_w, &w.v_b, Activation::kNone, state->cross_v_[i]));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<float>> WhisperModel::EncoderOutput(absl::Span<const float> mel,
                                                                int batch) const {
-  ASSIGN_OR_RETURN(Tensor x, RunEncoder(mel, batch));
-  return Download<float>(backend_, x);
+  ASSIGN_OR_RETURN(std::unique_ptr<EncoderBuffers> buffers, UploadMel(mel, batch));
+  RETURN_IF_ERROR(EncodeOnDevice(*buffers, nullptr));
+  return Download<float>(backend_, buffers->x_);
 }
 
 absl::Status WhisperModel::Encode(absl::Span<const float> mel, DecoderState& state) const {
-  ASSIGN_OR_RETURN(Tensor x, RunEncoder(mel, state.batch_size()));
-  for (int i = 0; i < dims_.n_decoder_layers; ++i) {
-    const AttentionWeights& w = decoder_layers_[static_cast<size_t>(i)].cross_attention;
-    RETURN_IF_ERROR(backend_.Linear(x, w.k_w, &w.k_b, Activation::kNone, state.cross_k_[i]));
-    RETURN_IF_ERROR(backend_.Linear(x, w.v_w, &w.v_b, Activation::kNone, state.cross_v_[i]));
-  }
+  ASSIGN_OR_RETURN(std::unique_ptr<EncoderBuffers> buffers, UploadMel(mel, state.batch_size()));
+  RETURN_IF_ERROR(EncodeOnDevice(*buffers, &state));
   return backend_.Synchronize();
 }
 

@@ -78,6 +78,24 @@ class DecoderState {
   StepBuffers step_;
 };
 
+// Device buffers of one encoder pass for a fixed batch size (input, activations), so that the
+// encoder allocates nothing and can be captured into a graph. Created by
+// WhisperModel::NewEncoderBuffers; large (conv1 alone is B x 3000 x d_model floats).
+class EncoderBuffers {
+ public:
+  int batch_size() const { return batch_size_; }
+  // f32 [B, n_frames, n_mels]: log-mel windows, time-major (the transpose of the front end's
+  // [n_mels, n_frames] per window); the caller writes it before each pass or replay.
+  const Tensor& mel() const { return mel_; }
+  // f32 [B, n_audio_ctx, d_model]: the encoder output after a pass.
+  const Tensor& output() const { return x_; }
+
+ private:
+  friend class WhisperModel;
+  int batch_size_ = 0;
+  Tensor mel_, conv1_, x_, scratch_, h_, q_, k_, v_, attended_, hidden_;
+};
+
 class WhisperModel {
  public:
   // Reads `model_dir`/model.bin (CTranslate2 WhisperSpec) and uploads the weights to `backend`,
@@ -97,6 +115,14 @@ class WhisperModel {
   // Runs the encoder on `mel` (host, row-major [B, n_mels, n_frames]) and stores each layer's
   // cross-attention K/V in `state`, whose batch size must be B. Resets the self-attention cache.
   absl::Status Encode(absl::Span<const float> mel, DecoderState& state) const;
+
+  absl::StatusOr<std::unique_ptr<EncoderBuffers>> NewEncoderBuffers(int batch_size) const;
+
+  // Runs the encoder on buffers.mel() into buffers.output() and, when `state` is given (of the
+  // same batch size), stores each decoder layer's cross-attention K/V in it. Device only: it
+  // allocates nothing, copies nothing to or from the host and does not wait, so it can be
+  // captured into a graph like DecodeStep (the buffers and state must outlive the graph).
+  absl::Status EncodeOnDevice(EncoderBuffers& buffers, DecoderState* state) const;
 
   // Encoder output only (host [B, n_audio_ctx, d_model]); for tests and parity checks.
   absl::StatusOr<std::vector<float>> EncoderOutput(absl::Span<const float> mel, int batch) const;
@@ -147,7 +173,9 @@ class WhisperModel {
                             bool causal, const Tensor& out, const Workspace& ws) const;
   absl::Status RunFeedForward(const FeedForwardWeights& w, const Tensor& x,
                               const Workspace& ws) const;
-  absl::StatusOr<Tensor> RunEncoder(absl::Span<const float> mel, int batch) const;
+  // New buffers holding `mel` (host [B, n_mels, n_frames]) transposed to time-major.
+  absl::StatusOr<std::unique_ptr<EncoderBuffers>> UploadMel(absl::Span<const float> mel,
+                                                            int batch) const;
 
   Backend& backend_;
   WhisperDims dims_;
