@@ -28,6 +28,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/models/whisper/whisper_model.h"
 #include "engine/runtime/status.h"
+#include "engine/runtime/dtype.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "tests/support/random_whisper.h"
 
@@ -168,6 +169,143 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
   return absl::OkStatus();
 }
 
+// Per-op cost inside a graph: `copies` back-to-back calls of one op captured once, the graph
+// replayed; the time per call includes its share of launch gaps, as in the decoder step graph.
+absl::Status ProfileOps(const CudaBackendOptions& options, std::vector<Row>* rows) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateCudaBackend(options));
+  std::mt19937 rng(99);
+  auto random = [&](const Shape& shape, DType dtype, float lo, float hi) -> absl::StatusOr<Tensor> {
+    const std::vector<float> v = RandomVector(static_cast<size_t>(shape.numel()), rng, lo, hi);
+    if (dtype == DType::kF32) return Upload(*backend, shape, dtype, v.data());
+    std::vector<uint16_t> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = FloatToHalf(v[i]);
+    return Upload(*backend, shape, dtype, h.data());
+  };
+  auto ints = [&](const Shape& shape, int32_t value) -> absl::StatusOr<Tensor> {
+    std::vector<int32_t> v(static_cast<size_t>(shape.numel()), value);
+    return Upload(*backend, shape, DType::kI32, v.data());
+  };
+  constexpr int kCopies = 20;
+  auto profile = [&](const std::string& what, int batch,
+                     const std::function<absl::Status()>& op) -> absl::Status {
+    RETURN_IF_ERROR(op());  // eager once (warms cuBLAS)
+    RETURN_IF_ERROR(backend->BeginCapture());
+    for (int i = 0; i < kCopies; ++i) RETURN_IF_ERROR(op());
+    ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, backend->EndCapture());
+    Row row{what, "op in graph (fast, PDL)", batch, 0, 0};
+    RETURN_IF_ERROR(Time(*backend, [&] { return graph->Replay(); }, 10, 5, &row.per_item_us,
+                         &row.round_trip_us));
+    row.per_item_us /= kCopies;
+    row.round_trip_us /= kCopies;
+    rows->push_back(row);
+    std::cout << absl::StrFormat("op %-40s B=%-5d %8.2f us", what, batch, row.per_item_us)
+              << std::endl;
+    return absl::OkStatus();
+  };
+  const int64_t d = 384;
+  for (int b : {1, 64, 256}) {
+    const int64_t B = b;
+    ASSIGN_OR_RETURN(Tensor x, random({B, 1, d}, DType::kF32, -1, 1));
+    ASSIGN_OR_RETURN(Tensor y, random({B, 1, d}, DType::kF32, -1, 1));
+    ASSIGN_OR_RETURN(Tensor hidden, random({B, 4 * d}, DType::kF32, -1, 1));
+    ASSIGN_OR_RETURN(Tensor logits, backend->Allocate({B, 51864}, DType::kF32));
+    ASSIGN_OR_RETURN(Tensor gamma, random({d}, DType::kF32, 0.5, 1.5));
+    ASSIGN_OR_RETURN(Tensor w_dd, random({d, d}, DType::kF16, -0.05, 0.05));
+    ASSIGN_OR_RETURN(Tensor w_ff1, random({4 * d, d}, DType::kF16, -0.05, 0.05));
+    ASSIGN_OR_RETURN(Tensor w_ff2, random({d, 4 * d}, DType::kF16, -0.05, 0.05));
+    ASSIGN_OR_RETURN(Tensor emb, random({51864, d}, DType::kF16, -0.5, 0.5));
+    ASSIGN_OR_RETURN(Tensor pos_table, random({448, d}, DType::kF32, -0.5, 0.5));
+    ASSIGN_OR_RETURN(Tensor bias, random({d}, DType::kF32, -0.1, 0.1));
+    ASSIGN_OR_RETURN(Tensor bias_ff, random({4 * d}, DType::kF32, -0.1, 0.1));
+    ASSIGN_OR_RETURN(Tensor self_cache, random({B, 448, d}, DType::kF32, -1, 1));
+    ASSIGN_OR_RETURN(Tensor cross, random({B, 1500, d}, DType::kF32, -1, 1));
+    ASSIGN_OR_RETURN(Tensor tokens, ints({B, 1}, 7));
+    ASSIGN_OR_RETURN(Tensor positions, ints({B}, 64));
+    ASSIGN_OR_RETURN(Tensor lengths, ints({B}, 65));
+    ASSIGN_OR_RETURN(Tensor x2, x.Reshape({B, d}));
+    ASSIGN_OR_RETURN(Tensor y2, y.Reshape({B, d}));
+    RETURN_IF_ERROR(profile("Add of 4 floats (launch floor)", b, [&]() -> absl::Status {
+      ASSIGN_OR_RETURN(Tensor t, x.Slice(0, 1));
+      ASSIGN_OR_RETURN(t, t.Reshape({d}));
+      ASSIGN_OR_RETURN(t, t.Slice(0, 4));
+      return backend->Add(t, t, t);
+    }));
+    RETURN_IF_ERROR(profile("Embed [B,1,384]", b, [&] {
+      return backend->Embed(tokens, positions, emb, pos_table, x);
+    }));
+    RETURN_IF_ERROR(profile("LayerNorm [B,384]", b, [&] {
+      return backend->LayerNorm(x, gamma, bias, 1e-5f, y);
+    }));
+    RETURN_IF_ERROR(profile("Linear 384->384 f16", b, [&] {
+      return backend->Linear(x2, w_dd, &bias, Activation::kNone, y2);
+    }));
+    RETURN_IF_ERROR(profile("Linear 384->1536 f16 gelu", b, [&] {
+      return backend->Linear(x2, w_ff1, &bias_ff, Activation::kGelu, hidden);
+    }));
+    RETURN_IF_ERROR(profile("Linear 1536->384 f16", b, [&] {
+      return backend->Linear(hidden, w_ff2, &bias, Activation::kNone, y2);
+    }));
+    RETURN_IF_ERROR(profile("Linear 384->51864 f16 (logits)", b, [&] {
+      return backend->Linear(x2, emb, nullptr, Activation::kNone, logits);
+    }));
+    RETURN_IF_ERROR(profile("WriteRows into [B,448,384]", b, [&] {
+      return backend->WriteRows(x, positions, self_cache);
+    }));
+    RETURN_IF_ERROR(profile("Attention self (65 of 448 keys)", b, [&] {
+      return backend->Attention(x, self_cache, self_cache, &lengths, 6, 0.125f, true, y);
+    }));
+    RETURN_IF_ERROR(profile("Attention cross (1500 keys)", b, [&] {
+      return backend->Attention(x, cross, cross, nullptr, 6, 0.125f, false, y);
+    }));
+    RETURN_IF_ERROR(profile("Add [B,384]", b, [&] { return backend->Add(x, y, x); }));
+    RETURN_IF_ERROR(profile("LogSoftmax [B,51864]", b, [&] {
+      return backend->LogSoftmax(logits, logits);
+    }));
+  }
+  // Encoder ops, one 30 s window.
+  {
+    ASSIGN_OR_RETURN(Tensor mel, random({1, 3000, 80}, DType::kF32, -1.5, 1.5));
+    ASSIGN_OR_RETURN(Tensor c1, backend->Allocate({1, 3000, d}, DType::kF32));
+    ASSIGN_OR_RETURN(Tensor x, random({1, 1500, d}, DType::kF32, -1, 1));
+    ASSIGN_OR_RETURN(Tensor y, backend->Allocate({1, 1500, d}, DType::kF32));
+    ASSIGN_OR_RETURN(Tensor k, random({1, 1500, d}, DType::kF32, -1, 1));
+    ASSIGN_OR_RETURN(Tensor hidden, backend->Allocate({1500, 4 * d}, DType::kF32));
+    ASSIGN_OR_RETURN(Tensor w1, random({d, 80, 3}, DType::kF16, -0.05, 0.05));
+    ASSIGN_OR_RETURN(Tensor w2, random({d, d, 3}, DType::kF16, -0.05, 0.05));
+    ASSIGN_OR_RETURN(Tensor w_dd, random({d, d}, DType::kF16, -0.05, 0.05));
+    ASSIGN_OR_RETURN(Tensor w_ff1, random({4 * d, d}, DType::kF16, -0.05, 0.05));
+    ASSIGN_OR_RETURN(Tensor w_ff2, random({d, 4 * d}, DType::kF16, -0.05, 0.05));
+    ASSIGN_OR_RETURN(Tensor bias, random({d}, DType::kF32, -0.1, 0.1));
+    ASSIGN_OR_RETURN(Tensor bias_ff, random({4 * d}, DType::kF32, -0.1, 0.1));
+    ASSIGN_OR_RETURN(Tensor gamma, random({d}, DType::kF32, 0.5, 1.5));
+    ASSIGN_OR_RETURN(Tensor x2, x.Reshape({1500, d}));
+    ASSIGN_OR_RETURN(Tensor y2, y.Reshape({1500, d}));
+    RETURN_IF_ERROR(profile("enc Conv1d 80->384 k3 (3000 frames)", 1, [&] {
+      return backend->Conv1d(mel, w1, bias, 1, 1, Activation::kGelu, c1);
+    }));
+    RETURN_IF_ERROR(profile("enc Conv1d 384->384 k3 s2", 1, [&] {
+      return backend->Conv1d(c1, w2, bias, 2, 1, Activation::kGelu, x);
+    }));
+    RETURN_IF_ERROR(profile("enc LayerNorm [1500,384]", 1, [&] {
+      return backend->LayerNorm(x, gamma, bias, 1e-5f, y);
+    }));
+    RETURN_IF_ERROR(profile("enc Linear 1500x384->384", 1, [&] {
+      return backend->Linear(x2, w_dd, &bias, Activation::kNone, y2);
+    }));
+    RETURN_IF_ERROR(profile("enc Linear 1500x384->1536 gelu", 1, [&] {
+      return backend->Linear(x2, w_ff1, &bias_ff, Activation::kGelu, hidden);
+    }));
+    RETURN_IF_ERROR(profile("enc Linear 1500x1536->384", 1, [&] {
+      return backend->Linear(hidden, w_ff2, &bias, Activation::kNone, y2);
+    }));
+    RETURN_IF_ERROR(profile("enc Attention 1500x1500", 1, [&] {
+      return backend->Attention(x, k, k, nullptr, 6, 0.125f, false, y);
+    }));
+    RETURN_IF_ERROR(profile("enc Add [1500,384]", 1, [&] { return backend->Add(x, y, x); }));
+  }
+  return absl::OkStatus();
+}
+
 int Main(int argc, char** argv) {
   std::string out_path;
   bool quick = false;
@@ -201,6 +339,14 @@ int Main(int argc, char** argv) {
   add("accurate, CUDA graph + PDL", CudaMath::kAccurate, true, true, true);
 
   std::vector<Row> rows;
+  {
+    CudaBackendOptions o;  // fast, CUDA graphs, PDL
+    const absl::Status status = ProfileOps(o, &rows);
+    if (!status.ok()) {
+      std::cerr << "op profile: " << status << "\n";
+      return 1;
+    }
+  }
   for (const BackendVariant& v : variants) {
     const absl::Status status = BenchVariant(dir.string(), v, quick, &rows);
     if (!status.ok()) {

@@ -16,20 +16,32 @@ __device__ __forceinline__ int64_t VisibleKeys(int64_t valid, int64_t q_len, int
 
 // ---- SplitAttention -------------------------------------------------------------------------
 constexpr int kKeys = 128;  // threads per block, keys per chunk
-constexpr int kQ = 16;      // queries per block
+constexpr int kMaxQ = 16;   // most queries per block
 
-template <int kMaxD, bool kVec>
+// Memory-level parallelism decides this kernel's speed (it streams K and V once): every thread
+// keeps several independent 16-byte loads in flight in both phases.
+//  * scores: thread t owns key c0 + t of the chunk and reads its row of K (D/4 float4 loads),
+//    dotting it with the kQ query rows held in shared memory (broadcast reads);
+//  * P·V: thread t owns quad t % (D/4) of the head dim for keys g, g + G, ... (G key groups),
+//    four keys per step; groups are summed at the end through shuffles and shared memory.
+// The scalar variant (head_dim not a multiple of 4) gives each thread whole dims instead.
+template <int kQ, int kMaxD, bool kVec>
 __global__ void __launch_bounds__(kKeys)
     SplitAttentionKernel(AttentionArgs a, int splits, int64_t q_blocks, float* partials,
                          int* counters, unsigned long long* error_word) {
   WaitForPreviousKernel();
   AllowNextKernel();
-  constexpr int kDimsPerThread = kMaxD > kKeys ? kMaxD / kKeys : 1;
-  constexpr int kGroups = kMaxD >= kKeys ? 1 : kKeys / kMaxD;
-  __shared__ float q_s[kQ][kMaxD];
-  __shared__ float p_s[kQ][kKeys];
+  constexpr int kQuads = kMaxD / 4;
+  constexpr int kGroups = kVec ? kKeys / kQuads : 1;         // key groups in the P·V phase
+  constexpr int kSlots = kKeys / (kQuads > kWarp ? kQuads : kWarp);  // partial sums per quad
+  constexpr int kDims = kVec ? 4 : (kMaxD + kKeys - 1) / kKeys;      // accumulators per query
+  constexpr int kPhaseFloats = kQ * (kMaxD + kKeys);
+  constexpr int kReduceFloats = kVec ? kSlots * kQ * kMaxD : 0;
+  __shared__ float4 raw[(kPhaseFloats > kReduceFloats ? kPhaseFloats : kReduceFloats) / 4];
+  float(*q_s)[kMaxD] = reinterpret_cast<float(*)[kMaxD]>(raw);                 // [kQ][kMaxD]
+  float(*p_s)[kKeys] = reinterpret_cast<float(*)[kKeys]>(&q_s[kQ][0]);        // [kQ][kKeys]
+  float(*red_s)[kQ][kMaxD] = reinterpret_cast<float(*)[kQ][kMaxD]>(raw);      // after the loop
   __shared__ float m_s[kQ], l_s[kQ], alpha_s[kQ];
-  __shared__ float red_s[kGroups][kQ][kGroups > 1 ? kMaxD : 1];
   __shared__ int last_s;
 
   const int t = threadIdx.x, lane = t % kWarp, warp = t / kWarp;
@@ -44,7 +56,7 @@ __global__ void __launch_bounds__(kKeys)
   if (a.kv_lengths != nullptr) {
     valid = a.kv_lengths[b];
     if (valid < 0 || valid > a.kv_len) {
-      if (t == 0 && qb == 0 && s == 0 && bh % a.heads == 0) {
+      if (t == 0 && qb == 0 && s == 0 && h == 0) {
         ReportDeviceError(error_word, DeviceErrorOp::kAttention, b, static_cast<int32_t>(valid));
       }
       return;
@@ -65,14 +77,12 @@ __global__ void __launch_bounds__(kKeys)
     m_s[t] = -INFINITY;
     l_s[t] = 0.0f;
   }
-  // Thread t accumulates dims d0 + j·kKeys of key group g for every query.
-  const int g = kGroups > 1 ? t / kMaxD : 0;
-  const int d0 = kGroups > 1 ? t % kMaxD : t;
-  float o_acc[kQ][kDimsPerThread];
+  const int quad = t % kQuads, g = t / kQuads;  // vector P·V layout
+  float o_acc[kQ][kDims];
 #pragma unroll
   for (int i = 0; i < kQ; ++i) {
 #pragma unroll
-    for (int j = 0; j < kDimsPerThread; ++j) o_acc[i][j] = 0.0f;
+    for (int j = 0; j < kDims; ++j) o_acc[i][j] = 0.0f;
   }
   __syncthreads();
 
@@ -85,14 +95,23 @@ __global__ void __launch_bounds__(kKeys)
     if (t < n_keys) {
       const float* kr = a.k + (b * a.kv_len + j) * width + h * D;
       if constexpr (kVec) {
+        // Eight 16-byte loads in flight, then their FMAs.
+        constexpr int kBatch = kQuads < 8 ? kQuads : 8;
 #pragma unroll
-        for (int d4 = 0; d4 < kMaxD / 4; ++d4) {
-          if (d4 * 4 < D) {
-            const float4 kv = __ldg(reinterpret_cast<const float4*>(kr) + d4);
+        for (int d0 = 0; d0 < kQuads; d0 += kBatch) {
+          float4 kv[kBatch];
+#pragma unroll
+          for (int u = 0; u < kBatch; ++u) {
+            kv[u] = (d0 + u) * 4 < D ? __ldg(reinterpret_cast<const float4*>(kr) + d0 + u)
+                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          }
+#pragma unroll
+          for (int u = 0; u < kBatch; ++u) {
 #pragma unroll
             for (int i = 0; i < kQ; ++i) {
-              const float4 qv = *reinterpret_cast<const float4*>(&q_s[i][d4 * 4]);
-              sc[i] = fmaf(qv.x, kv.x, fmaf(qv.y, kv.y, fmaf(qv.z, kv.z, fmaf(qv.w, kv.w, sc[i]))));
+              const float4 qv = *reinterpret_cast<const float4*>(&q_s[i][(d0 + u) * 4]);
+              sc[i] = fmaf(qv.x, kv[u].x,
+                           fmaf(qv.y, kv[u].y, fmaf(qv.z, kv[u].z, fmaf(qv.w, kv[u].w, sc[i]))));
             }
           }
         }
@@ -141,15 +160,50 @@ __global__ void __launch_bounds__(kKeys)
 #pragma unroll
     for (int i = 0; i < kQ; ++i) {
 #pragma unroll
-      for (int jj = 0; jj < kDimsPerThread; ++jj) o_acc[i][jj] *= alpha_s[i];
+      for (int jj = 0; jj < kDims; ++jj) o_acc[i][jj] *= alpha_s[i];
     }
-    for (int tt = g; tt < n_keys; tt += kGroups) {
-      const float* vr = a.v + (b * a.kv_len + c0 + tt) * width + h * D;
+    const float* vbase = a.v + (b * a.kv_len + c0) * width + h * D;
+    if constexpr (kVec) {
+      if (quad * 4 < D) {
+        int tt = g;
+        for (; tt + 3 * kGroups < n_keys; tt += 4 * kGroups) {
+          float4 vv[4];
 #pragma unroll
-      for (int jj = 0; jj < kDimsPerThread; ++jj) {
-        const int d = d0 + jj * kKeys;
-        if (d < D) {
-          const float vv = vr[d];
+          for (int u = 0; u < 4; ++u) {
+            vv[u] = __ldg(reinterpret_cast<const float4*>(vbase + (tt + u * kGroups) * width) +
+                          quad);
+          }
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+#pragma unroll
+            for (int i = 0; i < kQ; ++i) {
+              const float p = p_s[i][tt + u * kGroups];
+              o_acc[i][0] = fmaf(p, vv[u].x, o_acc[i][0]);
+              o_acc[i][1] = fmaf(p, vv[u].y, o_acc[i][1]);
+              o_acc[i][2] = fmaf(p, vv[u].z, o_acc[i][2]);
+              o_acc[i][3] = fmaf(p, vv[u].w, o_acc[i][3]);
+            }
+          }
+        }
+        for (; tt < n_keys; tt += kGroups) {
+          const float4 vv = __ldg(reinterpret_cast<const float4*>(vbase + tt * width) + quad);
+#pragma unroll
+          for (int i = 0; i < kQ; ++i) {
+            const float p = p_s[i][tt];
+            o_acc[i][0] = fmaf(p, vv.x, o_acc[i][0]);
+            o_acc[i][1] = fmaf(p, vv.y, o_acc[i][1]);
+            o_acc[i][2] = fmaf(p, vv.z, o_acc[i][2]);
+            o_acc[i][3] = fmaf(p, vv.w, o_acc[i][3]);
+          }
+        }
+      }
+    } else {
+#pragma unroll
+      for (int jj = 0; jj < kDims; ++jj) {
+        const int d = t + jj * kKeys;
+        if (d >= D) continue;
+        for (int tt = 0; tt < n_keys; ++tt) {
+          const float vv = vbase[tt * width + d];
 #pragma unroll
           for (int i = 0; i < kQ; ++i) o_acc[i][jj] = fmaf(p_s[i][tt], vv, o_acc[i][jj]);
         }
@@ -158,29 +212,57 @@ __global__ void __launch_bounds__(kKeys)
     __syncthreads();  // p_s is rewritten by the next chunk
   }
 
-  if constexpr (kGroups > 1) {
+  // Per (query, quad) results: out_s(i, d) gives the block's unnormalised sum for dim d.
+  if constexpr (kVec) {
+    // Sum the key groups: first inside each warp, then across the slots in shared memory.
 #pragma unroll
-    for (int i = 0; i < kQ; ++i) red_s[g][i][d0] = o_acc[i][0];
-    __syncthreads();
-    if (g == 0) {
+    for (int off = kQuads; off < kWarp; off *= 2) {
 #pragma unroll
       for (int i = 0; i < kQ; ++i) {
-        for (int gg = 1; gg < kGroups; ++gg) o_acc[i][0] += red_s[gg][i][d0];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) o_acc[i][c] += __shfl_xor_sync(kFullMask, o_acc[i][c], off);
       }
     }
+    const int slot = t / (kQuads > kWarp ? kQuads : kWarp);
+    if (kQuads >= kWarp || lane < kQuads) {
+#pragma unroll
+      for (int i = 0; i < kQ; ++i) {
+        *reinterpret_cast<float4*>(&red_s[slot][i][quad * 4]) =
+            make_float4(o_acc[i][0], o_acc[i][1], o_acc[i][2], o_acc[i][3]);
+      }
+    }
+    __syncthreads();
   }
+  auto block_sum = [&](int i, int d) -> float {
+    if constexpr (kVec) {
+      float v = 0.0f;
+#pragma unroll
+      for (int sl = 0; sl < kSlots; ++sl) v += red_s[sl][i][d];
+      return v;
+    } else {
+      return 0.0f;  // unused: in the scalar layout each thread emits its own dims
+    }
+  };
 
   if (splits == 1) {
-    if (g != 0) return;
+    if constexpr (kVec) {
+      for (int idx = t; idx < nq * D; idx += kKeys) {
+        const int i = idx / D, d = idx % D;
+        const float l = l_s[i];
+        a.out[(b * a.q_len + i0 + i) * width + h * D + d] = l > 0.0f ? block_sum(i, d) / l : 0.0f;
+      }
+    } else {
 #pragma unroll
-    for (int i = 0; i < kQ; ++i) {
-      if (i >= nq) break;
-      const float l = l_s[i];
-      float* orow = a.out + (b * a.q_len + i0 + i) * width + h * D;
+      for (int i = 0; i < kQ; ++i) {
+        if (i >= nq) break;
+        const float l = l_s[i];
 #pragma unroll
-      for (int jj = 0; jj < kDimsPerThread; ++jj) {
-        const int d = d0 + jj * kKeys;
-        if (d < D) orow[d] = l > 0.0f ? o_acc[i][jj] / l : 0.0f;
+        for (int jj = 0; jj < kDims; ++jj) {
+          const int d = t + jj * kKeys;
+          if (d < D) {
+            a.out[(b * a.q_len + i0 + i) * width + h * D + d] = l > 0.0f ? o_acc[i][jj] / l : 0.0f;
+          }
+        }
       }
     }
     return;
@@ -191,13 +273,18 @@ __global__ void __launch_bounds__(kKeys)
   const int64_t records = int64_t{gridDim.z} * q_blocks * splits;
   float* part_o = partials + (group * splits + s) * kQ * kMaxD;
   float* part_ml = partials + records * kQ * kMaxD + (group * splits + s) * kQ * 2;
-  if (g == 0) {
+  if constexpr (kVec) {
+    for (int idx = t; idx < nq * D; idx += kKeys) {
+      const int i = idx / D, d = idx % D;
+      part_o[i * kMaxD + d] = block_sum(i, d);
+    }
+  } else {
 #pragma unroll
     for (int i = 0; i < kQ; ++i) {
       if (i >= nq) break;
 #pragma unroll
-      for (int jj = 0; jj < kDimsPerThread; ++jj) {
-        const int d = d0 + jj * kKeys;
+      for (int jj = 0; jj < kDims; ++jj) {
+        const int d = t + jj * kKeys;
         if (d < D) part_o[i * kMaxD + d] = o_acc[i][jj];
       }
     }
@@ -240,18 +327,35 @@ int MaxDimFor(int head_dim) {
   return 256;
 }
 
-template <int kMaxD>
+// Queries per block for q_len queries (templated so that a decoder step does 1/16 of the work
+// of a 16-query block).
+int QueriesPerBlock(int64_t q_len, int head_dim) {
+  if (head_dim % 4 != 0) return kMaxQ;  // the scalar variant exists for 16 only
+  if (q_len <= 1) return 1;
+  if (q_len <= 4) return 4;
+  return kMaxQ;
+}
+
+template <int kQ, int kMaxD, bool kVec>
 cudaError_t LaunchSplitTyped(const LaunchContext& ctx, const AttentionArgs& a, const SplitPlan& p,
                              float* partials, int* counters) {
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.q_blocks),
                   static_cast<unsigned>(a.batch * a.heads));
-  const bool vec = a.head_dim % 4 == 0 && (reinterpret_cast<uintptr_t>(a.k) & 15) == 0;
-  if (vec) {
-    return Launch(ctx, SplitAttentionKernel<kMaxD, true>, grid, dim3(kKeys), 0, a, p.splits,
-                  p.q_blocks, partials, counters, ctx.error_word);
-  }
-  return Launch(ctx, SplitAttentionKernel<kMaxD, false>, grid, dim3(kKeys), 0, a, p.splits,
+  return Launch(ctx, SplitAttentionKernel<kQ, kMaxD, kVec>, grid, dim3(kKeys), 0, a, p.splits,
                 p.q_blocks, partials, counters, ctx.error_word);
+}
+
+template <int kMaxD>
+cudaError_t LaunchSplitDim(const LaunchContext& ctx, const AttentionArgs& a, const SplitPlan& p,
+                           float* partials, int* counters) {
+  const bool vec = a.head_dim % 4 == 0 && (reinterpret_cast<uintptr_t>(a.k) & 15) == 0 &&
+                   (reinterpret_cast<uintptr_t>(a.v) & 15) == 0;
+  if (!vec) return LaunchSplitTyped<kMaxQ, kMaxD, false>(ctx, a, p, partials, counters);
+  switch (QueriesPerBlock(a.q_len, a.head_dim)) {
+    case 1: return LaunchSplitTyped<1, kMaxD, true>(ctx, a, p, partials, counters);
+    case 4: return LaunchSplitTyped<4, kMaxD, true>(ctx, a, p, partials, counters);
+    default: return LaunchSplitTyped<kMaxQ, kMaxD, true>(ctx, a, p, partials, counters);
+  }
 }
 
 // ---- FlashAttention (f16 tensor cores) ------------------------------------------------------
@@ -490,17 +594,18 @@ __global__ void ToHalf3Kernel(const float* q, int64_t nq, const float* k, const 
 
 SplitPlan PlanSplitAttention(const AttentionArgs& a, int sm_count, int64_t max_counters) {
   SplitPlan plan;
-  plan.q_blocks = (a.q_len + kQ - 1) / kQ;
+  const int q_per_block = QueriesPerBlock(a.q_len, a.head_dim);
+  plan.q_blocks = (a.q_len + q_per_block - 1) / q_per_block;
   const int64_t items = a.batch * a.heads * plan.q_blocks;
   const int64_t chunks = std::max<int64_t>(1, (a.kv_len + kKeys - 1) / kKeys);
-  // Enough blocks for ~4 per multiprocessor; splitting further only adds merge work.
-  const int64_t wanted = (4 * int64_t{sm_count} + items - 1) / std::max<int64_t>(items, 1);
+  // Enough blocks for ~8 per multiprocessor; splitting further only adds merge work.
+  const int64_t wanted = (8 * int64_t{sm_count} + items - 1) / std::max<int64_t>(items, 1);
   const int64_t splits = std::clamp<int64_t>(wanted, 1, chunks);
   if (splits <= 1 || items > max_counters) return plan;
   plan.splits = static_cast<int>(splits);
   const int64_t records = items * splits;
   plan.partial_bytes =
-      static_cast<size_t>(records) * kQ * (MaxDimFor(a.head_dim) + 2) * sizeof(float);
+      static_cast<size_t>(records) * q_per_block * (MaxDimFor(a.head_dim) + 2) * sizeof(float);
   plan.counters = items;
   return plan;
 }
@@ -509,10 +614,10 @@ cudaError_t LaunchSplitAttention(const LaunchContext& ctx, const AttentionArgs& 
                                  const SplitPlan& plan, float* partials, int* counters) {
   if (a.batch == 0 || a.q_len == 0 || a.heads == 0 || a.head_dim == 0) return cudaSuccess;
   switch (MaxDimFor(a.head_dim)) {
-    case 32: return LaunchSplitTyped<32>(ctx, a, plan, partials, counters);
-    case 64: return LaunchSplitTyped<64>(ctx, a, plan, partials, counters);
-    case 128: return LaunchSplitTyped<128>(ctx, a, plan, partials, counters);
-    default: return LaunchSplitTyped<256>(ctx, a, plan, partials, counters);
+    case 32: return LaunchSplitDim<32>(ctx, a, plan, partials, counters);
+    case 64: return LaunchSplitDim<64>(ctx, a, plan, partials, counters);
+    case 128: return LaunchSplitDim<128>(ctx, a, plan, partials, counters);
+    default: return LaunchSplitDim<256>(ctx, a, plan, partials, counters);
   }
 }
 

@@ -13,7 +13,7 @@
 //    weights; both keep 11 significant bits, relative rounding 2^-11 ≈ 4.9e-4 per operand), and
 //    f16 tensor-core attention (head_dim 64, >= 16 queries): 3e-3.
 //  * Whole model (4 + 4 layers, errors compound): encoder output and logits 1e-4 (accurate),
-//    1e-2 (fast).
+//    2e-3 (fast; measured on an H200: 3e-4 encoder, 3e-5 logits).
 // Every comparison prints its measured error (a line starting "parity:") for the device report.
 #include "kernels/cuda/cuda_backend.h"
 
@@ -517,7 +517,7 @@ class CudaWhisperTest : public CudaParityTest {
     cpu_model_ = std::move(*cpu);
     gpu_model_ = std::move(*gpu);
   }
-  double ModelTolerance() const { return fast() ? 1e-2 : 1e-4; }
+  double ModelTolerance() const { return fast() ? 2e-3 : 1e-4; }
 
   static std::filesystem::path dir_;
   static bool model_ok_;

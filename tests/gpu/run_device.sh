@@ -9,6 +9,7 @@ here=.device
 out=${OUT:-/tmp/waav-device-out}
 mkdir -p "$out"
 quick=${WAAV_DEVICE_QUICK:-}
+skip=" ${WAAV_DEVICE_SKIP:-} "  # e.g. "sanitizer torch" for an exploratory run
 
 # cuBLAS comes from the machine: the CUDA toolkit's, or the one PyTorch's wheels bring.
 cublas=$(ls /usr/local/cuda/lib64/libcublas.so.13 2>/dev/null || true)
@@ -29,7 +30,9 @@ echo "== tests"
 timeout 180 "$here/bin/cuda_backend_test" > "$out/tests.log" 2>&1
 tests_rc=$?
 echo "== compute-sanitizer (memcheck) over the kernel tests"
-if command -v compute-sanitizer > /dev/null; then
+if [[ "$skip" == *" sanitizer "* ]]; then
+  sanitizer_rc=skipped
+elif command -v compute-sanitizer > /dev/null; then
   timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
     "$here/bin/cuda_backend_test" --gtest_filter='Variants/CudaParityTest.*/Fast:Variants/CudaParityTest.*/AccurateBuiltin*' \
     > "$out/sanitizer.log" 2>&1
@@ -41,9 +44,13 @@ echo "== waav benchmarks"
 timeout 150 "$here/bin/whisper_gpu_bench" --out "$out/bench.tsv" ${quick:+--quick} > "$out/bench.log" 2>&1
 bench_rc=$?
 echo "== PyTorch anchor"
-PYTHONUNBUFFERED=1 timeout 120 python3 "$here/torch_whisper_anchor.py" --out "$out/torch.tsv" \
-  ${quick:+--quick} > "$out/torch.log" 2>&1
-torch_rc=$?
+if [[ "$skip" == *" torch "* ]]; then
+  torch_rc=skipped
+else
+  PYTHONUNBUFFERED=1 timeout 120 python3 "$here/torch_whisper_anchor.py" --out "$out/torch.tsv" \
+    ${quick:+--quick} > "$out/torch.log" 2>&1
+  torch_rc=$?
+fi
 
 {
   echo "tests rc=$tests_rc sanitizer rc=$sanitizer_rc bench rc=$bench_rc torch rc=$torch_rc"
@@ -53,6 +60,6 @@ torch_rc=$?
   echo "-- waav"
   cat "$out/bench.log"
   echo "-- torch"
-  cat "$out/torch.log"
+  cat "$out/torch.log" 2>/dev/null
 } > "$out/summary.txt" 2>&1
 cat "$out/summary.txt"
