@@ -54,9 +54,10 @@ constexpr int64_t kAttentionCounters = int64_t{1} << 20;
 // runnable (and its memory valid) after the backend is gone.
 struct DeviceState {
   ~DeviceState() {
-    cudaSetDevice(device);
-    if (graphs != nullptr) cudaStreamSynchronize(graphs->stream);
-    if (error_host != nullptr) cudaFreeHost(error_host);
+    // Teardown: errors here have no one to go to.
+    (void)cudaSetDevice(device);
+    if (graphs != nullptr) (void)cudaStreamSynchronize(graphs->stream);
+    if (error_host != nullptr) (void)cudaFreeHost(error_host);
   }
 
   int device = 0;
@@ -382,7 +383,7 @@ class CudaBackend final : public Backend {
 
   absl::Status BeginCapture() override {
     if (capturing_) return absl::FailedPreconditionError("BeginCapture: already capturing");
-    cudaSetDevice(state_->device);
+    (void)cudaSetDevice(state_->device);
     if (options_.use_graphs) {
       RETURN_IF_ERROR(GpuStatus("BeginCapture",
                                 cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed)));
@@ -404,8 +405,8 @@ class CudaBackend final : public Backend {
     cudaGraph_t graph = nullptr;
     const cudaError_t err = cudaStreamEndCapture(stream(), &graph);
     if (!capture_error_.ok() || err != cudaSuccess) {
-      if (graph != nullptr) cudaGraphDestroy(graph);
-      cudaGetLastError();
+      if (graph != nullptr) (void)cudaGraphDestroy(graph);
+      (void)cudaGetLastError();
       if (!capture_error_.ok()) {
         return absl::Status(capture_error_.code(),
                             absl::StrCat("EndCapture: a captured call failed: ",
@@ -473,7 +474,7 @@ class CudaBackend final : public Backend {
 absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const CudaBackendOptions& options) {
   int count = 0;
   if (cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess) {
-    cudaGetLastError();
+    (void)cudaGetLastError();
     return absl::UnavailableError(
         absl::StrCat("no usable GPU driver or device (", cudaGetErrorString(err), ")"));
   }
@@ -491,7 +492,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const CudaBackendOp
   RETURN_IF_ERROR(
       GpuStatus("cudaGetDeviceProperties", cudaGetDeviceProperties(&props, options.device_index)));
   if (cudaError_t err = cuda::ProbeKernelImage(); err != cudaSuccess) {
-    cudaGetLastError();
+    (void)cudaGetLastError();
     return absl::UnavailableError(absl::StrFormat(
         "this build has no kernels for %s (compute capability %d.%d): %s; rebuild with "
         "CMAKE_CUDA_ARCHITECTURES including %d%d",

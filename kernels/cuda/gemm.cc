@@ -11,7 +11,7 @@ absl::Status LaunchStatus(const char* what, cudaError_t err) {
   return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
 }
 
-size_t RoundUp256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+[[maybe_unused]] size_t RoundUp256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 }  // namespace
 

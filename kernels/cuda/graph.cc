@@ -21,7 +21,7 @@ bool TryUpdate(cudaGraphExec_t exec, cudaGraph_t graph) {
   const bool ok = cudaGraphExecUpdate(exec, graph, &info) == cudaSuccess &&
                   info.result == cudaGraphExecUpdateSuccess;
 #endif
-  if (!ok) cudaGetLastError();  // a refused update leaves an error to clear, not a broken context
+  if (!ok) (void)cudaGetLastError();  // a refused update leaves an error to clear, not a broken context
   return ok;
 }
 
@@ -29,7 +29,7 @@ bool TryUpdate(cudaGraphExec_t exec, cudaGraph_t graph) {
 
 ExecCache::~ExecCache() {
   std::lock_guard lock(mu_);
-  for (auto& [signature, exec] : entries_) cudaGraphExecDestroy(exec);
+  for (auto& [signature, exec] : entries_) (void)cudaGraphExecDestroy(exec);
 }
 
 cudaGraphExec_t ExecCache::Take(uint64_t signature) {
@@ -48,7 +48,7 @@ void ExecCache::Put(uint64_t signature, cudaGraphExec_t exec) {
   std::lock_guard lock(mu_);
   entries_.emplace_back(signature, exec);
   while (entries_.size() > kMaxCachedExecs) {
-    cudaGraphExecDestroy(entries_.front().second);
+    (void)cudaGraphExecDestroy(entries_.front().second);
     entries_.pop_front();
   }
 }
@@ -75,7 +75,7 @@ absl::StatusOr<std::unique_ptr<CudaGraph>> CudaGraph::Instantiate(
       result->exec_ = cached;
       return result;
     }
-    cudaGraphExecDestroy(cached);
+    (void)cudaGraphExecDestroy(cached);
   }
   if (cudaError_t err = cudaGraphInstantiate(&result->exec_, graph, 0); err != cudaSuccess) {
     result->exec_ = nullptr;
@@ -91,7 +91,7 @@ std::unique_ptr<CudaGraph> CudaGraph::Eager(std::shared_ptr<GraphRuntime> runtim
 
 CudaGraph::~CudaGraph() {
   if (exec_ != nullptr) runtime_->exec_cache.Put(signature_, exec_);
-  if (graph_ != nullptr) cudaGraphDestroy(graph_);
+  if (graph_ != nullptr) (void)cudaGraphDestroy(graph_);
 }
 
 absl::Status CudaGraph::Replay() {

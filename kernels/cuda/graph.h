@@ -67,7 +67,7 @@ struct GraphRuntime {
   GraphRuntime(const GraphRuntime&) = delete;
   GraphRuntime& operator=(const GraphRuntime&) = delete;
   ~GraphRuntime() {
-    if (stream != nullptr) cudaStreamDestroy(stream);
+    if (stream != nullptr) (void)cudaStreamDestroy(stream);
   }
   cudaStream_t stream = nullptr;  // owned
   ExecCache exec_cache;

@@ -15,9 +15,9 @@ DevicePool::~DevicePool() {
 
 void DevicePool::FreeCachedLocked() {
   // cudaFree waits for the device: nothing queued can still use these blocks afterwards.
-  cudaSetDevice(device_);
+  (void)cudaSetDevice(device_);
   for (auto& [size, blocks] : free_) {
-    for (void* block : blocks) cudaFree(block);
+    for (void* block : blocks) (void)cudaFree(block);
   }
   free_.clear();
   cached_bytes_ = 0;
@@ -42,13 +42,13 @@ void* DevicePool::Acquire(size_t bytes) {
     cached_bytes_ -= size;
     return block;
   }
-  cudaSetDevice(device_);
+  (void)cudaSetDevice(device_);
   void* block = nullptr;
   if (cudaMalloc(&block, size) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky-free error state of the runtime API
+    (void)cudaGetLastError();  // clear the error state of the runtime API
     FreeCachedLocked();
     if (cudaMalloc(&block, size) != cudaSuccess) {
-      cudaGetLastError();
+      (void)cudaGetLastError();
       return nullptr;
     }
   }

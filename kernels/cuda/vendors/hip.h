@@ -32,6 +32,7 @@
 #define cudaErrorNoDevice hipErrorNoDevice
 #define cudaErrorInsufficientDriver hipErrorInsufficientDriver
 #define cudaErrorMemoryAllocation hipErrorOutOfMemory
+#define cudaErrorNotSupported hipErrorNotSupported
 #define cudaMemcpyHostToDevice hipMemcpyHostToDevice
 #define cudaMemcpyDeviceToHost hipMemcpyDeviceToHost
 #define cudaMemcpyDeviceToDevice hipMemcpyDeviceToDevice
@@ -84,3 +85,10 @@
 #define cudaDriverGetVersion hipDriverGetVersion
 #define cudaRuntimeGetVersion hipRuntimeGetVersion
 #define cudaDeviceSynchronize hipDeviceSynchronize
+
+// Device intrinsics. Kernels treat a "warp" as 32 lanes; on a 64-lane wavefront (gfx90a) the
+// shuffles below stay inside each 32-lane half, so the same code computes the same result
+// (with half-filled wavefronts where a kernel would rather use 64).
+#define __shfl_xor_sync(mask, var, lane_mask) __shfl_xor(var, lane_mask, 32)
+// L2-coherent load of data other blocks wrote before a __threadfence() (SplitAttention's merge).
+#define __ldcg(ptr) __hip_atomic_load(ptr, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT)
