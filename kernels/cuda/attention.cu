@@ -95,8 +95,8 @@ __global__ void __launch_bounds__(kKeys)
     if (t < n_keys) {
       const float* kr = a.k + (b * a.kv_len + j) * width + h * D;
       if constexpr (kVec) {
-        // Eight 16-byte loads in flight, then their FMAs.
-        constexpr int kBatch = kQuads < 8 ? kQuads : 8;
+        // Up to 16 (few queries) or 8 16-byte loads in flight, then their FMAs.
+        constexpr int kBatch = kQ <= 4 ? (kQuads < 16 ? kQuads : 16) : (kQuads < 8 ? kQuads : 8);
 #pragma unroll
         for (int d0 = 0; d0 < kQuads; d0 += kBatch) {
           float4 kv[kBatch];
@@ -164,17 +164,19 @@ __global__ void __launch_bounds__(kKeys)
     }
     const float* vbase = a.v + (b * a.kv_len + c0) * width + h * D;
     if constexpr (kVec) {
+      // Keys per step: more for few queries, whose accumulators leave registers to spare.
+      constexpr int kUnroll = kQ <= 4 ? 8 : 4;
       if (quad * 4 < D) {
         int tt = g;
-        for (; tt + 3 * kGroups < n_keys; tt += 4 * kGroups) {
-          float4 vv[4];
+        for (; tt + (kUnroll - 1) * kGroups < n_keys; tt += kUnroll * kGroups) {
+          float4 vv[kUnroll];
 #pragma unroll
-          for (int u = 0; u < 4; ++u) {
+          for (int u = 0; u < kUnroll; ++u) {
             vv[u] = __ldg(reinterpret_cast<const float4*>(vbase + (tt + u * kGroups) * width) +
                           quad);
           }
 #pragma unroll
-          for (int u = 0; u < 4; ++u) {
+          for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
             for (int i = 0; i < kQ; ++i) {
               const float p = p_s[i][tt + u * kGroups];
@@ -404,11 +406,32 @@ __device__ __forceinline__ void LoadTile(__half (*tile)[kPad], const __half* bas
   }
 }
 
-__global__ void __launch_bounds__(128)
-    FlashAttentionKernel(const __half* q, const __half* k, const __half* v,
-                         const int32_t* kv_lengths, float* out, int64_t q_len, int64_t kv_len,
-                         int heads, float scale_log2, bool causal,
-                         unsigned long long* error_word) {
+// Key tiles may be split over several blocks (grid.z) when there are too few query blocks to
+// fill the chip (one 30 s window: 24 × 6 heads); the last block of a group merges the partial
+// (o, m, l) of its splits, as SplitAttention does.
+struct FlashParams {
+  const __half *q, *k, *v;
+  const int32_t* kv_lengths;
+  float* out;
+  int64_t q_len, kv_len;
+  int heads;
+  float scale_log2;
+  bool causal;
+  int splits;
+  float* partials;  // splits > 1: o [groups·splits][64][64], then (m, l) [groups·splits][64]
+  int* counters;
+  unsigned long long* error_word;
+};
+
+__global__ void __launch_bounds__(128) FlashAttentionKernel(FlashParams p) {
+  const __half *q = p.q, *k = p.k, *v = p.v;
+  const int32_t* kv_lengths = p.kv_lengths;
+  float* out = p.out;
+  const int64_t q_len = p.q_len, kv_len = p.kv_len;
+  const int heads = p.heads;
+  const float scale_log2 = p.scale_log2;
+  const bool causal = p.causal;
+  unsigned long long* error_word = p.error_word;
   WaitForPreviousKernel();
   AllowNextKernel();
   __shared__ alignas(16) __half qs[kFlashRows][kPad];
@@ -422,7 +445,7 @@ __global__ void __launch_bounds__(128)
   if (kv_lengths != nullptr) {
     valid = kv_lengths[b];
     if (valid < 0 || valid > kv_len) {
-      if (threadIdx.x == 0 && blockIdx.x == 0 && h == 0) {
+      if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.z == 0 && h == 0) {
         ReportDeviceError(error_word, DeviceErrorOp::kAttention, b, static_cast<int32_t>(valid));
       }
       return;
@@ -430,7 +453,10 @@ __global__ void __launch_bounds__(128)
   }
   const int64_t last_row = min(i0 + kFlashRows, q_len) - 1;
   const int64_t block_keys = VisibleKeys(valid, q_len, last_row, causal);
-  const int tiles = static_cast<int>((block_keys + kFlashRows - 1) / kFlashRows);
+  const int all_tiles = static_cast<int>((block_keys + kFlashRows - 1) / kFlashRows);
+  const int per_split = (all_tiles + p.splits - 1) / p.splits;
+  const int first_tile = min(all_tiles, static_cast<int>(blockIdx.z) * per_split);
+  const int tiles = min(all_tiles, first_tile + per_split) - first_tile;
   const __half* qb = q + b * q_len * width;
   const __half* kb = k + b * kv_len * width;
   const __half* vb = v + b * kv_len * width;
@@ -438,8 +464,8 @@ __global__ void __launch_bounds__(128)
   LoadTile(qs, qb, i0, q_len, width, h * kFlashDim);
   CommitAsync();
   if (tiles > 0) {
-    LoadTile(ks[0], kb, 0, kv_len, width, h * kFlashDim);
-    LoadTile(vs[0], vb, 0, kv_len, width, h * kFlashDim);
+    LoadTile(ks[0], kb, int64_t{first_tile} * kFlashRows, kv_len, width, h * kFlashDim);
+    LoadTile(vs[0], vb, int64_t{first_tile} * kFlashRows, kv_len, width, h * kFlashDim);
   }
   CommitAsync();
   WaitAsync<1>();
@@ -468,8 +494,9 @@ __global__ void __launch_bounds__(128)
   for (int kt = 0; kt < tiles; ++kt) {
     const int buf = kt & 1;
     if (kt + 1 < tiles) {
-      LoadTile(ks[buf ^ 1], kb, int64_t{kt + 1} * kFlashRows, kv_len, width, h * kFlashDim);
-      LoadTile(vs[buf ^ 1], vb, int64_t{kt + 1} * kFlashRows, kv_len, width, h * kFlashDim);
+      const int64_t next = int64_t{first_tile + kt + 1} * kFlashRows;
+      LoadTile(ks[buf ^ 1], kb, next, kv_len, width, h * kFlashDim);
+      LoadTile(vs[buf ^ 1], vb, next, kv_len, width, h * kFlashDim);
     }
     CommitAsync();
     WaitAsync<1>();
@@ -490,7 +517,7 @@ __global__ void __launch_bounds__(128)
     for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int64_t key = int64_t{kt} * kFlashRows + nt * 8 + fc + e;
+        const int64_t key = int64_t{first_tile + kt} * kFlashRows + nt * 8 + fc + e;
         s[nt][e] = key < visible0 ? s[nt][e] * scale_log2 : -INFINITY;
         s[nt][2 + e] = key < visible1 ? s[nt][2 + e] * scale_log2 : -INFINITY;
         mx0 = fmaxf(mx0, s[nt][e]);
@@ -554,20 +581,73 @@ __global__ void __launch_bounds__(128)
   l0 += __shfl_xor_sync(kFullMask, l0, 2);
   l1 += __shfl_xor_sync(kFullMask, l1, 1);
   l1 += __shfl_xor_sync(kFullMask, l1, 2);
-  const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
   float* ob = out + b * q_len * width + h * kFlashDim;
+  const int r0 = warp * 16 + fr, r1 = r0 + 8;  // rows within the block
+  if (p.splits == 1) {
+    const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+#pragma unroll
+    for (int dt = 0; dt < 8; ++dt) {
+      const int d = dt * 8 + fc;
+      if (row0 < q_len) {
+        *reinterpret_cast<float2*>(ob + row0 * width + d) =
+            make_float2(o[dt][0] * inv0, o[dt][1] * inv0);
+      }
+      if (row1 < q_len) {
+        *reinterpret_cast<float2*>(ob + row1 * width + d) =
+            make_float2(o[dt][2] * inv1, o[dt][3] * inv1);
+      }
+    }
+    return;
+  }
+
+  // Partial (o, m, l) of this split; m is in log2 units like the scores.
+  const int64_t group = bh * gridDim.x + blockIdx.x;
+  const int64_t records = int64_t{gridDim.x} * gridDim.y * p.splits;
+  const int64_t record = group * p.splits + blockIdx.z;
+  float* part_o = p.partials + record * kFlashRows * kFlashDim;
+  float* part_ml = p.partials + records * kFlashRows * kFlashDim + record * kFlashRows * 2;
 #pragma unroll
   for (int dt = 0; dt < 8; ++dt) {
     const int d = dt * 8 + fc;
-    if (row0 < q_len) {
-      *reinterpret_cast<float2*>(ob + row0 * width + d) =
-          make_float2(o[dt][0] * inv0, o[dt][1] * inv0);
-    }
-    if (row1 < q_len) {
-      *reinterpret_cast<float2*>(ob + row1 * width + d) =
-          make_float2(o[dt][2] * inv1, o[dt][3] * inv1);
-    }
+    *reinterpret_cast<float2*>(part_o + r0 * kFlashDim + d) = make_float2(o[dt][0], o[dt][1]);
+    *reinterpret_cast<float2*>(part_o + r1 * kFlashDim + d) = make_float2(o[dt][2], o[dt][3]);
   }
+  if ((lane & 3) == 0) {
+    part_ml[2 * r0] = m0;
+    part_ml[2 * r0 + 1] = l0;
+    part_ml[2 * r1] = m1;
+    part_ml[2 * r1 + 1] = l1;
+  }
+  __shared__ int last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&p.counters[group], 1) == p.splits - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const float* group_o = p.partials + group * p.splits * kFlashRows * kFlashDim;
+  const float* group_ml = p.partials + records * kFlashRows * kFlashDim +
+                          group * p.splits * kFlashRows * 2;
+  const int rows = static_cast<int>(min(int64_t{kFlashRows}, q_len - i0));
+  for (int idx = threadIdx.x; idx < rows * kFlashDim; idx += blockDim.x) {
+    const int r = idx / kFlashDim, d = idx % kFlashDim;
+    float m_max = -INFINITY;
+    for (int sp = 0; sp < p.splits; ++sp) {
+      m_max = fmaxf(m_max, __ldcg(group_ml + (sp * kFlashRows + r) * 2));
+    }
+    float l_sum = 0.0f, o_sum = 0.0f;
+    if (m_max != -INFINITY) {
+      for (int sp = 0; sp < p.splits; ++sp) {
+        const float m = __ldcg(group_ml + (sp * kFlashRows + r) * 2);
+        if (m == -INFINITY) continue;
+        const float w = exp2f(m - m_max);
+        l_sum = fmaf(__ldcg(group_ml + (sp * kFlashRows + r) * 2 + 1), w, l_sum);
+        o_sum = fmaf(__ldcg(group_o + (int64_t{sp} * kFlashRows + r) * kFlashDim + d), w, o_sum);
+      }
+    }
+    ob[(i0 + r) * width + d] = l_sum > 0.0f ? o_sum / l_sum : 0.0f;
+  }
+  if (threadIdx.x == 0) p.counters[group] = 0;
 }
 
 // q, k and v to f16 in one launch (three ranges of one index space).
@@ -630,36 +710,61 @@ bool FlashAttentionSupported(const AttentionArgs& a) {
 #endif
 }
 
-size_t FlashAttentionScratchBytes(const AttentionArgs& a) {
+namespace {
+size_t Rounded256(int64_t bytes) { return static_cast<size_t>((bytes + 255) / 256 * 256); }
+}  // namespace
+
+FlashPlan PlanFlashAttention(const AttentionArgs& a, int sm_count, int64_t max_counters) {
+  FlashPlan plan;
+  constexpr int64_t kRows = 64;
   const int64_t width = int64_t{a.heads} * a.head_dim;
-  // Each of the three f16 copies starts on a 256-byte boundary.
-  auto rounded = [](int64_t bytes) { return static_cast<size_t>((bytes + 255) / 256 * 256); };
-  return rounded(a.batch * a.q_len * width * 2) + 2 * rounded(a.batch * a.kv_len * width * 2);
+  const int64_t q_blocks = (a.q_len + kRows - 1) / kRows;
+  const int64_t groups = q_blocks * a.batch * a.heads;
+  const int64_t tiles = (a.kv_len + kRows - 1) / kRows;
+  // About three blocks per multiprocessor, and at least 4 key tiles per split.
+  const int64_t wanted = (3 * int64_t{sm_count} + groups - 1) / std::max<int64_t>(groups, 1);
+  const int64_t splits = std::clamp<int64_t>(wanted, 1, std::max<int64_t>(1, tiles / 4));
+  plan.half_bytes = Rounded256(a.batch * a.q_len * width * 2) +
+                    2 * Rounded256(a.batch * a.kv_len * width * 2);
+  if (splits > 1 && groups <= max_counters) {
+    plan.splits = static_cast<int>(splits);
+    plan.counters = groups;
+    plan.partial_bytes =
+        static_cast<size_t>(groups * splits) * kRows * (a.head_dim + 2) * sizeof(float);
+  }
+  plan.scratch_bytes = plan.half_bytes + plan.partial_bytes;
+  return plan;
 }
 
-cudaError_t LaunchFlashAttention(const LaunchContext& ctx, const AttentionArgs& a, void* scratch) {
+cudaError_t LaunchFlashAttention(const LaunchContext& ctx, const AttentionArgs& a,
+                                 const FlashPlan& plan, void* scratch, int* counters) {
 #if WAAV_GPU_HAS_MMA
   if (a.batch == 0 || a.q_len == 0 || a.heads == 0) return cudaSuccess;
   const int64_t width = int64_t{a.heads} * a.head_dim;
   const int64_t nq = a.batch * a.q_len * width, nkv = a.batch * a.kv_len * width;
-  auto rounded = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
   char* base = static_cast<char*>(scratch);
   auto* q16 = reinterpret_cast<__half*>(base);
-  auto* k16 = reinterpret_cast<__half*>(base + rounded(nq * 2));
-  auto* v16 = reinterpret_cast<__half*>(base + rounded(nq * 2) + rounded(nkv * 2));
+  auto* k16 = reinterpret_cast<__half*>(base + Rounded256(nq * 2));
+  auto* v16 = reinterpret_cast<__half*>(base + Rounded256(nq * 2) + Rounded256(nkv * 2));
   const int64_t total = nq + 2 * nkv;
   const int64_t blocks = std::min<int64_t>((total + 255) / 256, int64_t{ctx.sm_count} * 16);
   cudaError_t err = Launch(ctx, ToHalf3Kernel, dim3(static_cast<unsigned>(blocks)), dim3(256), 0,
                            a.q, nq, a.k, a.v, nkv, q16, k16, v16);
   if (err != cudaSuccess) return err;
-  const dim3 grid(CeilDiv(a.q_len, kFlashRows), static_cast<unsigned>(a.batch * a.heads));
-  return Launch(ctx, FlashAttentionKernel, grid, dim3(128), 0, q16, k16, v16, a.kv_lengths, a.out,
-                a.q_len, a.kv_len, a.heads, a.scale * 1.4426950408889634f, a.causal,
-                ctx.error_word);
+  FlashParams params{q16,      k16,      v16,
+                     a.kv_lengths, a.out, a.q_len,
+                     a.kv_len, a.heads,  a.scale * 1.4426950408889634f,
+                     a.causal, plan.splits,
+                     reinterpret_cast<float*>(base + plan.half_bytes), counters, ctx.error_word};
+  const dim3 grid(CeilDiv(a.q_len, kFlashRows), static_cast<unsigned>(a.batch * a.heads),
+                  static_cast<unsigned>(plan.splits));
+  return Launch(ctx, FlashAttentionKernel, grid, dim3(128), 0, params);
 #else
   (void)ctx;
   (void)a;
+  (void)plan;
   (void)scratch;
+  (void)counters;
   return cudaErrorNotSupported;
 #endif
 }

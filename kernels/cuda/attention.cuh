@@ -6,7 +6,9 @@
 //    the last block of a group to finish merges the partial results, so one launch suffices.
 //  * FlashAttention (fast path, head_dim 64, CUDA only): f16 tensor cores (mma.sync m16n8k16)
 //    with f32 accumulation and an f32 online softmax; 64 queries per block of 4 warps, K/V tiles
-//    of 64 keys double-buffered through cp.async. Inputs are first converted to f16 (one kernel).
+//    of 64 keys double-buffered through cp.async, keys split over blocks (merged by the last)
+//    when the query blocks alone would not fill the chip. Inputs are first converted to f16 (one
+//    kernel).
 // Both follow the CPU backend's semantics: with kv_lengths row b sees keys [0, kv_lengths[b]);
 // with `causal` query i sees keys at positions <= kv_lengths[b] − Tq + i; a query that sees no key
 // outputs zeros. A length outside [0, Tk] is reported through the error word and the row is left
@@ -50,9 +52,17 @@ cudaError_t LaunchSplitAttention(const LaunchContext& ctx, const AttentionArgs& 
 
 // Whether FlashAttention can run these shapes in this build.
 bool FlashAttentionSupported(const AttentionArgs& args);
-// Scratch for the f16 copies of q, k and v.
-size_t FlashAttentionScratchBytes(const AttentionArgs& args);
+
+// How FlashAttention divides the work; depends only on shapes.
+struct FlashPlan {
+  int splits = 1;            // key ranges per (row, head, block of 64 queries)
+  size_t half_bytes = 0;     // f16 copies of q, k, v
+  size_t partial_bytes = 0;  // partial results when splits > 1
+  size_t scratch_bytes = 0;  // half_bytes + partial_bytes
+  int64_t counters = 0;      // zeroed arrival counters needed (0 when splits == 1)
+};
+FlashPlan PlanFlashAttention(const AttentionArgs& args, int sm_count, int64_t max_counters);
 cudaError_t LaunchFlashAttention(const LaunchContext& ctx, const AttentionArgs& args,
-                                 void* scratch);
+                                 const FlashPlan& plan, void* scratch, int* counters);
 
 }  // namespace waav::cuda

@@ -314,20 +314,24 @@ class CudaBackend final : public Backend {
                                    causal};
     const bool flash = options_.math == CudaMath::kFast && cuda::FlashAttentionSupported(args);
     cuda::SplitPlan plan;
+    cuda::FlashPlan flash_plan;
     size_t scratch_bytes = 0;
     if (flash) {
-      scratch_bytes = cuda::FlashAttentionScratchBytes(args);
+      flash_plan = cuda::PlanFlashAttention(args, state_->ctx.sm_count, kAttentionCounters);
+      scratch_bytes = flash_plan.scratch_bytes;
     } else {
       plan = cuda::PlanSplitAttention(args, state_->ctx.sm_count, kAttentionCounters);
       scratch_bytes = plan.partial_bytes;
     }
     ASSIGN_OR_RETURN(Tensor scratch, Scratch(scratch_bytes));
     Sign({static_cast<int64_t>(SigOp::kAttention), d.batch, d.q_len, d.kv_len, d.heads,
-          d.head_dim, causal, lengths.defined(), flash, plan.splits});
-    return Submit([state = state_, q, k, v, lengths, out, args, flash, plan, scratch]() {
+          d.head_dim, causal, lengths.defined(), flash, plan.splits, flash_plan.splits});
+    return Submit([state = state_, q, k, v, lengths, out, args, flash, plan, flash_plan,
+                   scratch]() {
       if (flash) {
         return GpuStatus("Attention",
-                         cuda::LaunchFlashAttention(state->ctx, args, scratch.data()));
+                         cuda::LaunchFlashAttention(state->ctx, args, flash_plan, scratch.data(),
+                                                    state->counters.data_as<int>()));
       }
       return GpuStatus(
           "Attention",

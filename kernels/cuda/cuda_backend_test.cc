@@ -249,7 +249,7 @@ TEST_P(CudaParityTest, Conv1dMatchesCpu) {
 
 TEST_P(CudaParityTest, LayerNormMatchesCpuAlsoInPlace) {
   for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
-           {1, 384}, {7, 37}, {300, 384}, {3, 1}}) {
+           {1, 384}, {7, 37}, {300, 384}, {3, 1}, {2, 768}, {3, 1536}}) {
     const std::string what = absl::StrCat("LayerNorm ", rows, "x", cols);
     const std::vector<float> values = Random(rows * cols, -3.0f, 5.0f);
     const Pair gamma = F32({cols}, Random(cols, 0.5f, 1.5f));
@@ -357,6 +357,7 @@ TEST_P(CudaParityTest, AttentionMatchesCpu) {
                        Case{1, 300, 300, 6, 64, false, false},  // encoder-like
                        Case{2, 100, 120, 6, 64, true, true},
                        Case{1, 1500, 1500, 6, 64, false, false},
+                       Case{1, 200, 1024, 6, 64, true, true},  // f16 path with key splits
                        Case{2, 5, 33, 3, 24, true, true},  // odd head sizes
                        Case{1, 20, 50, 2, 128, false, false},
                        Case{1, 2, 40, 1, 200, false, true}}) {
