@@ -29,6 +29,7 @@
 #include "engine/models/whisper/whisper_model.h"
 #include "engine/runtime/status.h"
 #include "engine/runtime/dtype.h"
+#include "bench/gpu/fused_whisper_step.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "tests/support/random_whisper.h"
 
@@ -41,6 +42,7 @@ struct BackendVariant {
   std::string name;
   CudaBackendOptions options;
   bool capture;  // replay a captured graph; false: issue the kernels each time
+  bool fused;    // decoder step from the fused kernels (bench/gpu/fused_whisper_step.h); no encoder
 };
 
 struct Row {
@@ -100,8 +102,14 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
                    whisper::WhisperModel::Load(model_dir, *backend, model_options));
   std::mt19937 rng(1234);
 
+  std::unique_ptr<bench::FusedWhisperDecoder> fused;
+  if (variant.fused) {
+    ASSIGN_OR_RETURN(fused, bench::FusedWhisperDecoder::Load(model_dir, *backend));
+  }
+
   // ---- Encoder ----------------------------------------------------------------------------------
   for (int batch : {1, 16}) {
+    if (variant.fused) break;
     ASSIGN_OR_RETURN(std::unique_ptr<whisper::EncoderBuffers> buffers,
                      model->NewEncoderBuffers(batch));
     ASSIGN_OR_RETURN(std::unique_ptr<whisper::DecoderState> state, model->NewDecoderState(batch));
@@ -151,9 +159,13 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
     RETURN_IF_ERROR(backend->CopyFromHost(lengths.data(), lengths.size() * 4, state->lengths()));
     std::unique_ptr<Graph> graph;
     std::function<absl::Status()> run = [&] { return model->DecodeStep(*state); };
+    if (fused) {
+      RETURN_IF_ERROR(fused->Prepare(*state));
+      run = [&] { return fused->Step(*state); };
+    }
     if (variant.capture) {
       RETURN_IF_ERROR(backend->BeginCapture());
-      RETURN_IF_ERROR(model->DecodeStep(*state));
+      RETURN_IF_ERROR(run());
       ASSIGN_OR_RETURN(graph, backend->EndCapture());
       run = [&] { return graph->Replay(); };
     }
@@ -326,17 +338,17 @@ int Main(int argc, char** argv) {
   }
 
   std::vector<BackendVariant> variants;
-  auto add = [&](const std::string& name, CudaMath math, bool graphs, bool pdl, bool capture) {
+  auto add = [&](const std::string& name, CudaMath math, bool pdl, bool capture, bool fused) {
     CudaBackendOptions o;
     o.math = math;
-    o.use_graphs = graphs;
     o.use_pdl = pdl;
-    variants.push_back({name, o, capture});
+    variants.push_back({name, o, capture, fused});
   };
-  add("fast, eager launches", CudaMath::kFast, true, false, false);
-  add("fast, CUDA graph", CudaMath::kFast, true, false, true);
-  add("fast, CUDA graph + PDL", CudaMath::kFast, true, true, true);
-  add("accurate, CUDA graph + PDL", CudaMath::kAccurate, true, true, true);
+  add("fast, eager launches", CudaMath::kFast, false, false, false);
+  add("fast, CUDA graph", CudaMath::kFast, false, true, false);
+  add("fast, CUDA graph + PDL", CudaMath::kFast, true, true, false);
+  add("accurate, CUDA graph + PDL", CudaMath::kAccurate, true, true, false);
+  add("fused step, CUDA graph + PDL", CudaMath::kFast, true, true, true);
 
   std::vector<Row> rows;
   {

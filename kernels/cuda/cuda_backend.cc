@@ -24,6 +24,7 @@
 #include "kernels/cuda/conv1d.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/embed.cuh"
+#include "kernels/cuda/fused_linear.cuh"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gpu.h"
 #include "kernels/cuda/graph.h"
@@ -83,7 +84,8 @@ enum class SigOp : int64_t {
   kWriteRows,
   kEmbed,
   kLogSoftmax,
-  kCopy
+  kCopy,
+  kFusedLinear
 };
 
 absl::StatusOr<cuda::Epilogue> ToEpilogue(const char* op, Activation act) {
@@ -124,7 +126,7 @@ absl::Status DecodeDeviceError(unsigned long long code) {
   return absl::InternalError(absl::StrFormat("unknown device error word %#x", code));
 }
 
-class CudaBackend final : public Backend {
+class CudaBackend final : public Backend, public CudaExtensions {
  public:
   static absl::StatusOr<std::unique_ptr<Backend>> Create(const CudaBackendOptions& options);
 
@@ -383,6 +385,100 @@ class CudaBackend final : public Backend {
     });
   }
 
+  // ---- Extensions -----------------------------------------------------------------------------
+
+  absl::Status FusedLinear(const FusedLinearArgs& a) override {
+    constexpr const char* kOp = "FusedLinear";
+    RETURN_IF_ERROR(checks::CheckTensor(kGpuKind, kOp, "x", a.x, {DType::kF32}, -1, 1));
+    RETURN_IF_ERROR(
+        checks::CheckTensor(kGpuKind, kOp, "weight", a.weight, {DType::kF32, DType::kF16}, 2));
+    const int64_t n = a.weight.dim(0), k = a.weight.dim(1);
+    if (a.x.dim(-1) != k || k == 0) {
+      return checks::Invalid(kOp, absl::StrCat("x ", a.x.Describe(), " and weight ",
+                                               a.weight.Describe(), " disagree on the input size"));
+    }
+    const int64_t m = a.x.numel() / k;
+    ASSIGN_OR_RETURN(const Tensor x2, a.x.Reshape({m, k}));
+    const bool norm = a.norm_gamma.defined();
+    if (norm) {
+      RETURN_IF_ERROR(checks::CheckTensor(kGpuKind, kOp, "norm_gamma", a.norm_gamma,
+                                          {DType::kF32}, 1));
+      RETURN_IF_ERROR(checks::CheckShape(kOp, "norm_gamma", a.norm_gamma, Shape{k}, "x's last dim"));
+      RETURN_IF_ERROR(checks::CheckShape(kOp, "norm_beta", a.norm_beta, Shape{k}, "x's last dim"));
+    }
+    if (a.bias.defined()) {
+      RETURN_IF_ERROR(checks::CheckShape(kOp, "bias", a.bias, Shape{n}, "one per output"));
+    }
+    ASSIGN_OR_RETURN(const cuda::Epilogue epilogue, ToEpilogue(kOp, a.act));
+    cuda::FusedLinearParams p{};
+    p.x = x2.data_as<float>();
+    p.m = m;
+    p.k = k;
+    p.gamma = norm ? a.norm_gamma.data_as<float>() : nullptr;
+    p.beta = norm ? a.norm_beta.data_as<float>() : nullptr;
+    p.eps = a.eps;
+    p.w = a.weight.data();
+    p.w_f16 = a.weight.dtype() == DType::kF16;
+    p.n = n;
+    p.bias = a.bias.defined() ? a.bias.data_as<float>() : nullptr;
+    p.act = epilogue;
+    Tensor y2, q2;
+    if (a.output == Output::kQkv) {
+      if (n % 3 != 0) return checks::Invalid(kOp, "kQkv needs a weight of 3·C rows");
+      const int64_t c = n / 3;
+      ASSIGN_OR_RETURN(q2, a.q.Reshape({m, c}));
+      for (const auto& [name, cache] : {std::pair<const char*, const Tensor*>{"k_cache", &a.k_cache},
+                                        {"v_cache", &a.v_cache}}) {
+        RETURN_IF_ERROR(checks::CheckTensor(kGpuKind, kOp, name, *cache, {DType::kF32}, 3));
+        if (cache->dim(0) != m || cache->dim(2) != c) {
+          return checks::Invalid(kOp, absl::StrCat(name, " ", cache->Describe(), " must be [", m,
+                                                   ", L, ", c, "]"));
+        }
+      }
+      RETURN_IF_ERROR(checks::CheckShape(kOp, "positions", a.positions, Shape{m}, "one per row"));
+      p.output = cuda::FusedOutput::kQkv;
+      p.q = q2.data_as<float>();
+      p.k_cache = a.k_cache.data_as<float>();
+      p.v_cache = a.v_cache.data_as<float>();
+      p.positions = a.positions.data_as<int32_t>();
+      p.capacity = a.k_cache.dim(1);
+    } else {
+      ASSIGN_OR_RETURN(y2, a.y.Reshape({m, n}));
+      RETURN_IF_ERROR(checks::CheckDisjoint(kOp, "y", y2, "x", x2));
+      p.output = a.output == Output::kStore ? cuda::FusedOutput::kStore
+                                            : cuda::FusedOutput::kAccumulate;
+      p.y = y2.data_as<float>();
+    }
+    if (cuda::FusedLinearSupported(p)) {
+      Sign({static_cast<int64_t>(SigOp::kFusedLinear), m, n, k, norm, p.w_f16,
+            static_cast<int64_t>(epilogue), static_cast<int64_t>(p.output)});
+      return Submit([state = state_, a, p]() {
+        return GpuStatus("FusedLinear", cuda::LaunchFusedLinear(state->ctx, p));
+      });
+    }
+    // The same result from separate kernels (more rows than the fused kernel takes).
+    Tensor input = x2;
+    if (norm) {
+      ASSIGN_OR_RETURN(Tensor normed, Scratch(static_cast<size_t>(m * k) * sizeof(float)));
+      ASSIGN_OR_RETURN(input, normed.Slice(0, m * k));
+      ASSIGN_OR_RETURN(input, input.Reshape({m, k}));
+      RETURN_IF_ERROR(LayerNorm(x2, a.norm_gamma, a.norm_beta, a.eps, input));
+    }
+    const Tensor* bias = a.bias.defined() ? &a.bias : nullptr;
+    if (a.output == Output::kStore) return Linear(input, a.weight, bias, a.act, y2);
+    ASSIGN_OR_RETURN(Tensor result, Scratch(static_cast<size_t>(m * n) * sizeof(float)));
+    ASSIGN_OR_RETURN(result, result.Slice(0, m * n));
+    ASSIGN_OR_RETURN(result, result.Reshape({m, n}));
+    RETURN_IF_ERROR(Linear(input, a.weight, bias, a.act, result));
+    if (a.output == Output::kAccumulate) return Add(y2, result, y2);
+    Sign({static_cast<int64_t>(SigOp::kFusedLinear), m, n, 3});
+    return Submit([state = state_, a, result, p]() {
+      return GpuStatus("FusedLinear", cuda::LaunchQkvScatter(state->ctx, result.data_as<float>(),
+                                                              p.m, p.n / 3, p.q, p.k_cache,
+                                                              p.v_cache, p.positions, p.capacity));
+    });
+  }
+
   // ---- Graph capture --------------------------------------------------------------------------
 
   absl::Status BeginCapture() override {
@@ -569,6 +665,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateRegistered(const BackendOptions& 
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options) {
   return CudaBackend::Create(options);
+}
+
+CudaExtensions* GetCudaExtensions(Backend& backend) {
+  return dynamic_cast<CudaExtensions*>(&backend);
 }
 
 }  // namespace waav

@@ -36,6 +36,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -64,6 +65,39 @@ struct CudaBackendOptions {
   // cuBLAS workspace. Default: 32 MiB.
   size_t cublas_workspace_bytes = size_t{32} << 20;
 };
+
+// CUDA-only kernels beyond the Backend interface, for callers that know they hold a CUDA backend
+// (the GPU benchmark's fused decoder step, and its parity test). Candidates for optional
+// Backend ops: see docs/gpu.md.
+class CudaExtensions {
+ public:
+  enum class Output : uint8_t {
+    kStore,       // y = result
+    kAccumulate,  // y += result (a residual connection; y is read and written)
+    kQkv,         // result columns [0, C) to q, [C, 2C) to k_cache, [2C, 3C) to v_cache
+  };
+  struct FusedLinearArgs {
+    Tensor x;                      // f32 [.., K]: M rows
+    Tensor norm_gamma, norm_beta;  // f32 [K]: LayerNorm x first; undefined: no LayerNorm
+    float eps = 1e-5f;
+    Tensor weight;  // f32 or f16 [N, K]
+    Tensor bias;    // f32 [N], or undefined
+    Activation act = Activation::kNone;
+    Output output = Output::kStore;
+    Tensor y;                    // kStore, kAccumulate: f32 [M, N] (any leading dims)
+    Tensor q;                    // kQkv: f32 [M, C] (any leading dims), N = 3·C
+    Tensor k_cache, v_cache;     // kQkv: f32 [M, L, C]; row positions[m] of batch row m
+    Tensor positions;            // kQkv: i32 [M]
+  };
+  virtual ~CudaExtensions() = default;
+  // result = act(LayerNorm?(x) · weightᵀ + bias), exact f32 like Linear's skinny path; one kernel
+  // for up to 16 rows (K a multiple of 8, K <= 1024 with LayerNorm), else the same ops composed.
+  // A position outside the caches is reported by the next Synchronize() like WriteRows's.
+  virtual absl::Status FusedLinear(const FusedLinearArgs& args) = 0;
+};
+
+// The CUDA extensions of `backend`, or null when it is not this CUDA backend.
+CudaExtensions* GetCudaExtensions(Backend& backend);
 
 // Creates the backend, or Unavailable when there is no usable device (no driver, no GPU, a GPU
 // this build has no kernels for) with the reason. CreateBackend("cuda") calls this with the

@@ -27,7 +27,12 @@ export LD_LIBRARY_PATH="$here/lib${cublas:+:$(dirname "$cublas")}:${LD_LIBRARY_P
 cat "$out/device.txt"
 
 echo "== tests"
-timeout 180 "$here/bin/cuda_backend_test" > "$out/tests.log" 2>&1
+{
+  timeout 180 "$here/bin/cuda_backend_test"
+  rc=$?
+  timeout 60 "$here/bin/fused_whisper_step_test"
+  exit $(( rc > $? ? rc : $? ))
+} > "$out/tests.log" 2>&1
 tests_rc=$?
 echo "== compute-sanitizer (memcheck) over the kernel tests"
 if [[ "$skip" == *" sanitizer "* ]]; then

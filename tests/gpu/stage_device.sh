@@ -9,10 +9,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build/ci}
 dest=${2:-.device}
-cmake --build "$build" --target cuda_backend_test whisper_gpu_bench -j2
+cmake --build "$build" --target cuda_backend_test fused_whisper_step_test whisper_gpu_bench -j2
 rm -rf "$dest"
 mkdir -p "$dest/bin" "$dest/lib"
-cp "$build/kernels/cuda/cuda_backend_test" "$build/bench/gpu/whisper_gpu_bench" "$dest/bin/"
+cp "$build/kernels/cuda/cuda_backend_test" "$build/bench/gpu/fused_whisper_step_test" \
+  "$build/bench/gpu/whisper_gpu_bench" "$dest/bin/"
 strip "$dest/bin/"*
 # Every shared library outside the C runtime (the GPU machine runs another distribution): the
 # CUDA runtime is linked in statically and cuBLAS is loaded from the machine's CUDA install.

@@ -64,6 +64,13 @@ class DecoderState {
   const Tensor& lengths() const { return lengths_; }
   const Tensor& step_logits() const { return step_.logits; }
 
+  // Per-layer caches, f32: self-attention [B, n_text_ctx, d_model], cross-attention
+  // [B, n_audio_ctx, d_model]. For backend-specific steps (the CUDA fused decoder step).
+  const Tensor& self_k(int layer) const { return self_k_[static_cast<size_t>(layer)]; }
+  const Tensor& self_v(int layer) const { return self_v_[static_cast<size_t>(layer)]; }
+  const Tensor& cross_k(int layer) const { return cross_k_[static_cast<size_t>(layer)]; }
+  const Tensor& cross_v(int layer) const { return cross_v_[static_cast<size_t>(layer)]; }
+
  private:
   friend class WhisperModel;
   // Activations of one step (T = 1), allocated with the state so that a step allocates nothing.
