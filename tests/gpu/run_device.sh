@@ -5,7 +5,9 @@
 # same call. Results under $OUT (device.txt, tests.log, sanitizer.log, bench.tsv, torch.tsv,
 # summary.txt); the summary is printed last.
 set -uo pipefail
-here=.device
+scripts=.device
+here=/tmp/waav-device
+rm -rf "$here" && mkdir -p "$here" && tar -C "$here" -xJf "$scripts/payload.tar.xz" || exit 1
 out=${OUT:-/tmp/waav-device-out}
 mkdir -p "$out"
 quick=${WAAV_DEVICE_QUICK:-}
@@ -27,12 +29,13 @@ export LD_LIBRARY_PATH="$here/lib${cublas:+:$(dirname "$cublas")}:${LD_LIBRARY_P
 cat "$out/device.txt"
 
 echo "== tests"
-{
+(
   timeout 180 "$here/bin/cuda_backend_test"
-  rc=$?
+  rc1=$?
   timeout 60 "$here/bin/fused_whisper_step_test"
-  exit $(( rc > $? ? rc : $? ))
-} > "$out/tests.log" 2>&1
+  rc2=$?
+  exit $(( rc1 > rc2 ? rc1 : rc2 ))
+) > "$out/tests.log" 2>&1
 tests_rc=$?
 echo "== compute-sanitizer (memcheck) over the kernel tests"
 if [[ "$skip" == *" sanitizer "* ]]; then
@@ -52,7 +55,7 @@ echo "== PyTorch anchor"
 if [[ "$skip" == *" torch "* ]]; then
   torch_rc=skipped
 else
-  PYTHONUNBUFFERED=1 timeout 120 python3 "$here/torch_whisper_anchor.py" --out "$out/torch.tsv" \
+  PYTHONUNBUFFERED=1 timeout 120 python3 "$scripts/torch_whisper_anchor.py" --out "$out/torch.tsv" \
     ${quick:+--quick} > "$out/torch.log" 2>&1
   torch_rc=$?
 fi

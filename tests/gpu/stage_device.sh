@@ -10,16 +10,21 @@ cd "$(dirname "$0")/../.."
 build=${1:-build/ci}
 dest=${2:-.device}
 cmake --build "$build" --target cuda_backend_test fused_whisper_step_test whisper_gpu_bench -j2
-rm -rf "$dest"
-mkdir -p "$dest/bin" "$dest/lib"
+# Binaries and libraries travel as one xz archive (the device tool carries at most 64 MiB).
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin" "$stage/lib"
 cp "$build/kernels/cuda/cuda_backend_test" "$build/bench/gpu/fused_whisper_step_test" \
-  "$build/bench/gpu/whisper_gpu_bench" "$dest/bin/"
-strip "$dest/bin/"*
+  "$build/bench/gpu/whisper_gpu_bench" "$stage/bin/"
+strip "$stage/bin/"*
 # Every shared library outside the C runtime (the GPU machine runs another distribution): the
 # CUDA runtime is linked in statically and cuBLAS is loaded from the machine's CUDA install.
-for bin in "$dest/bin/"*; do
+for bin in "$stage/bin/"*; do
   ldd "$bin" | awk '/=> \// {print $3}'
 done | sort -u | grep -v -E '/(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so' \
-  | while read -r lib; do cp -L "$lib" "$dest/lib/"; done
+  | while read -r lib; do cp -L "$lib" "$stage/lib/"; done
+rm -rf "$dest"
+mkdir -p "$dest"
+tar -C "$stage" -cJf "$dest/payload.tar.xz" bin lib
 cp tests/gpu/run_device.sh bench/gpu/torch_whisper_anchor.py "$dest/"
 du -sh "$dest"
