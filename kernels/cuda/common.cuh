@@ -68,6 +68,39 @@ __device__ __forceinline__ float BlockMax(float v, float* scratch) {
 __device__ __forceinline__ float ToFloat(float v) { return v; }
 __device__ __forceinline__ float ToFloat(__half v) { return __half2float(v); }
 
+// Eight consecutive weights (f16 or f32) held raw, so that they can be loaded before
+// WaitForPreviousKernel() (weights never depend on the previous kernel) and widened after.
+template <typename W>
+struct Raw8;
+template <>
+struct Raw8<__half> {
+  uint4 v;
+  __device__ __forceinline__ void Load(const __half* p) { v = *reinterpret_cast<const uint4*>(p); }
+  __device__ __forceinline__ void Zero() { v = make_uint4(0, 0, 0, 0); }
+  __device__ __forceinline__ void Widen(float* out) const {
+    const __half2* h = reinterpret_cast<const __half2*>(&v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __half22float2(h[i]);
+      out[2 * i] = f.x;
+      out[2 * i + 1] = f.y;
+    }
+  }
+};
+template <>
+struct Raw8<float> {
+  float4 a, b;
+  __device__ __forceinline__ void Load(const float* p) {
+    a = *reinterpret_cast<const float4*>(p);
+    b = *reinterpret_cast<const float4*>(p + 4);
+  }
+  __device__ __forceinline__ void Zero() { a = b = make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
+  __device__ __forceinline__ void Widen(float* out) const {
+    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
+    out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+  }
+};
+
 // Exact GELU (erf form, as in Whisper): 0.5·x·erfc(−x/√2) keeps precision for very negative x.
 __device__ __forceinline__ float GeluExact(float x) {
   return 0.5f * x * erfcf(-x * 0.70710678118654752f);

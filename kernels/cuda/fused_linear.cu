@@ -14,21 +14,11 @@ constexpr int kChunk = 8;
 
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-__device__ __forceinline__ void Load8(const __half* p, float* out) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
-  const __half2* h = reinterpret_cast<const __half2*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __half22float2(h[i]);
-    out[2 * i] = f.x;
-    out[2 * i + 1] = f.y;
-  }
-}
-__device__ __forceinline__ void Load8(const float* p, float* out) {
-  const float4 a = *reinterpret_cast<const float4*>(p);
-  const float4 b = *reinterpret_cast<const float4*>(p + 4);
-  out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
-  out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+template <typename T>
+__device__ __forceinline__ void Load8(const T* p, float* out) {
+  Raw8<T> raw;
+  raw.Load(p);
+  raw.Widen(out);
 }
 
 __device__ __forceinline__ float Activate(float v, Epilogue act) {
@@ -43,11 +33,29 @@ __device__ __forceinline__ float Activate(float v, Epilogue act) {
 
 template <typename W, int kRows, int kCols>
 __global__ void __launch_bounds__(kWarps * kWarp) FusedLinearKernel(FusedLinearParams p) {
-  WaitForPreviousKernel();
-  AllowNextKernel();
   extern __shared__ float4 normed_raw[];  // [kRows][K] when normalising
   float* normed = reinterpret_cast<float*>(normed_raw);
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int64_t n0 = (blockIdx.x * int64_t{kWarps} + warp) * kCols;
+  const W* w = static_cast<const W*>(p.w);
+  // Weights never depend on the previous kernel: the first chunks are requested before waiting
+  // for it, so that they arrive while it finishes (programmatic dependent launch).
+  constexpr int kPrefetch = 2;
+  Raw8<W> pre[kPrefetch][kCols];
+#pragma unroll
+  for (int q = 0; q < kPrefetch; ++q) {
+    const int64_t k0 = (lane + int64_t{q} * kWarp) * kChunk;
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+      if (k0 < p.k && n0 + c < p.n) {
+        pre[q][c].Load(w + (n0 + c) * p.k + k0);
+      } else {
+        pre[q][c].Zero();
+      }
+    }
+  }
+  WaitForPreviousKernel();
+  AllowNextKernel();
   const int64_t m0 = blockIdx.y * int64_t{kRows};
   const int rows = static_cast<int>(min(int64_t{kRows}, p.m - m0));
   const float* x = p.x + m0 * p.k;
@@ -73,26 +81,14 @@ __global__ void __launch_bounds__(kWarps * kWarp) FusedLinearKernel(FusedLinearP
     __syncthreads();
     x = normed;
   }
-  const int64_t n0 = (blockIdx.x * int64_t{kWarps} + warp) * kCols;
   if (n0 >= p.n) return;
-  const W* w = static_cast<const W*>(p.w);
   float acc[kRows][kCols];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
 #pragma unroll
     for (int c = 0; c < kCols; ++c) acc[r][c] = 0.0f;
   }
-  for (int64_t k0 = lane * kChunk; k0 < p.k; k0 += kWarp * kChunk) {
-    float wv[kCols][kChunk];
-#pragma unroll
-    for (int c = 0; c < kCols; ++c) {
-      if (n0 + c < p.n) {
-        Load8(w + (n0 + c) * p.k + k0, wv[c]);
-      } else {
-#pragma unroll
-        for (int i = 0; i < kChunk; ++i) wv[c][i] = 0.0f;
-      }
-    }
+  auto accumulate = [&](int64_t k0, const float (&wv)[kCols][kChunk]) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       if (r < rows) {
@@ -105,6 +101,30 @@ __global__ void __launch_bounds__(kWarps * kWarp) FusedLinearKernel(FusedLinearP
         }
       }
     }
+  };
+#pragma unroll
+  for (int q = 0; q < kPrefetch; ++q) {
+    const int64_t k0 = (lane + int64_t{q} * kWarp) * kChunk;
+    if (k0 < p.k) {
+      float wv[kCols][kChunk];
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) pre[q][c].Widen(wv[c]);
+      accumulate(k0, wv);
+    }
+  }
+  for (int64_t k0 = (lane + int64_t{kPrefetch} * kWarp) * kChunk; k0 < p.k;
+       k0 += kWarp * kChunk) {
+    float wv[kCols][kChunk];
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+      if (n0 + c < p.n) {
+        Load8(w + (n0 + c) * p.k + k0, wv[c]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kChunk; ++i) wv[c][i] = 0.0f;
+      }
+    }
+    accumulate(k0, wv);
   }
   const int64_t channels = p.n / 3;  // kQkv
 #pragma unroll

@@ -24,33 +24,25 @@ __device__ __forceinline__ float Activate(float v, Epilogue act) {
 constexpr int kSkinnyWarps = 4;
 constexpr int kChunk = 8;  // K elements per lane per step
 
-__device__ __forceinline__ void Load8(const __half* p, float* out) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
-  const __half2* h = reinterpret_cast<const __half2*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __half22float2(h[i]);
-    out[2 * i] = f.x;
-    out[2 * i + 1] = f.y;
-  }
-}
-__device__ __forceinline__ void Load8(const float* p, float* out) {
-  const float4 a = *reinterpret_cast<const float4*>(p);
-  const float4 b = *reinterpret_cast<const float4*>(p + 4);
-  out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
-  out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+template <typename T>
+__device__ __forceinline__ void Load8(const T* p, float* out) {
+  Raw8<T> raw;
+  raw.Load(p);
+  raw.Widen(out);
 }
 
 template <typename W, int kRows, int kCols, bool kVec>
 __global__ void __launch_bounds__(kSkinnyWarps * kWarp)
     SkinnyLinearKernel(const float* x, int64_t m, int64_t k, const W* w, int64_t n,
                        const float* bias, Epilogue act, float* y) {
-  WaitForPreviousKernel();
-  AllowNextKernel();
   const int lane = threadIdx.x % kWarp;
   const int64_t n0 = (blockIdx.x * int64_t{kSkinnyWarps} + threadIdx.x / kWarp) * kCols;
   const int64_t m0 = blockIdx.y * int64_t{kRows};
-  if (n0 >= n) return;
+  if (n0 >= n) {
+    WaitForPreviousKernel();
+    AllowNextKernel();
+    return;
+  }
   float acc[kRows][kCols];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
@@ -58,17 +50,25 @@ __global__ void __launch_bounds__(kSkinnyWarps * kWarp)
     for (int c = 0; c < kCols; ++c) acc[r][c] = 0.0f;
   }
   if constexpr (kVec) {
-    for (int64_t k0 = lane * kChunk; k0 < k; k0 += kWarp * kChunk) {
-      float wv[kCols][kChunk];
+    // The first kPrefetch chunks of this lane's weights are requested before waiting for the
+    // previous kernel: with programmatic dependent launch they arrive while it finishes.
+    constexpr int kPrefetch = 2;
+    Raw8<W> pre[kPrefetch][kCols];
+#pragma unroll
+    for (int p = 0; p < kPrefetch; ++p) {
+      const int64_t k0 = (lane + int64_t{p} * kWarp) * kChunk;
 #pragma unroll
       for (int c = 0; c < kCols; ++c) {
-        if (n0 + c < n) {
-          Load8(w + (n0 + c) * k + k0, wv[c]);
+        if (k0 < k && n0 + c < n) {
+          pre[p][c].Load(w + (n0 + c) * k + k0);
         } else {
-#pragma unroll
-          for (int i = 0; i < kChunk; ++i) wv[c][i] = 0.0f;
+          pre[p][c].Zero();
         }
       }
+    }
+    WaitForPreviousKernel();
+    AllowNextKernel();
+    auto accumulate = [&](int64_t k0, const float (&wv)[kCols][kChunk]) {
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         if (m0 + r < m) {
@@ -81,8 +81,34 @@ __global__ void __launch_bounds__(kSkinnyWarps * kWarp)
           }
         }
       }
+    };
+#pragma unroll
+    for (int p = 0; p < kPrefetch; ++p) {
+      const int64_t k0 = (lane + int64_t{p} * kWarp) * kChunk;
+      if (k0 < k) {
+        float wv[kCols][kChunk];
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) pre[p][c].Widen(wv[c]);
+        accumulate(k0, wv);
+      }
+    }
+    for (int64_t k0 = (lane + int64_t{kPrefetch} * kWarp) * kChunk; k0 < k;
+         k0 += kWarp * kChunk) {
+      float wv[kCols][kChunk];
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        if (n0 + c < n) {
+          Load8(w + (n0 + c) * k + k0, wv[c]);
+        } else {
+#pragma unroll
+          for (int i = 0; i < kChunk; ++i) wv[c][i] = 0.0f;
+        }
+      }
+      accumulate(k0, wv);
     }
   } else {
+    WaitForPreviousKernel();
+    AllowNextKernel();
     for (int64_t kk = lane; kk < k; kk += kWarp) {
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
