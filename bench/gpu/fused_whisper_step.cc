@@ -52,7 +52,9 @@ absl::StatusOr<std::unique_ptr<FusedWhisperDecoder>> FusedWhisperDecoder::Load(
   ASSIGN_OR_RETURN(const int64_t heads, file.GetScalarInt("decoder/num_heads"));
   dec->n_heads_ = static_cast<int>(heads);
   const DType f16 = DType::kF16, f32 = DType::kF32;
-  auto load = [&](const std::string& name, DType dtype) { return bench::Load(backend, file, name, dtype); };
+  auto load = [&](const std::string& name, DType dtype) {
+    return bench::Load(backend, file, name, dtype);
+  };
   ASSIGN_OR_RETURN(dec->token_embedding_, load("decoder/embeddings/weight", f16));
   dec->d_model_ = static_cast<int>(dec->token_embedding_.dim(1));
   ASSIGN_OR_RETURN(dec->positions_, load("decoder/position_encodings/encodings", f32));

@@ -33,7 +33,8 @@ TEST(FusedWhisperStepTest, MatchesDecodeStepEagerAndReplayed) {
   CudaBackendOptions options;
   options.math = CudaMath::kAccurate;
   auto backend = CreateCudaBackend(options);
-  if (!backend.ok()) GTEST_SKIP() << "no usable GPU, CUDA test skipped: " << backend.status().message();
+  if (!backend.ok())
+    GTEST_SKIP() << "no usable GPU, CUDA test skipped: " << backend.status().message();
   const uint32_t seed = std::random_device{}();
   std::mt19937 rng(seed);
   const auto dir = waav::testing::MakeTempDir("waav-fused-step");

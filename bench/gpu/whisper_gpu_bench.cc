@@ -26,10 +26,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/models/whisper/whisper_model.h"
-#include "engine/runtime/status.h"
-#include "engine/runtime/dtype.h"
 #include "bench/gpu/fused_whisper_step.h"
+#include "engine/models/whisper/whisper_model.h"
+#include "engine/runtime/dtype.h"
+#include "engine/runtime/status.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "tests/support/random_whisper.h"
 
@@ -113,11 +113,13 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
     ASSIGN_OR_RETURN(std::unique_ptr<whisper::EncoderBuffers> buffers,
                      model->NewEncoderBuffers(batch));
     ASSIGN_OR_RETURN(std::unique_ptr<whisper::DecoderState> state, model->NewDecoderState(batch));
-    const std::vector<float> mel = RandomVector(
-        static_cast<size_t>(buffers->mel().numel()), rng, -1.5f, 1.5f);
+    const std::vector<float> mel =
+        RandomVector(static_cast<size_t>(buffers->mel().numel()), rng, -1.5f, 1.5f);
     RETURN_IF_ERROR(backend->CopyFromHost(mel.data(), mel.size() * 4, buffers->mel()));
     std::unique_ptr<Graph> graph;
-    std::function<absl::Status()> run = [&] { return model->EncodeOnDevice(*buffers, state.get()); };
+    std::function<absl::Status()> run = [&] {
+      return model->EncodeOnDevice(*buffers, state.get());
+    };
     if (variant.capture) {
       RETURN_IF_ERROR(backend->BeginCapture());
       RETURN_IF_ERROR(model->EncodeOnDevice(*buffers, state.get()));
@@ -126,8 +128,8 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
     }
     Row row{"encoder (per window)", variant.name, batch, 0, 0};
     const int burst = quick ? 3 : (batch == 1 ? 20 : 4);
-    RETURN_IF_ERROR(Time(*backend, run, burst, quick ? 3 : 7, &row.per_item_us,
-                         &row.round_trip_us));
+    RETURN_IF_ERROR(
+        Time(*backend, run, burst, quick ? 3 : 7, &row.per_item_us, &row.round_trip_us));
     row.per_item_us /= batch;
     row.round_trip_us /= batch;
     rows->push_back(row);
@@ -136,15 +138,16 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
               << std::endl;
   }
 
-  // ---- Decoder step -------------------------------------------------------------------------------
+  // ---- Decoder step
+  // -------------------------------------------------------------------------------
   for (int batch : {1, 8, 64, 256}) {
     ASSIGN_OR_RETURN(std::unique_ptr<whisper::DecoderState> state, model->NewDecoderState(batch));
     {
       // Cross-attention K/V of B random windows.
       ASSIGN_OR_RETURN(std::unique_ptr<whisper::EncoderBuffers> buffers,
                        model->NewEncoderBuffers(batch));
-      const std::vector<float> mel = RandomVector(
-          static_cast<size_t>(buffers->mel().numel()), rng, -1.5f, 1.5f);
+      const std::vector<float> mel =
+          RandomVector(static_cast<size_t>(buffers->mel().numel()), rng, -1.5f, 1.5f);
       RETURN_IF_ERROR(backend->CopyFromHost(mel.data(), mel.size() * 4, buffers->mel()));
       RETURN_IF_ERROR(model->EncodeOnDevice(*buffers, state.get()));
       RETURN_IF_ERROR(backend->Synchronize());
@@ -154,8 +157,8 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
         lengths(static_cast<size_t>(b), 65);
     for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 50000);
     RETURN_IF_ERROR(backend->CopyFromHost(tokens.data(), tokens.size() * 4, state->step_tokens()));
-    RETURN_IF_ERROR(backend->CopyFromHost(positions.data(), positions.size() * 4,
-                                          state->positions()));
+    RETURN_IF_ERROR(
+        backend->CopyFromHost(positions.data(), positions.size() * 4, state->positions()));
     RETURN_IF_ERROR(backend->CopyFromHost(lengths.data(), lengths.size() * 4, state->lengths()));
     std::unique_ptr<Graph> graph;
     std::function<absl::Status()> run = [&] { return model->DecodeStep(*state); };
@@ -170,11 +173,11 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
       run = [&] { return graph->Replay(); };
     }
     Row row{"decoder step", variant.name, batch, 0, 0};
-    RETURN_IF_ERROR(Time(*backend, run, quick ? 10 : 100, quick ? 3 : 9, &row.per_item_us,
-                         &row.round_trip_us));
+    RETURN_IF_ERROR(
+        Time(*backend, run, quick ? 10 : 100, quick ? 3 : 9, &row.per_item_us, &row.round_trip_us));
     rows->push_back(row);
-    std::cout << absl::StrFormat("%-22s %-34s B=%-4d %9.1f us  round trip %9.1f us  %s",
-                                 row.what, row.variant, batch, row.per_item_us, row.round_trip_us,
+    std::cout << absl::StrFormat("%-22s %-34s B=%-4d %9.1f us  round trip %9.1f us  %s", row.what,
+                                 row.variant, batch, row.per_item_us, row.round_trip_us,
                                  graph ? absl::StrCat(graph->num_nodes(), " calls") : "")
               << std::endl;
   }
@@ -205,8 +208,8 @@ absl::Status ProfileOps(const CudaBackendOptions& options, std::vector<Row>* row
     for (int i = 0; i < kCopies; ++i) RETURN_IF_ERROR(op());
     ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, backend->EndCapture());
     Row row{what, "op in graph (fast, PDL)", batch, 0, 0};
-    RETURN_IF_ERROR(Time(*backend, [&] { return graph->Replay(); }, 10, 5, &row.per_item_us,
-                         &row.round_trip_us));
+    RETURN_IF_ERROR(Time(
+        *backend, [&] { return graph->Replay(); }, 10, 5, &row.per_item_us, &row.round_trip_us));
     row.per_item_us /= kCopies;
     row.round_trip_us /= kCopies;
     rows->push_back(row);
@@ -242,12 +245,10 @@ absl::Status ProfileOps(const CudaBackendOptions& options, std::vector<Row>* row
       ASSIGN_OR_RETURN(t, t.Slice(0, 4));
       return backend->Add(t, t, t);
     }));
-    RETURN_IF_ERROR(profile("Embed [B,1,384]", b, [&] {
-      return backend->Embed(tokens, positions, emb, pos_table, x);
-    }));
-    RETURN_IF_ERROR(profile("LayerNorm [B,384]", b, [&] {
-      return backend->LayerNorm(x, gamma, bias, 1e-5f, y);
-    }));
+    RETURN_IF_ERROR(profile("Embed [B,1,384]", b,
+                            [&] { return backend->Embed(tokens, positions, emb, pos_table, x); }));
+    RETURN_IF_ERROR(profile("LayerNorm [B,384]", b,
+                            [&] { return backend->LayerNorm(x, gamma, bias, 1e-5f, y); }));
     RETURN_IF_ERROR(profile("Linear 384->384 f16", b, [&] {
       return backend->Linear(x2, w_dd, &bias, Activation::kNone, y2);
     }));
@@ -260,9 +261,8 @@ absl::Status ProfileOps(const CudaBackendOptions& options, std::vector<Row>* row
     RETURN_IF_ERROR(profile("Linear 384->51864 f16 (logits)", b, [&] {
       return backend->Linear(x2, emb, nullptr, Activation::kNone, logits);
     }));
-    RETURN_IF_ERROR(profile("WriteRows into [B,448,384]", b, [&] {
-      return backend->WriteRows(x, positions, self_cache);
-    }));
+    RETURN_IF_ERROR(profile("WriteRows into [B,448,384]", b,
+                            [&] { return backend->WriteRows(x, positions, self_cache); }));
     RETURN_IF_ERROR(profile("Attention self (65 of 448 keys)", b, [&] {
       return backend->Attention(x, self_cache, self_cache, &lengths, 6, 0.125f, true, y);
     }));
@@ -270,9 +270,8 @@ absl::Status ProfileOps(const CudaBackendOptions& options, std::vector<Row>* row
       return backend->Attention(x, cross, cross, nullptr, 6, 0.125f, false, y);
     }));
     RETURN_IF_ERROR(profile("Add [B,384]", b, [&] { return backend->Add(x, y, x); }));
-    RETURN_IF_ERROR(profile("LogSoftmax [B,51864]", b, [&] {
-      return backend->LogSoftmax(logits, logits);
-    }));
+    RETURN_IF_ERROR(
+        profile("LogSoftmax [B,51864]", b, [&] { return backend->LogSoftmax(logits, logits); }));
   }
   // Encoder ops, one 30 s window.
   {
@@ -298,9 +297,8 @@ absl::Status ProfileOps(const CudaBackendOptions& options, std::vector<Row>* row
     RETURN_IF_ERROR(profile("enc Conv1d 384->384 k3 s2", 1, [&] {
       return backend->Conv1d(c1, w2, bias, 2, 1, Activation::kGelu, x);
     }));
-    RETURN_IF_ERROR(profile("enc LayerNorm [1500,384]", 1, [&] {
-      return backend->LayerNorm(x, gamma, bias, 1e-5f, y);
-    }));
+    RETURN_IF_ERROR(profile("enc LayerNorm [1500,384]", 1,
+                            [&] { return backend->LayerNorm(x, gamma, bias, 1e-5f, y); }));
     RETURN_IF_ERROR(profile("enc Linear 1500x384->384", 1, [&] {
       return backend->Linear(x2, w_dd, &bias, Activation::kNone, y2);
     }));

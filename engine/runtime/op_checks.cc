@@ -219,10 +219,9 @@ absl::StatusOr<RowDims> ValidateLogSoftmax(DeviceKind device, const Tensor& x, c
   return RowDims{cols == 0 ? 0 : x.numel() / cols, cols};
 }
 
-absl::StatusOr<AttentionDims> ValidateAttention(DeviceKind device, const Tensor& q,
-                                                const Tensor& k, const Tensor& v,
-                                                const Tensor* kv_lengths, int num_heads,
-                                                float scale, const Tensor& out) {
+absl::StatusOr<AttentionDims> ValidateAttention(DeviceKind device, const Tensor& q, const Tensor& k,
+                                                const Tensor& v, const Tensor* kv_lengths,
+                                                int num_heads, float scale, const Tensor& out) {
   constexpr const char* kOp = "Attention";
   RETURN_IF_ERROR(CheckTensor(device, kOp, "q", q, {DType::kF32}, 3));
   RETURN_IF_ERROR(CheckTensor(device, kOp, "k", k, {DType::kF32}, 3));
@@ -242,8 +241,7 @@ absl::StatusOr<AttentionDims> ValidateAttention(DeviceKind device, const Tensor&
   if (!std::isfinite(scale)) return Invalid(kOp, absl::StrCat("scale ", scale, " is not finite"));
   if (kv_lengths != nullptr) {
     RETURN_IF_ERROR(CheckTensor(device, kOp, "kv_lengths", *kv_lengths, {DType::kI32}, 1));
-    RETURN_IF_ERROR(
-        CheckShape(kOp, "kv_lengths", *kv_lengths, Shape{batch}, "one per batch row"));
+    RETURN_IF_ERROR(CheckShape(kOp, "kv_lengths", *kv_lengths, Shape{batch}, "one per batch row"));
     RETURN_IF_ERROR(CheckDisjoint(kOp, "out", out, "kv_lengths", *kv_lengths));
   }
   RETURN_IF_ERROR(CheckDisjoint(kOp, "out", out, "q", q));
@@ -260,8 +258,8 @@ absl::StatusOr<WriteRowsDims> ValidateWriteRows(DeviceKind device, const Tensor&
   RETURN_IF_ERROR(CheckTensor(device, kOp, "dst", dst, {src.dtype()}, 3));
   const int64_t batch = src.dim(0), rows = src.dim(1), channels = src.dim(2);
   if (dst.dim(0) != batch || dst.dim(2) != channels) {
-    return Invalid(kOp, absl::StrCat("dst ", dst.Describe(), " must be [", batch, ", L, ",
-                                     channels, "] for src ", src.Describe()));
+    return Invalid(kOp, absl::StrCat("dst ", dst.Describe(), " must be [", batch, ", L, ", channels,
+                                     "] for src ", src.Describe()));
   }
   RETURN_IF_ERROR(CheckShape(kOp, "positions", positions, Shape{batch}, "one per batch row"));
   RETURN_IF_ERROR(CheckDisjoint(kOp, "dst", dst, "src", src));
@@ -274,8 +272,7 @@ absl::StatusOr<EmbedDims> ValidateEmbed(DeviceKind device, const Tensor& tokens,
                                         const Tensor& position_table, const Tensor& y) {
   constexpr const char* kOp = "Embed";
   RETURN_IF_ERROR(CheckTensor(device, kOp, "tokens", tokens, {DType::kI32}, 2));
-  RETURN_IF_ERROR(
-      CheckTensor(device, kOp, "start_positions", start_positions, {DType::kI32}, 1));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "start_positions", start_positions, {DType::kI32}, 1));
   RETURN_IF_ERROR(
       CheckTensor(device, kOp, "token_table", token_table, {DType::kF32, DType::kF16}, 2));
   RETURN_IF_ERROR(
@@ -285,9 +282,9 @@ absl::StatusOr<EmbedDims> ValidateEmbed(DeviceKind device, const Tensor& tokens,
   RETURN_IF_ERROR(
       CheckShape(kOp, "start_positions", start_positions, Shape{batch}, "one per batch row"));
   if (position_table.dim(1) != channels) {
-    return Invalid(kOp, absl::StrCat("position_table ", position_table.Describe(),
-                                     " and token_table ", token_table.Describe(),
-                                     " differ in width"));
+    return Invalid(kOp,
+                   absl::StrCat("position_table ", position_table.Describe(), " and token_table ",
+                                token_table.Describe(), " differ in width"));
   }
   RETURN_IF_ERROR(CheckShape(kOp, "y", y, Shape{batch, time, channels}, "[B, T, C]"));
   for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"tokens", &tokens},

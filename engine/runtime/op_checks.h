@@ -64,10 +64,9 @@ absl::StatusOr<RowDims> ValidateLogSoftmax(DeviceKind device, const Tensor& x, c
 struct AttentionDims {
   int64_t batch, q_len, kv_len, heads, head_dim;
 };
-absl::StatusOr<AttentionDims> ValidateAttention(DeviceKind device, const Tensor& q,
-                                                const Tensor& k, const Tensor& v,
-                                                const Tensor* kv_lengths, int num_heads,
-                                                float scale, const Tensor& out);
+absl::StatusOr<AttentionDims> ValidateAttention(DeviceKind device, const Tensor& q, const Tensor& k,
+                                                const Tensor& v, const Tensor* kv_lengths,
+                                                int num_heads, float scale, const Tensor& out);
 
 struct WriteRowsDims {
   int64_t batch, rows, channels, capacity;

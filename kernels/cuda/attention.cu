@@ -32,15 +32,15 @@ __global__ void __launch_bounds__(kKeys)
   WaitForPreviousKernel();
   AllowNextKernel();
   constexpr int kQuads = kMaxD / 4;
-  constexpr int kGroups = kVec ? kKeys / kQuads : 1;         // key groups in the P·V phase
+  constexpr int kGroups = kVec ? kKeys / kQuads : 1;                 // key groups in the P·V phase
   constexpr int kSlots = kKeys / (kQuads > kWarp ? kQuads : kWarp);  // partial sums per quad
   constexpr int kDims = kVec ? 4 : (kMaxD + kKeys - 1) / kKeys;      // accumulators per query
   constexpr int kPhaseFloats = kQ * (kMaxD + kKeys);
   constexpr int kReduceFloats = kVec ? kSlots * kQ * kMaxD : 0;
   __shared__ float4 raw[(kPhaseFloats > kReduceFloats ? kPhaseFloats : kReduceFloats) / 4];
-  float(*q_s)[kMaxD] = reinterpret_cast<float(*)[kMaxD]>(raw);                 // [kQ][kMaxD]
-  float(*p_s)[kKeys] = reinterpret_cast<float(*)[kKeys]>(&q_s[kQ][0]);        // [kQ][kKeys]
-  float(*red_s)[kQ][kMaxD] = reinterpret_cast<float(*)[kQ][kMaxD]>(raw);      // after the loop
+  float(*q_s)[kMaxD] = reinterpret_cast<float(*)[kMaxD]>(raw);            // [kQ][kMaxD]
+  float(*p_s)[kKeys] = reinterpret_cast<float(*)[kKeys]>(&q_s[kQ][0]);    // [kQ][kKeys]
+  float(*red_s)[kQ][kMaxD] = reinterpret_cast<float(*)[kQ][kMaxD]>(raw);  // after the loop
   __shared__ float m_s[kQ], l_s[kQ], alpha_s[kQ];
   __shared__ int last_s;
 
@@ -71,7 +71,8 @@ __global__ void __launch_bounds__(kKeys)
 
   for (int idx = t; idx < kQ * kMaxD; idx += kKeys) {
     const int i = idx / kMaxD, d = idx % kMaxD;
-    q_s[i][d] = (i < nq && d < D) ? a.q[(b * a.q_len + i0 + i) * width + h * D + d] * a.scale : 0.0f;
+    q_s[i][d] =
+        (i < nq && d < D) ? a.q[(b * a.q_len + i0 + i) * width + h * D + d] * a.scale : 0.0f;
   }
   if (t < kQ) {
     m_s[t] = -INFINITY;
@@ -172,8 +173,8 @@ __global__ void __launch_bounds__(kKeys)
           float4 vv[kUnroll];
 #pragma unroll
           for (int u = 0; u < kUnroll; ++u) {
-            vv[u] = __ldg(reinterpret_cast<const float4*>(vbase + (tt + u * kGroups) * width) +
-                          quad);
+            vv[u] =
+                __ldg(reinterpret_cast<const float4*>(vbase + (tt + u * kGroups) * width) + quad);
           }
 #pragma unroll
           for (int u = 0; u < kUnroll; ++u) {
@@ -354,9 +355,12 @@ cudaError_t LaunchSplitDim(const LaunchContext& ctx, const AttentionArgs& a, con
                    (reinterpret_cast<uintptr_t>(a.v) & 15) == 0;
   if (!vec) return LaunchSplitTyped<kMaxQ, kMaxD, false>(ctx, a, p, partials, counters);
   switch (QueriesPerBlock(a.q_len, a.head_dim)) {
-    case 1: return LaunchSplitTyped<1, kMaxD, true>(ctx, a, p, partials, counters);
-    case 4: return LaunchSplitTyped<4, kMaxD, true>(ctx, a, p, partials, counters);
-    default: return LaunchSplitTyped<kMaxQ, kMaxD, true>(ctx, a, p, partials, counters);
+    case 1:
+      return LaunchSplitTyped<1, kMaxD, true>(ctx, a, p, partials, counters);
+    case 4:
+      return LaunchSplitTyped<4, kMaxD, true>(ctx, a, p, partials, counters);
+    default:
+      return LaunchSplitTyped<kMaxQ, kMaxD, true>(ctx, a, p, partials, counters);
   }
 }
 
@@ -626,8 +630,8 @@ __global__ void __launch_bounds__(128) FlashAttentionKernel(FlashParams p) {
   if (!last) return;
   __threadfence();
   const float* group_o = p.partials + group * p.splits * kFlashRows * kFlashDim;
-  const float* group_ml = p.partials + records * kFlashRows * kFlashDim +
-                          group * p.splits * kFlashRows * 2;
+  const float* group_ml =
+      p.partials + records * kFlashRows * kFlashDim + group * p.splits * kFlashRows * 2;
   const int rows = static_cast<int>(min(int64_t{kFlashRows}, q_len - i0));
   for (int idx = threadIdx.x; idx < rows * kFlashDim; idx += blockDim.x) {
     const int r = idx / kFlashDim, d = idx % kFlashDim;
@@ -694,10 +698,14 @@ cudaError_t LaunchSplitAttention(const LaunchContext& ctx, const AttentionArgs& 
                                  const SplitPlan& plan, float* partials, int* counters) {
   if (a.batch == 0 || a.q_len == 0 || a.heads == 0 || a.head_dim == 0) return cudaSuccess;
   switch (MaxDimFor(a.head_dim)) {
-    case 32: return LaunchSplitDim<32>(ctx, a, plan, partials, counters);
-    case 64: return LaunchSplitDim<64>(ctx, a, plan, partials, counters);
-    case 128: return LaunchSplitDim<128>(ctx, a, plan, partials, counters);
-    default: return LaunchSplitDim<256>(ctx, a, plan, partials, counters);
+    case 32:
+      return LaunchSplitDim<32>(ctx, a, plan, partials, counters);
+    case 64:
+      return LaunchSplitDim<64>(ctx, a, plan, partials, counters);
+    case 128:
+      return LaunchSplitDim<128>(ctx, a, plan, partials, counters);
+    default:
+      return LaunchSplitDim<256>(ctx, a, plan, partials, counters);
   }
 }
 
@@ -728,8 +736,8 @@ FlashPlan PlanFlashAttention(const AttentionArgs& a, int sm_count, int64_t max_c
                              ? 1
                              : (2 * int64_t{sm_count} + groups - 1) / std::max<int64_t>(groups, 1);
   const int64_t splits = std::clamp<int64_t>(wanted, 1, std::max<int64_t>(1, tiles / 4));
-  plan.half_bytes = Rounded256(a.batch * a.q_len * width * 2) +
-                    2 * Rounded256(a.batch * a.kv_len * width * 2);
+  plan.half_bytes =
+      Rounded256(a.batch * a.q_len * width * 2) + 2 * Rounded256(a.batch * a.kv_len * width * 2);
   if (splits > 1 && groups <= max_counters) {
     plan.splits = static_cast<int>(splits);
     plan.counters = groups;
@@ -755,11 +763,11 @@ cudaError_t LaunchFlashAttention(const LaunchContext& ctx, const AttentionArgs& 
   cudaError_t err = Launch(ctx, ToHalf3Kernel, dim3(static_cast<unsigned>(blocks)), dim3(256), 0,
                            a.q, nq, a.k, a.v, nkv, q16, k16, v16);
   if (err != cudaSuccess) return err;
-  FlashParams params{q16,      k16,      v16,
-                     a.kv_lengths, a.out, a.q_len,
-                     a.kv_len, a.heads,  a.scale * 1.4426950408889634f,
-                     a.causal, plan.splits,
-                     reinterpret_cast<float*>(base + plan.half_bytes), counters, ctx.error_word};
+  FlashParams params{q16,          k16,           v16,
+                     a.kv_lengths, a.out,         a.q_len,
+                     a.kv_len,     a.heads,       a.scale * 1.4426950408889634f,
+                     a.causal,     plan.splits,   reinterpret_cast<float*>(base + plan.half_bytes),
+                     counters,     ctx.error_word};
   const dim3 grid(CeilDiv(a.q_len, kFlashRows), static_cast<unsigned>(a.batch * a.heads),
                   static_cast<unsigned>(plan.splits));
   return Launch(ctx, FlashAttentionKernel, grid, dim3(128), 0, params);

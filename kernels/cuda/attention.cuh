@@ -23,9 +23,9 @@
 namespace waav::cuda {
 
 struct AttentionArgs {
-  const float* q;  // [B, Tq, H·D]
-  const float* k;  // [B, Tk, H·D]
-  const float* v;  // [B, Tk, H·D]
+  const float* q;             // [B, Tq, H·D]
+  const float* k;             // [B, Tk, H·D]
+  const float* v;             // [B, Tk, H·D]
   const int32_t* kv_lengths;  // [B] or null
   float* out;                 // [B, Tq, H·D]
   int64_t batch, q_len, kv_len;
@@ -39,8 +39,8 @@ inline constexpr int kMaxHeadDim = 256;
 
 // How SplitAttention divides the work; depends only on shapes, so a captured graph keeps it.
 struct SplitPlan {
-  int splits = 1;         // key ranges per (row, head, query block)
-  int64_t q_blocks = 1;   // blocks of 16 queries
+  int splits = 1;            // key ranges per (row, head, query block)
+  int64_t q_blocks = 1;      // blocks of 16 queries
   size_t partial_bytes = 0;  // scratch for partial results (0 when splits == 1)
   int64_t counters = 0;      // zeroed i32 arrival counters needed (0 when splits == 1)
 };

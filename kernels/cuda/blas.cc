@@ -63,8 +63,8 @@ absl::StatusOr<std::unique_ptr<Blas>> Blas::Load(cudaStream_t stream, void* work
   };
   if (absl::Status s = check(create(&blas->handle_), "create"); !s.ok()) return s;
   if (absl::Status s = check(set_stream(blas->handle_, stream), "set stream"); !s.ok()) return s;
-  if (absl::Status s = check(set_workspace(blas->handle_, workspace, workspace_bytes),
-                             "set workspace");
+  if (absl::Status s =
+          check(set_workspace(blas->handle_, workspace, workspace_bytes), "set workspace");
       !s.ok()) {
     return s;
   }
@@ -91,14 +91,13 @@ absl::Status Blas::Gemm(int64_t m, int64_t n, int64_t k, const void* x, cudaData
   const float alpha = 1.0f;
   // Column-major view: yᵀ[N, M] = w[N, K]·xᵀ, with w stored as a K×N column-major matrix
   // (transposed) and x as K×M (not transposed).
-  const cublasStatus_t status =
-      gemm_ex_(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
-               static_cast<int>(k), &alpha, w, w_type, static_cast<int>(k), x, x_type,
-               static_cast<int>(k), &beta, y, CUDA_R_32F, static_cast<int>(n), compute,
-               CUBLAS_GEMM_DEFAULT);
+  const cublasStatus_t status = gemm_ex_(
+      handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
+      static_cast<int>(k), &alpha, w, w_type, static_cast<int>(k), x, x_type, static_cast<int>(k),
+      &beta, y, CUDA_R_32F, static_cast<int>(n), compute, CUBLAS_GEMM_DEFAULT);
   if (status != CUBLAS_STATUS_SUCCESS) {
-    return absl::InternalError(absl::StrCat("cuBLAS GEMM ", m, "x", n, "x", k, ": ",
-                                            status_string_(status)));
+    return absl::InternalError(
+        absl::StrCat("cuBLAS GEMM ", m, "x", n, "x", k, ": ", status_string_(status)));
   }
   return absl::OkStatus();
 }

@@ -114,10 +114,9 @@ __device__ __forceinline__ float GeluExact(float x) {
 __device__ __forceinline__ void ReportDeviceError(unsigned long long* word, DeviceErrorOp op,
                                                   int64_t index, int32_t value) {
   if (word == nullptr) return;
-  const unsigned long long code =
-      (static_cast<unsigned long long>(op) << 56) |
-      ((static_cast<unsigned long long>(index) & 0xffffffull) << 32) |
-      static_cast<unsigned long long>(static_cast<uint32_t>(value));
+  const unsigned long long code = (static_cast<unsigned long long>(op) << 56) |
+                                  ((static_cast<unsigned long long>(index) & 0xffffffull) << 32) |
+                                  static_cast<unsigned long long>(static_cast<uint32_t>(value));
   *reinterpret_cast<volatile unsigned long long*>(word) = code;
   __threadfence_system();
 }

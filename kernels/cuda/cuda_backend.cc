@@ -90,8 +90,10 @@ enum class SigOp : int64_t {
 
 absl::StatusOr<cuda::Epilogue> ToEpilogue(const char* op, Activation act) {
   switch (act) {
-    case Activation::kNone: return cuda::Epilogue::kNone;
-    case Activation::kGelu: return cuda::Epilogue::kGelu;
+    case Activation::kNone:
+      return cuda::Epilogue::kNone;
+    case Activation::kGelu:
+      return cuda::Epilogue::kGelu;
   }
   return checks::Invalid(op, absl::StrCat("unknown activation ", static_cast<int>(act)));
 }
@@ -108,9 +110,9 @@ absl::Status DecodeDeviceError(unsigned long long code) {
       return checks::Invalid("Attention", absl::StrCat("kv_lengths[", index, "] = ", value,
                                                        " is outside [0, Tk] of k", when));
     case cuda::DeviceErrorOp::kWriteRows:
-      return checks::Invalid("WriteRows", absl::StrCat("positions[", index, "] = ", value,
-                                                       " with the rows of src does not fit dst",
-                                                       when));
+      return checks::Invalid("WriteRows",
+                             absl::StrCat("positions[", index, "] = ", value,
+                                          " with the rows of src does not fit dst", when));
     case cuda::DeviceErrorOp::kEmbed:
       if (index < 0) {
         return checks::Invalid("Embed", absl::StrCat("start_positions[", -1 - index, "] = ", value,
@@ -146,8 +148,9 @@ class CudaBackend final : public Backend, public CudaExtensions {
       case Op::kLogSoftmax:
       case Op::kGraphCapture:
         return true;
+      default:  // optional ops this backend does not implement
+        return false;
     }
-    return false;
   }
 
   // ---- Memory ---------------------------------------------------------------------------------
@@ -163,8 +166,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
     if (bytes == 0) return absl::OkStatus();
     // From pageable memory the runtime stages the bytes before returning, so `src` may be reused
     // at once; the copy itself is stream-ordered after every earlier kernel.
-    return GpuStatus("CopyFromHost", cudaMemcpyAsync(dst.data(), src, bytes,
-                                                     cudaMemcpyHostToDevice, stream()));
+    return GpuStatus("CopyFromHost",
+                     cudaMemcpyAsync(dst.data(), src, bytes, cudaMemcpyHostToDevice, stream()));
   }
 
   absl::Status CopyToHost(const Tensor& src, void* dst, size_t bytes) override {
@@ -240,20 +243,27 @@ class CudaBackend final : public Backend, public CudaExtensions {
     Sign({static_cast<int64_t>(SigOp::kConv1d), s.batch, s.time, s.in_channels, s.out_channels,
           s.kernel_size, s.stride, s.padding, w_f16, static_cast<int64_t>(epilogue),
           static_cast<int64_t>(plan.path)});
-    return Submit([state = state_, x, weight, bias, y, s, m, k, direct, col_bytes, w_f16,
-                   epilogue, plan, scratch]() {
+    return Submit([state = state_, x, weight, bias, y, s, m, k, direct, col_bytes, w_f16, epilogue,
+                   plan, scratch]() {
       const float* col = x.data_as<float>();
       char* base = scratch.defined() ? static_cast<char*>(scratch.data()) : nullptr;
       if (!direct) {
-        const cuda::Im2colShape shape{s.batch,      s.time,   s.in_channels, s.kernel_size,
-                                      s.out_time,   s.stride, s.padding};
-        RETURN_IF_ERROR(GpuStatus(
-            "Conv1d im2col",
-            cuda::LaunchIm2col(state->ctx, x.data_as<float>(), shape, reinterpret_cast<float*>(base))));
+        const cuda::Im2colShape shape{s.batch,    s.time,   s.in_channels, s.kernel_size,
+                                      s.out_time, s.stride, s.padding};
+        RETURN_IF_ERROR(
+            GpuStatus("Conv1d im2col", cuda::LaunchIm2col(state->ctx, x.data_as<float>(), shape,
+                                                          reinterpret_cast<float*>(base))));
         col = reinterpret_cast<const float*>(base);
       }
-      const cuda::GemmProblem p{col, m, k, weight.data(), w_f16, s.out_channels,
-                                bias.data_as<float>(), epilogue, y.data_as<float>()};
+      const cuda::GemmProblem p{col,
+                                m,
+                                k,
+                                weight.data(),
+                                w_f16,
+                                s.out_channels,
+                                bias.data_as<float>(),
+                                epilogue,
+                                y.data_as<float>()};
       return cuda::RunGemm(state->gemm, state->ctx, plan, p,
                            plan.scratch_bytes > 0 ? base + col_bytes : nullptr);
     });
@@ -265,10 +275,10 @@ class CudaBackend final : public Backend, public CudaExtensions {
                      checks::ValidateLayerNorm(kGpuKind, x, gamma, beta, eps, y));
     Sign({static_cast<int64_t>(SigOp::kLayerNorm), d.rows, d.cols});
     return Submit([state = state_, x, gamma, beta, eps, y, d]() {
-      return GpuStatus("LayerNorm", cuda::LaunchLayerNorm(state->ctx, x.data_as<float>(), d.rows,
-                                                          d.cols, gamma.data_as<float>(),
-                                                          beta.data_as<float>(), eps,
-                                                          y.data_as<float>()));
+      return GpuStatus("LayerNorm",
+                       cuda::LaunchLayerNorm(state->ctx, x.data_as<float>(), d.rows, d.cols,
+                                             gamma.data_as<float>(), beta.data_as<float>(), eps,
+                                             y.data_as<float>()));
     });
   }
 
@@ -285,8 +295,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
     RETURN_IF_ERROR(checks::ValidateGelu(kGpuKind, x, y));
     Sign({static_cast<int64_t>(SigOp::kGelu), y.numel()});
     return Submit([state = state_, x, y]() {
-      return GpuStatus("Gelu", cuda::LaunchGelu(state->ctx, x.data_as<float>(),
-                                                y.data_as<float>(), y.numel()));
+      return GpuStatus(
+          "Gelu", cuda::LaunchGelu(state->ctx, x.data_as<float>(), y.data_as<float>(), y.numel()));
     });
   }
 
@@ -326,8 +336,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
       scratch_bytes = plan.partial_bytes;
     }
     ASSIGN_OR_RETURN(Tensor scratch, Scratch(scratch_bytes));
-    Sign({static_cast<int64_t>(SigOp::kAttention), d.batch, d.q_len, d.kv_len, d.heads,
-          d.head_dim, causal, lengths.defined(), flash, plan.splits, flash_plan.splits});
+    Sign({static_cast<int64_t>(SigOp::kAttention), d.batch, d.q_len, d.kv_len, d.heads, d.head_dim,
+          causal, lengths.defined(), flash, plan.splits, flash_plan.splits});
     return Submit([state = state_, q, k, v, lengths, out, args, flash, plan, flash_plan,
                    scratch]() {
       if (flash) {
@@ -335,11 +345,10 @@ class CudaBackend final : public Backend, public CudaExtensions {
                          cuda::LaunchFlashAttention(state->ctx, args, flash_plan, scratch.data(),
                                                     state->counters.data_as<int>()));
       }
-      return GpuStatus(
-          "Attention",
-          cuda::LaunchSplitAttention(state->ctx, args, plan,
-                                     scratch.defined() ? scratch.data_as<float>() : nullptr,
-                                     state->counters.data_as<int>()));
+      return GpuStatus("Attention", cuda::LaunchSplitAttention(
+                                        state->ctx, args, plan,
+                                        scratch.defined() ? scratch.data_as<float>() : nullptr,
+                                        state->counters.data_as<int>()));
     });
   }
 
@@ -350,29 +359,27 @@ class CudaBackend final : public Backend, public CudaExtensions {
           static_cast<int64_t>(src.dtype())});
     return Submit([state = state_, src, positions, dst, d]() {
       const int64_t row_bytes = d.channels * static_cast<int64_t>(SizeOf(src.dtype()));
-      return GpuStatus("WriteRows", cuda::LaunchWriteRows(state->ctx, src.data(),
-                                                          positions.data_as<int32_t>(), d.batch,
-                                                          d.rows, row_bytes, d.capacity,
-                                                          dst.data()));
+      return GpuStatus("WriteRows",
+                       cuda::LaunchWriteRows(state->ctx, src.data(), positions.data_as<int32_t>(),
+                                             d.batch, d.rows, row_bytes, d.capacity, dst.data()));
     });
   }
 
   absl::Status Embed(const Tensor& tokens, const Tensor& start_positions, const Tensor& token_table,
                      const Tensor& position_table, const Tensor& y) override {
-    ASSIGN_OR_RETURN(const checks::EmbedDims d,
-                     checks::ValidateEmbed(kGpuKind, tokens, start_positions, token_table,
-                                           position_table, y));
+    ASSIGN_OR_RETURN(
+        const checks::EmbedDims d,
+        checks::ValidateEmbed(kGpuKind, tokens, start_positions, token_table, position_table, y));
     Sign({static_cast<int64_t>(SigOp::kEmbed), d.batch, d.time, d.channels, d.vocab,
           d.max_positions, static_cast<int64_t>(token_table.dtype()),
           static_cast<int64_t>(position_table.dtype())});
     return Submit([state = state_, tokens, start_positions, token_table, position_table, y, d]() {
       return GpuStatus(
-          "Embed", cuda::LaunchEmbed(state->ctx, tokens.data_as<int32_t>(),
-                                     start_positions.data_as<int32_t>(), d.batch, d.time,
-                                     token_table.data(), token_table.dtype() == DType::kF16,
-                                     d.vocab, position_table.data(),
-                                     position_table.dtype() == DType::kF16, d.max_positions,
-                                     d.channels, y.data_as<float>()));
+          "Embed", cuda::LaunchEmbed(
+                       state->ctx, tokens.data_as<int32_t>(), start_positions.data_as<int32_t>(),
+                       d.batch, d.time, token_table.data(), token_table.dtype() == DType::kF16,
+                       d.vocab, position_table.data(), position_table.dtype() == DType::kF16,
+                       d.max_positions, d.channels, y.data_as<float>()));
     });
   }
 
@@ -380,8 +387,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
     ASSIGN_OR_RETURN(const checks::RowDims d, checks::ValidateLogSoftmax(kGpuKind, x, y));
     Sign({static_cast<int64_t>(SigOp::kLogSoftmax), d.rows, d.cols});
     return Submit([state = state_, x, y, d]() {
-      return GpuStatus("LogSoftmax", cuda::LaunchLogSoftmax(state->ctx, x.data_as<float>(),
-                                                            d.rows, d.cols, y.data_as<float>()));
+      return GpuStatus("LogSoftmax", cuda::LaunchLogSoftmax(state->ctx, x.data_as<float>(), d.rows,
+                                                            d.cols, y.data_as<float>()));
     });
   }
 
@@ -401,9 +408,10 @@ class CudaBackend final : public Backend, public CudaExtensions {
     ASSIGN_OR_RETURN(const Tensor x2, a.x.Reshape({m, k}));
     const bool norm = a.norm_gamma.defined();
     if (norm) {
-      RETURN_IF_ERROR(checks::CheckTensor(kGpuKind, kOp, "norm_gamma", a.norm_gamma,
-                                          {DType::kF32}, 1));
-      RETURN_IF_ERROR(checks::CheckShape(kOp, "norm_gamma", a.norm_gamma, Shape{k}, "x's last dim"));
+      RETURN_IF_ERROR(
+          checks::CheckTensor(kGpuKind, kOp, "norm_gamma", a.norm_gamma, {DType::kF32}, 1));
+      RETURN_IF_ERROR(
+          checks::CheckShape(kOp, "norm_gamma", a.norm_gamma, Shape{k}, "x's last dim"));
       RETURN_IF_ERROR(checks::CheckShape(kOp, "norm_beta", a.norm_beta, Shape{k}, "x's last dim"));
     }
     if (a.bias.defined()) {
@@ -427,12 +435,13 @@ class CudaBackend final : public Backend, public CudaExtensions {
       if (n % 3 != 0) return checks::Invalid(kOp, "kQkv needs a weight of 3·C rows");
       const int64_t c = n / 3;
       ASSIGN_OR_RETURN(q2, a.q.Reshape({m, c}));
-      for (const auto& [name, cache] : {std::pair<const char*, const Tensor*>{"k_cache", &a.k_cache},
-                                        {"v_cache", &a.v_cache}}) {
+      for (const auto& [name, cache] :
+           {std::pair<const char*, const Tensor*>{"k_cache", &a.k_cache},
+            {"v_cache", &a.v_cache}}) {
         RETURN_IF_ERROR(checks::CheckTensor(kGpuKind, kOp, name, *cache, {DType::kF32}, 3));
         if (cache->dim(0) != m || cache->dim(2) != c) {
-          return checks::Invalid(kOp, absl::StrCat(name, " ", cache->Describe(), " must be [", m,
-                                                   ", L, ", c, "]"));
+          return checks::Invalid(
+              kOp, absl::StrCat(name, " ", cache->Describe(), " must be [", m, ", L, ", c, "]"));
         }
       }
       RETURN_IF_ERROR(checks::CheckShape(kOp, "positions", a.positions, Shape{m}, "one per row"));
@@ -445,8 +454,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
     } else {
       ASSIGN_OR_RETURN(y2, a.y.Reshape({m, n}));
       RETURN_IF_ERROR(checks::CheckDisjoint(kOp, "y", y2, "x", x2));
-      p.output = a.output == Output::kStore ? cuda::FusedOutput::kStore
-                                            : cuda::FusedOutput::kAccumulate;
+      p.output =
+          a.output == Output::kStore ? cuda::FusedOutput::kStore : cuda::FusedOutput::kAccumulate;
       p.y = y2.data_as<float>();
     }
     if (cuda::FusedLinearSupported(p)) {
@@ -473,9 +482,9 @@ class CudaBackend final : public Backend, public CudaExtensions {
     if (a.output == Output::kAccumulate) return Add(y2, result, y2);
     Sign({static_cast<int64_t>(SigOp::kFusedLinear), m, n, 3});
     return Submit([state = state_, a, result, p]() {
-      return GpuStatus("FusedLinear", cuda::LaunchQkvScatter(state->ctx, result.data_as<float>(),
-                                                              p.m, p.n / 3, p.q, p.k_cache,
-                                                              p.v_cache, p.positions, p.capacity));
+      return GpuStatus("FusedLinear",
+                       cuda::LaunchQkvScatter(state->ctx, result.data_as<float>(), p.m, p.n / 3,
+                                              p.q, p.k_cache, p.v_cache, p.positions, p.capacity));
     });
   }
 
@@ -508,15 +517,15 @@ class CudaBackend final : public Backend, public CudaExtensions {
       if (graph != nullptr) (void)cudaGraphDestroy(graph);
       (void)cudaGetLastError();
       if (!capture_error_.ok()) {
-        return absl::Status(capture_error_.code(),
-                            absl::StrCat("EndCapture: a captured call failed: ",
-                                         capture_error_.message()));
+        return absl::Status(
+            capture_error_.code(),
+            absl::StrCat("EndCapture: a captured call failed: ", capture_error_.message()));
       }
       return GpuStatus("EndCapture", err);
     }
-    ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaGraph> result,
-                     cuda::CudaGraph::Instantiate(state_->graphs, graph, signature_,
-                                                  std::move(nodes)));
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<cuda::CudaGraph> result,
+        cuda::CudaGraph::Instantiate(state_->graphs, graph, signature_, std::move(nodes)));
     return std::unique_ptr<Graph>(std::move(result));
   }
 
@@ -552,8 +561,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
   // Allowed while capturing: it is memory of the call, not of the caller.
   absl::StatusOr<Tensor> Scratch(size_t bytes) {
     if (bytes == 0) return Tensor();
-    return cuda::AllocateDeviceTensor(state_->pool,
-                                      Shape{static_cast<int64_t>((bytes + 3) / 4)}, DType::kF32);
+    return cuda::AllocateDeviceTensor(state_->pool, Shape{static_cast<int64_t>((bytes + 3) / 4)},
+                                      DType::kF32);
   }
 
   absl::Status NotCapturing(const char* op) const {
@@ -604,21 +613,21 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const CudaBackendOp
   state->pool = std::make_shared<cuda::DevicePool>(options.device_index);
   state->graphs = std::make_shared<cuda::GraphRuntime>();
   RETURN_IF_ERROR(GpuStatus("cudaStreamCreate", cudaStreamCreateWithFlags(&state->graphs->stream,
-                                                                           cudaStreamNonBlocking)));
+                                                                          cudaStreamNonBlocking)));
   void* host_word = nullptr;
-  RETURN_IF_ERROR(GpuStatus("cudaHostAlloc", cudaHostAlloc(&host_word, sizeof(unsigned long long),
-                                                           cudaHostAllocMapped)));
+  RETURN_IF_ERROR(GpuStatus(
+      "cudaHostAlloc", cudaHostAlloc(&host_word, sizeof(unsigned long long), cudaHostAllocMapped)));
   state->error_host = static_cast<unsigned long long*>(host_word);
   *state->error_host = 0;
   void* device_word = nullptr;
   RETURN_IF_ERROR(
       GpuStatus("cudaHostGetDevicePointer", cudaHostGetDevicePointer(&device_word, host_word, 0)));
   state->error_device = static_cast<unsigned long long*>(device_word);
-  ASSIGN_OR_RETURN(state->counters, cuda::AllocateDeviceTensor(
-                                        state->pool, Shape{kAttentionCounters}, DType::kI32));
-  RETURN_IF_ERROR(GpuStatus("cudaMemset", cudaMemsetAsync(state->counters.data(), 0,
-                                                          state->counters.size_bytes(),
-                                                          state->graphs->stream)));
+  ASSIGN_OR_RETURN(state->counters,
+                   cuda::AllocateDeviceTensor(state->pool, Shape{kAttentionCounters}, DType::kI32));
+  RETURN_IF_ERROR(GpuStatus("cudaMemset",
+                            cudaMemsetAsync(state->counters.data(), 0, state->counters.size_bytes(),
+                                            state->graphs->stream)));
 
   std::string gemm = "built-in tiled kernel";
 #if !defined(WAAV_HIP)

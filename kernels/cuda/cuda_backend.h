@@ -1,5 +1,5 @@
-// The CUDA backend: waav::Backend on one NVIDIA GPU (and, built with hipcc from the same
-// sources, on AMD: kernels/hip/).
+// The CUDA backend: waav::Backend on one NVIDIA GPU. The same sources compile for AMD with hipcc
+// (kernels/hip/, a compile check: no HIP backend is registered yet; docs/gpu.md).
 //
 // Execution: every kernel, copy and graph replay goes onto one non-blocking stream, in submission
 // order; nothing waits for the device except Synchronize(), CopyToHost() and EndCapture().
@@ -84,10 +84,10 @@ class CudaExtensions {
     Tensor bias;    // f32 [N], or undefined
     Activation act = Activation::kNone;
     Output output = Output::kStore;
-    Tensor y;                    // kStore, kAccumulate: f32 [M, N] (any leading dims)
-    Tensor q;                    // kQkv: f32 [M, C] (any leading dims), N = 3·C
-    Tensor k_cache, v_cache;     // kQkv: f32 [M, L, C]; row positions[m] of batch row m
-    Tensor positions;            // kQkv: i32 [M]
+    Tensor y;                 // kStore, kAccumulate: f32 [M, N] (any leading dims)
+    Tensor q;                 // kQkv: f32 [M, C] (any leading dims), N = 3·C
+    Tensor k_cache, v_cache;  // kQkv: f32 [M, L, C]; row positions[m] of batch row m
+    Tensor positions;         // kQkv: i32 [M]
   };
   virtual ~CudaExtensions() = default;
   // result = act(LayerNorm?(x) · weightᵀ + bias), exact f32 like Linear's skinny path; one kernel

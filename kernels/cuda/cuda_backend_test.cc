@@ -51,8 +51,8 @@ std::string Name(DType dtype) { return std::string(DTypeName(dtype)); }
 ::testing::AssertionResult Close(const std::string& what, const std::vector<float>& got,
                                  const std::vector<float>& want, double tolerance) {
   if (got.size() != want.size()) {
-    return ::testing::AssertionFailure() << what << ": size " << got.size() << " vs "
-                                         << want.size();
+    return ::testing::AssertionFailure()
+           << what << ": size " << got.size() << " vs " << want.size();
   }
   double diff = 0, norm = 0;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -68,8 +68,8 @@ std::string Name(DType dtype) { return std::string(DTypeName(dtype)); }
   std::cout << "parity: " << what << ": relative L2 error " << rel << " (tolerance " << tolerance
             << ")\n";
   if (rel <= tolerance) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << ": relative L2 error " << rel << " > "
-                                       << tolerance;
+  return ::testing::AssertionFailure()
+         << what << ": relative L2 error " << rel << " > " << tolerance;
 }
 
 // ---- Registry (runs everywhere) -----------------------------------------------------------------
@@ -102,7 +102,8 @@ TEST(CudaBackendRegistryTest, RegisteredAboveCpuAndUnavailableWithoutGpu) {
   std::cout << (*backend)->Describe() << "\n";
 }
 
-// ---- Kernel parity --------------------------------------------------------------------------------
+// ---- Kernel parity
+// --------------------------------------------------------------------------------
 
 struct Variant {
   const char* name;
@@ -151,7 +152,9 @@ class CudaParityTest : public ::testing::TestWithParam<Variant> {
     EXPECT_TRUE(g.ok()) << g.status();
     return {c.ok() ? *c : Tensor(), g.ok() ? *g : Tensor()};
   }
-  Pair F32(const Shape& shape, const std::vector<float>& v) { return Make(shape, DType::kF32, v.data()); }
+  Pair F32(const Shape& shape, const std::vector<float>& v) {
+    return Make(shape, DType::kF32, v.data());
+  }
   Pair I32(const Shape& shape, const std::vector<int32_t>& v) {
     return Make(shape, DType::kI32, v.data());
   }
@@ -197,24 +200,26 @@ TEST_P(CudaParityTest, LinearMatchesCpu) {
     int64_t m, k, n;
   };
   int variant = 0;
-  for (const Case c : {Case{1, 384, 384}, Case{1, 384, 51864}, Case{2, 384, 1536},
-                       Case{5, 37, 29}, Case{16, 1536, 384}, Case{17, 384, 384},
-                       Case{40, 37, 29}, Case{300, 384, 1536}, Case{3, 0, 7}}) {
+  for (const Case c : {Case{1, 384, 384}, Case{1, 384, 51864}, Case{2, 384, 1536}, Case{5, 37, 29},
+                       Case{16, 1536, 384}, Case{17, 384, 384}, Case{40, 37, 29},
+                       Case{300, 384, 1536}, Case{3, 0, 7}}) {
     for (DType dtype : {DType::kF32, DType::kF16}) {
       ++variant;
       const bool with_bias = variant % 2 == 0;
       const Activation act = variant % 3 == 0 ? Activation::kGelu : Activation::kNone;
-      const std::string what = absl::StrCat("Linear m=", c.m, " k=", c.k, " n=", c.n, " ",
-                                            Name(dtype), with_bias ? " bias" : "",
-                                            act == Activation::kGelu ? " gelu" : "");
+      const std::string what =
+          absl::StrCat("Linear m=", c.m, " k=", c.k, " n=", c.n, " ", Name(dtype),
+                       with_bias ? " bias" : "", act == Activation::kGelu ? " gelu" : "");
       SCOPED_TRACE(what);
       std::vector<float> w = Random(c.n * c.k, -0.2f, 0.2f);
       const Pair x = F32({c.m, c.k}, Random(c.m * c.k));
       const Pair weight = Weight({c.n, c.k}, w, dtype);
       const Pair bias = F32({c.n}, Random(c.n));
       const Pair y = Poisoned({c.m, c.n});
-      ASSERT_TRUE(cpu_->Linear(x.cpu, weight.cpu, with_bias ? &bias.cpu : nullptr, act, y.cpu).ok());
-      ASSERT_TRUE(gpu_->Linear(x.gpu, weight.gpu, with_bias ? &bias.gpu : nullptr, act, y.gpu).ok());
+      ASSERT_TRUE(
+          cpu_->Linear(x.cpu, weight.cpu, with_bias ? &bias.cpu : nullptr, act, y.cpu).ok());
+      ASSERT_TRUE(
+          gpu_->Linear(x.gpu, weight.gpu, with_bias ? &bias.gpu : nullptr, act, y.gpu).ok());
       EXPECT_TRUE(Close(what, Gpu(y.gpu), Cpu(y.cpu), GemmTolerance(c.m)));
     }
   }
@@ -229,19 +234,21 @@ TEST_P(CudaParityTest, Conv1dMatchesCpu) {
                        Case{1, 9, 5, 7, 4, 3, 2}, Case{2, 6, 8, 3, 1, 1, 0}}) {
     for (DType dtype : {DType::kF32, DType::kF16}) {
       const int64_t t_out = (c.time + 2 * c.padding - c.kernel) / c.stride + 1;
-      const std::string what = absl::StrCat("Conv1d B=", c.batch, " T=", c.time, " Cin=", c.cin,
-                                            " Cout=", c.cout, " K=", c.kernel, " s=", c.stride,
-                                            " p=", c.padding, " ", Name(dtype));
+      const std::string what =
+          absl::StrCat("Conv1d B=", c.batch, " T=", c.time, " Cin=", c.cin, " Cout=", c.cout,
+                       " K=", c.kernel, " s=", c.stride, " p=", c.padding, " ", Name(dtype));
       SCOPED_TRACE(what);
       std::vector<float> w = Random(c.cout * c.cin * c.kernel, -0.3f, 0.3f);
       const Pair x = F32({c.batch, c.time, c.cin}, Random(c.batch * c.time * c.cin));
       const Pair weight = Weight({c.cout, c.cin, c.kernel}, w, dtype);
       const Pair bias = F32({c.cout}, Random(c.cout));
       const Pair y = Poisoned({c.batch, t_out, c.cout});
-      ASSERT_TRUE(cpu_->Conv1d(x.cpu, weight.cpu, bias.cpu, c.stride, c.padding,
-                               Activation::kGelu, y.cpu).ok());
-      ASSERT_TRUE(gpu_->Conv1d(x.gpu, weight.gpu, bias.gpu, c.stride, c.padding,
-                               Activation::kGelu, y.gpu).ok());
+      ASSERT_TRUE(
+          cpu_->Conv1d(x.cpu, weight.cpu, bias.cpu, c.stride, c.padding, Activation::kGelu, y.cpu)
+              .ok());
+      ASSERT_TRUE(
+          gpu_->Conv1d(x.gpu, weight.gpu, bias.gpu, c.stride, c.padding, Activation::kGelu, y.gpu)
+              .ok());
       EXPECT_TRUE(Close(what, Gpu(y.gpu), Cpu(y.cpu), GemmTolerance(c.batch * t_out)));
     }
   }
@@ -285,8 +292,8 @@ TEST_P(CudaParityTest, AddAndGeluMatchCpuAlsoInPlace) {
 }
 
 TEST_P(CudaParityTest, LogSoftmaxMatchesCpuAlsoInPlace) {
-  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
-           {1, 51864}, {3, 7}, {64, 1000}}) {
+  for (const auto& [rows, cols] :
+       std::vector<std::pair<int64_t, int64_t>>{{1, 51864}, {3, 7}, {64, 1000}}) {
     const std::string what = absl::StrCat("LogSoftmax ", rows, "x", cols);
     const Pair x = F32({rows, cols}, Random(rows * cols, -20.0f, 20.0f));
     const Pair y = Poisoned({rows, cols});
@@ -350,17 +357,16 @@ TEST_P(CudaParityTest, AttentionMatchesCpu) {
     int64_t batch, q_len, kv_len, heads, head_dim;
     bool causal, lengths;
   };
-  for (const Case c : {Case{4, 1, 448, 6, 64, true, true},     // decoder self-attention
-                       Case{2, 3, 448, 6, 64, true, true},     // prompt
-                       Case{1, 1, 1500, 6, 64, false, false},  // cross-attention
-                       Case{3, 1, 1500, 6, 64, false, false},
-                       Case{1, 300, 300, 6, 64, false, false},  // encoder-like
-                       Case{2, 100, 120, 6, 64, true, true},
-                       Case{1, 1500, 1500, 6, 64, false, false},
-                       Case{1, 64, 1024, 2, 64, true, true},  // f16 path with key splits
-                       Case{2, 5, 33, 3, 24, true, true},  // odd head sizes
-                       Case{1, 20, 50, 2, 128, false, false},
-                       Case{1, 2, 40, 1, 200, false, true}}) {
+  for (const Case c :
+       {Case{4, 1, 448, 6, 64, true, true},     // decoder self-attention
+        Case{2, 3, 448, 6, 64, true, true},     // prompt
+        Case{1, 1, 1500, 6, 64, false, false},  // cross-attention
+        Case{3, 1, 1500, 6, 64, false, false},
+        Case{1, 300, 300, 6, 64, false, false},  // encoder-like
+        Case{2, 100, 120, 6, 64, true, true}, Case{1, 1500, 1500, 6, 64, false, false},
+        Case{1, 64, 1024, 2, 64, true, true},  // f16 path with key splits
+        Case{2, 5, 33, 3, 24, true, true},     // odd head sizes
+        Case{1, 20, 50, 2, 128, false, false}, Case{1, 2, 40, 1, 200, false, true}}) {
     const std::string what =
         absl::StrCat("Attention B=", c.batch, " Tq=", c.q_len, " Tk=", c.kv_len, " H=", c.heads,
                      " D=", c.head_dim, c.causal ? " causal" : "", c.lengths ? " lengths" : "");
@@ -376,9 +382,11 @@ TEST_P(CudaParityTest, AttentionMatchesCpu) {
     const Pair out = Poisoned({c.batch, c.q_len, width});
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     ASSERT_TRUE(cpu_->Attention(q.cpu, k.cpu, v.cpu, c.lengths ? &len.cpu : nullptr,
-                                static_cast<int>(c.heads), scale, c.causal, out.cpu).ok());
+                                static_cast<int>(c.heads), scale, c.causal, out.cpu)
+                    .ok());
     ASSERT_TRUE(gpu_->Attention(q.gpu, k.gpu, v.gpu, c.lengths ? &len.gpu : nullptr,
-                                static_cast<int>(c.heads), scale, c.causal, out.gpu).ok());
+                                static_cast<int>(c.heads), scale, c.causal, out.gpu)
+                    .ok());
     const bool tensor_cores = fast() && c.head_dim == 64 && c.q_len >= 16;
     EXPECT_TRUE(Close(what, Gpu(out.gpu), Cpu(out.cpu), tensor_cores ? kFastAttention : kExact));
   }
@@ -421,7 +429,8 @@ TEST_P(CudaParityTest, BadIndexValuesAreReportedBySynchronize) {
 TEST_P(CudaParityTest, CaptureRefusesMemoryCallsAndValidatesArguments) {
   ASSERT_TRUE(gpu_->BeginCapture().ok());
   EXPECT_EQ(gpu_->BeginCapture().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(gpu_->Allocate({4}, DType::kF32).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(gpu_->Allocate({4}, DType::kF32).status().code(),
+            absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(gpu_->Synchronize().code(), absl::StatusCode::kFailedPrecondition);
   auto graph = gpu_->EndCapture();
   ASSERT_TRUE(graph.ok()) << graph.status();
@@ -481,8 +490,10 @@ TEST_P(CudaParityTest, GraphReplayReadsNewPositions) {
       for (Backend* b : {cpu_.get(), gpu_.get()}) {
         const bool is_gpu = b == gpu_.get();
         ASSERT_TRUE(b->CopyFromHost(tok.data(), batch * 4, is_gpu ? tokens.gpu : tokens.cpu).ok());
-        ASSERT_TRUE(b->CopyFromHost(pos.data(), batch * 4, is_gpu ? positions.gpu : positions.cpu).ok());
-        ASSERT_TRUE(b->CopyFromHost(len.data(), batch * 4, is_gpu ? lengths.gpu : lengths.cpu).ok());
+        ASSERT_TRUE(
+            b->CopyFromHost(pos.data(), batch * 4, is_gpu ? positions.gpu : positions.cpu).ok());
+        ASSERT_TRUE(
+            b->CopyFromHost(len.data(), batch * 4, is_gpu ? lengths.gpu : lengths.cpu).ok());
       }
       ASSERT_TRUE(step(*cpu_, &Pair::cpu).ok());
       ASSERT_TRUE((*graph)->Replay().ok());
@@ -548,8 +559,8 @@ TEST_P(CudaWhisperTest, DecoderStepsAndReplayedStepGraphMatchCpu) {
   ASSERT_TRUE(gpu_model_->Encode(mel, **gpu_state).ok());
 
   // A 3-token prompt per row, then single-token steps through Decode (which runs DecodeStep).
-  std::vector<int32_t> prompt = {50257, 50362, RandomInt(0, 50000), 50257, 50362,
-                                 RandomInt(0, 50000)};
+  std::vector<int32_t> prompt = {50257, 50362, RandomInt(0, 50000),
+                                 50257, 50362, RandomInt(0, 50000)};
   const std::vector<int32_t> zero = {0, 0};
   auto want = cpu_model_->Decode(prompt, 3, zero, **cpu_state);
   auto got = gpu_model_->Decode(prompt, 3, zero, **gpu_state);
@@ -562,8 +573,8 @@ TEST_P(CudaWhisperTest, DecoderStepsAndReplayedStepGraphMatchCpu) {
     want = cpu_model_->Decode(tokens, 1, positions, **cpu_state);
     got = gpu_model_->Decode(tokens, 1, positions, **gpu_state);
     ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
-    EXPECT_TRUE(Close(absl::StrCat("Whisper step logits at ", position), *got, *want,
-                      ModelTolerance()));
+    EXPECT_TRUE(
+        Close(absl::StrCat("Whisper step logits at ", position), *got, *want, ModelTolerance()));
   }
 
   // The same step captured once on the GPU and replayed with new inputs each time.

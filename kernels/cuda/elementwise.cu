@@ -11,7 +11,8 @@ bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 
 unsigned GridFor(const LaunchContext& ctx, int64_t items) {
   const int64_t blocks = (items + kThreads - 1) / kThreads;
-  const int64_t cap = int64_t{ctx.sm_count} * 16;  // enough to fill the chip; the loop does the rest
+  const int64_t cap =
+      int64_t{ctx.sm_count} * 16;  // enough to fill the chip; the loop does the rest
   return static_cast<unsigned>(blocks < cap ? blocks : cap);
 }
 

@@ -37,8 +37,8 @@ __global__ void EmbedKernel(const int32_t* tokens, const int32_t* start_position
 // One block per (batch row, source row); 16-byte copies when the row allows.
 template <typename Word>
 __global__ void WriteRowsKernel(const Word* src, const int32_t* positions, int64_t rows,
-                                int64_t row_words, int64_t capacity,
-                                unsigned long long* error_word, Word* dst) {
+                                int64_t row_words, int64_t capacity, unsigned long long* error_word,
+                                Word* dst) {
   WaitForPreviousKernel();
   AllowNextKernel();
   const int64_t b = blockIdx.y, r = blockIdx.x;
@@ -66,8 +66,9 @@ cudaError_t LaunchEmbed(const LaunchContext& ctx, const int32_t* tokens,
   if (batch == 0 || time == 0 || channels == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(batch * time)), block(kThreads);
   auto launch = [&](auto* tok, auto* pos) {
-    return Launch(ctx, EmbedKernel<std::remove_const_t<std::remove_pointer_t<decltype(tok)>>,
-                                   std::remove_const_t<std::remove_pointer_t<decltype(pos)>>>,
+    return Launch(ctx,
+                  EmbedKernel<std::remove_const_t<std::remove_pointer_t<decltype(tok)>>,
+                              std::remove_const_t<std::remove_pointer_t<decltype(pos)>>>,
                   grid, block, 0, tokens, start_positions, time, tok, vocab, pos, max_positions,
                   channels, ctx.error_word, y);
   };
@@ -90,9 +91,9 @@ cudaError_t LaunchWriteRows(const LaunchContext& ctx, const void* src, const int
                   static_cast<uint4*>(dst));
   }
   if (row_bytes % 4 == 0 && Aligned(src, 4) && Aligned(dst, 4)) {
-    return Launch(ctx, WriteRowsKernel<uint32_t>, grid, block, 0,
-                  static_cast<const uint32_t*>(src), positions, rows, row_bytes / 4, capacity,
-                  ctx.error_word, static_cast<uint32_t*>(dst));
+    return Launch(ctx, WriteRowsKernel<uint32_t>, grid, block, 0, static_cast<const uint32_t*>(src),
+                  positions, rows, row_bytes / 4, capacity, ctx.error_word,
+                  static_cast<uint32_t*>(dst));
   }
   return Launch(ctx, WriteRowsKernel<uint16_t>, grid, block, 0, static_cast<const uint16_t*>(src),
                 positions, rows, row_bytes / 2, capacity, ctx.error_word,

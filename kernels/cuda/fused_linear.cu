@@ -23,16 +23,20 @@ __device__ __forceinline__ void Load8(const T* p, float* out) {
 
 __device__ __forceinline__ float Activate(float v, Epilogue act) {
   switch (act) {
-    case Epilogue::kGelu: return GeluExact(v);
-    case Epilogue::kRelu: return v > 0.0f ? v : (v == v ? 0.0f : v);
-    case Epilogue::kSigmoid: return 1.0f / (1.0f + expf(-v));
-    case Epilogue::kNone: break;
+    case Epilogue::kGelu:
+      return GeluExact(v);
+    case Epilogue::kRelu:
+      return v > 0.0f ? v : (v == v ? 0.0f : v);
+    case Epilogue::kSigmoid:
+      return 1.0f / (1.0f + expf(-v));
+    case Epilogue::kNone:
+      break;
   }
   return v;
 }
 
 template <typename W, int kRows, int kCols>
-__global__ void __launch_bounds__(kWarps * kWarp) FusedLinearKernel(FusedLinearParams p) {
+__global__ void __launch_bounds__(kWarps* kWarp) FusedLinearKernel(FusedLinearParams p) {
   extern __shared__ float4 normed_raw[];  // [kRows][K] when normalising
   float* normed = reinterpret_cast<float*>(normed_raw);
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -88,7 +92,7 @@ __global__ void __launch_bounds__(kWarps * kWarp) FusedLinearKernel(FusedLinearP
 #pragma unroll
     for (int c = 0; c < kCols; ++c) acc[r][c] = 0.0f;
   }
-  auto accumulate = [&](int64_t k0, const float (&wv)[kCols][kChunk]) {
+  auto accumulate = [&](int64_t k0, const float(&wv)[kCols][kChunk]) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       if (r < rows) {
@@ -112,8 +116,7 @@ __global__ void __launch_bounds__(kWarps * kWarp) FusedLinearKernel(FusedLinearP
       accumulate(k0, wv);
     }
   }
-  for (int64_t k0 = (lane + int64_t{kPrefetch} * kWarp) * kChunk; k0 < p.k;
-       k0 += kWarp * kChunk) {
+  for (int64_t k0 = (lane + int64_t{kPrefetch} * kWarp) * kChunk; k0 < p.k; k0 += kWarp * kChunk) {
     float wv[kCols][kChunk];
 #pragma unroll
     for (int c = 0; c < kCols; ++c) {
@@ -215,7 +218,8 @@ __global__ void QkvScatterKernel(const float* src, int64_t m, int64_t channels, 
     }
     const int32_t position = positions[row];
     if (position < 0 || position >= capacity) {
-      if (part == 1 && ch == 0) ReportDeviceError(error_word, DeviceErrorOp::kWriteRows, row, position);
+      if (part == 1 && ch == 0)
+        ReportDeviceError(error_word, DeviceErrorOp::kWriteRows, row, position);
       continue;
     }
     (part == 1 ? k_cache : v_cache)[(row * capacity + position) * channels + ch] = src[i];

@@ -54,11 +54,11 @@ absl::Status RunGemm(const GemmConfig& config, const LaunchContext& ctx, const G
       return LaunchStatus("Linear epilogue",
                           LaunchEpilogue(ctx, p.y, p.m, p.n, p.bias, p.act, /*zero_input=*/true));
     case GemmPath::kSkinny:
-      return LaunchStatus("Linear", LaunchSkinnyLinear(ctx, p.x, p.m, p.k, p.w, p.w_f16, p.n,
-                                                       p.bias, p.act, p.y));
+      return LaunchStatus(
+          "Linear", LaunchSkinnyLinear(ctx, p.x, p.m, p.k, p.w, p.w_f16, p.n, p.bias, p.act, p.y));
     case GemmPath::kTiled:
-      return LaunchStatus("Linear", LaunchTiledLinear(ctx, p.x, p.m, p.k, p.w, p.w_f16, p.n,
-                                                      p.bias, p.act, p.y));
+      return LaunchStatus(
+          "Linear", LaunchTiledLinear(ctx, p.x, p.m, p.k, p.w, p.w_f16, p.n, p.bias, p.act, p.y));
     default:
       break;
   }
@@ -69,8 +69,8 @@ absl::Status RunGemm(const GemmConfig& config, const LaunchContext& ctx, const G
   const cudaDataType w_type = p.w_f16 ? CUDA_R_16F : CUDA_R_32F;
   switch (plan.path) {
     case GemmPath::kBlasF32:
-      RETURN_IF_ERROR(blas.Gemm(p.m, p.n, p.k, p.x, CUDA_R_32F, p.w, w_type, 0.0f, p.y,
-                                CUBLAS_COMPUTE_32F));
+      RETURN_IF_ERROR(
+          blas.Gemm(p.m, p.n, p.k, p.x, CUDA_R_32F, p.w, w_type, 0.0f, p.y, CUBLAS_COMPUTE_32F));
       break;
     case GemmPath::kBlasTf32:
       RETURN_IF_ERROR(blas.Gemm(p.m, p.n, p.k, p.x, CUDA_R_32F, p.w, w_type, 0.0f, p.y,

@@ -22,13 +22,13 @@ struct GemmConfig {
 };
 
 enum class GemmPath : uint8_t {
-  kNothing,      // M or N is 0
-  kBiasOnly,     // K is 0: y = act(bias)
-  kSkinny,       // our memory-bound kernel, exact f32
-  kTiled,        // our tiled kernel, exact f32 (no cuBLAS)
-  kBlasF32,      // cuBLAS, f32 weights, no TF32
-  kBlasTf32,     // cuBLAS, f32 weights, TF32 tensor cores
-  kBlasHalf,     // cuBLAS, f16 weights, x rounded to f16
+  kNothing,        // M or N is 0
+  kBiasOnly,       // K is 0: y = act(bias)
+  kSkinny,         // our memory-bound kernel, exact f32
+  kTiled,          // our tiled kernel, exact f32 (no cuBLAS)
+  kBlasF32,        // cuBLAS, f32 weights, no TF32
+  kBlasTf32,       // cuBLAS, f32 weights, TF32 tensor cores
+  kBlasHalf,       // cuBLAS, f16 weights, x rounded to f16
   kBlasHalfSplit,  // cuBLAS, f16 weights, x as hi + lo f16 (two GEMMs)
 };
 

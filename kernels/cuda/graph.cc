@@ -21,7 +21,8 @@ bool TryUpdate(cudaGraphExec_t exec, cudaGraph_t graph) {
   const bool ok = cudaGraphExecUpdate(exec, graph, &info) == cudaSuccess &&
                   info.result == cudaGraphExecUpdateSuccess;
 #endif
-  if (!ok) (void)cudaGetLastError();  // a refused update leaves an error to clear, not a broken context
+  if (!ok)
+    (void)cudaGetLastError();  // a refused update leaves an error to clear, not a broken context
   return ok;
 }
 
@@ -104,8 +105,8 @@ absl::Status CudaGraph::Replay() {
   for (size_t i = 0; i < nodes_.size(); ++i) {
     absl::Status status = nodes_[i]();
     if (!status.ok()) {
-      return absl::Status(status.code(), absl::StrCat("graph node ", i, " of ", nodes_.size(),
-                                                      ": ", status.message()));
+      return absl::Status(status.code(), absl::StrCat("graph node ", i, " of ", nodes_.size(), ": ",
+                                                      status.message()));
     }
   }
   return absl::OkStatus();

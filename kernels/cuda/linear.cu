@@ -8,10 +8,14 @@ bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 
 __device__ __forceinline__ float Activate(float v, Epilogue act) {
   switch (act) {
-    case Epilogue::kGelu: return GeluExact(v);
-    case Epilogue::kRelu: return v > 0.0f ? v : (v == v ? 0.0f : v);  // NaN stays NaN
-    case Epilogue::kSigmoid: return 1.0f / (1.0f + expf(-v));
-    case Epilogue::kNone: break;
+    case Epilogue::kGelu:
+      return GeluExact(v);
+    case Epilogue::kRelu:
+      return v > 0.0f ? v : (v == v ? 0.0f : v);  // NaN stays NaN
+    case Epilogue::kSigmoid:
+      return 1.0f / (1.0f + expf(-v));
+    case Epilogue::kNone:
+      break;
   }
   return v;
 }
@@ -32,7 +36,7 @@ __device__ __forceinline__ void Load8(const T* p, float* out) {
 }
 
 template <typename W, int kRows, int kCols, bool kVec>
-__global__ void __launch_bounds__(kSkinnyWarps * kWarp)
+__global__ void __launch_bounds__(kSkinnyWarps* kWarp)
     SkinnyLinearKernel(const float* x, int64_t m, int64_t k, const W* w, int64_t n,
                        const float* bias, Epilogue act, float* y) {
   const int lane = threadIdx.x % kWarp;
@@ -68,7 +72,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * kWarp)
     }
     WaitForPreviousKernel();
     AllowNextKernel();
-    auto accumulate = [&](int64_t k0, const float (&wv)[kCols][kChunk]) {
+    auto accumulate = [&](int64_t k0, const float(&wv)[kCols][kChunk]) {
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         if (m0 + r < m) {
@@ -92,8 +96,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * kWarp)
         accumulate(k0, wv);
       }
     }
-    for (int64_t k0 = (lane + int64_t{kPrefetch} * kWarp) * kChunk; k0 < k;
-         k0 += kWarp * kChunk) {
+    for (int64_t k0 = (lane + int64_t{kPrefetch} * kWarp) * kChunk; k0 < k; k0 += kWarp * kChunk) {
       float wv[kCols][kChunk];
 #pragma unroll
       for (int c = 0; c < kCols; ++c) {
@@ -280,8 +283,8 @@ cudaError_t LaunchSkinnyLinear(const LaunchContext& ctx, const float* x, int64_t
 }
 
 cudaError_t LaunchTiledLinear(const LaunchContext& ctx, const float* x, int64_t m, int64_t k,
-                              const void* w, bool w_f16, int64_t n, const float* bias,
-                              Epilogue act, float* y) {
+                              const void* w, bool w_f16, int64_t n, const float* bias, Epilogue act,
+                              float* y) {
   if (m == 0 || n == 0) return cudaSuccess;
   const dim3 grid(CeilDiv(n, kTile), CeilDiv(m, kTile)), block(256);
   if (w_f16) {

@@ -24,8 +24,8 @@ cudaError_t LaunchSkinnyLinear(const LaunchContext& ctx, const float* x, int64_t
                                const void* w, bool w_f16, int64_t n, const float* bias,
                                Epilogue act, float* y);
 cudaError_t LaunchTiledLinear(const LaunchContext& ctx, const float* x, int64_t m, int64_t k,
-                              const void* w, bool w_f16, int64_t n, const float* bias,
-                              Epilogue act, float* y);
+                              const void* w, bool w_f16, int64_t n, const float* bias, Epilogue act,
+                              float* y);
 
 // out[i] = f16(x[i]) (round to nearest) for i < n. `out` holds __half values.
 cudaError_t LaunchToHalf(const LaunchContext& ctx, const float* x, int64_t n, void* out);

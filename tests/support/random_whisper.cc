@@ -70,8 +70,7 @@ class Writer {
 
 }  // namespace
 
-bool WriteRandomWhisperModel(const std::string& dir, uint32_t seed,
-                             const RandomWhisperDims& dims) {
+bool WriteRandomWhisperModel(const std::string& dir, uint32_t seed, const RandomWhisperDims& dims) {
   const uint32_t d = static_cast<uint32_t>(dims.d_model), ff = 4 * d;
   Writer w(seed);
   auto norm = [&](const std::string& p) {

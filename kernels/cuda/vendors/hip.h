@@ -68,7 +68,8 @@
 #define cudaStreamBeginCapture hipStreamBeginCapture
 #define cudaStreamEndCapture hipStreamEndCapture
 #define cudaStreamIsCapturing hipStreamIsCapturing
-#define cudaGraphInstantiate(exec, graph, flags) hipGraphInstantiate(exec, graph, nullptr, nullptr, 0)
+#define cudaGraphInstantiate(exec, graph, flags) \
+  hipGraphInstantiate(exec, graph, nullptr, nullptr, 0)
 #define cudaGraphLaunch hipGraphLaunch
 #define cudaGraphDestroy hipGraphDestroy
 #define cudaGraphExecDestroy hipGraphExecDestroy
