@@ -1,12 +1,16 @@
 # Shared compile options and the test helper used by every folder.
 
 add_library(waav_options INTERFACE)
-target_compile_options(waav_options INTERFACE -Wall -Wextra -Wpedantic -Wno-unused-parameter)
+# Host-compiler warnings apply to C and C++ only; nvcc gets its own switch (it rejects -Wall).
+target_compile_options(waav_options INTERFACE
+  "$<$<COMPILE_LANGUAGE:C,CXX>:-Wall;-Wextra;-Wpedantic;-Wno-unused-parameter>")
 if(WAAV_WERROR)
-  target_compile_options(waav_options INTERFACE -Werror)
+  target_compile_options(waav_options INTERFACE "$<$<COMPILE_LANGUAGE:C,CXX>:-Werror>"
+    "$<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings>")
 endif()
 if(WAAV_SANITIZE)
-  target_compile_options(waav_options INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer)
+  target_compile_options(waav_options INTERFACE
+    "$<$<COMPILE_LANGUAGE:C,CXX>:-fsanitize=address,undefined;-fno-omit-frame-pointer>")
   target_link_options(waav_options INTERFACE -fsanitize=address,undefined)
 endif()
 target_include_directories(waav_options INTERFACE ${CMAKE_SOURCE_DIR})

@@ -1,5 +1,6 @@
 #include "engine/models/whisper/whisper_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -245,13 +246,44 @@ absl::StatusOr<std::unique_ptr<DecoderState>> WhisperModel::NewDecoderState(int 
   }
   ASSIGN_OR_RETURN(state->positions_, backend_.Allocate({b}, DType::kI32));
   ASSIGN_OR_RETURN(state->lengths_, backend_.Allocate({b}, DType::kI32));
+  DecoderState::StepBuffers& step = state->step_;
+  ASSIGN_OR_RETURN(step.tokens, backend_.Allocate({b, 1}, DType::kI32));
+  ASSIGN_OR_RETURN(step.x, backend_.Allocate({b, 1, d}, DType::kF32));
+  ASSIGN_OR_RETURN(step.out, backend_.Allocate({b, 1, d}, DType::kF32));
+  ASSIGN_OR_RETURN(Workspace ws, NewWorkspace(step.x.shape()));
+  step.h = ws.h;
+  step.q = ws.q;
+  step.k = ws.k;
+  step.v = ws.v;
+  step.attended = ws.attended;
+  step.hidden = ws.hidden;
+  ASSIGN_OR_RETURN(step.logits, backend_.Allocate({b, dims_.n_vocab}, DType::kF32));
   return state;
 }
 
-absl::Status WhisperModel::RunFeedForward(const FeedForwardWeights& w, const Tensor& x) const {
+absl::StatusOr<WhisperModel::Workspace> WhisperModel::NewWorkspace(const Shape& x_shape) const {
+  const int64_t rows = x_shape.numel() / dims_.d_model;
+  const int64_t n_ff =
+      decoder_layers_.empty() ? 4 * int64_t{dims_.d_model} : decoder_layers_[0].ffn.in_w.dim(0);
+  int64_t encoder_ff = n_ff;
+  if (!encoder_layers_.empty()) encoder_ff = encoder_layers_[0].ffn.in_w.dim(0);
+  Workspace ws;
+  ASSIGN_OR_RETURN(ws.h, backend_.Allocate(x_shape, DType::kF32));
+  ASSIGN_OR_RETURN(ws.q, backend_.Allocate(x_shape, DType::kF32));
+  ASSIGN_OR_RETURN(ws.k, backend_.Allocate(x_shape, DType::kF32));
+  ASSIGN_OR_RETURN(ws.v, backend_.Allocate(x_shape, DType::kF32));
+  ASSIGN_OR_RETURN(ws.attended, backend_.Allocate(x_shape, DType::kF32));
+  // Flat, so that a block with a narrower hidden layer can take a prefix.
+  ASSIGN_OR_RETURN(ws.hidden, backend_.Allocate({rows * std::max(n_ff, encoder_ff)}, DType::kF32));
+  return ws;
+}
+
+absl::Status WhisperModel::RunFeedForward(const FeedForwardWeights& w, const Tensor& x,
+                                          const Workspace& ws) const {
   const int64_t rows = x.numel() / dims_.d_model;
-  ASSIGN_OR_RETURN(Tensor h, backend_.Allocate(x.shape(), DType::kF32));
-  ASSIGN_OR_RETURN(Tensor hidden, backend_.Allocate({rows, w.in_w.dim(0)}, DType::kF32));
+  const Tensor& h = ws.h;
+  ASSIGN_OR_RETURN(Tensor hidden, ws.hidden.Slice(0, rows * w.in_w.dim(0)));
+  ASSIGN_OR_RETURN(hidden, hidden.Reshape({rows, w.in_w.dim(0)}));
   ASSIGN_OR_RETURN(Tensor h2, h.Reshape({rows, dims_.d_model}));
   RETURN_IF_ERROR(backend_.LayerNorm(x, w.norm_gamma, w.norm_beta, 1e-5f, h));
   RETURN_IF_ERROR(backend_.Linear(h2, w.in_w, &w.in_b, Activation::kGelu, hidden));
@@ -265,17 +297,14 @@ absl::Status WhisperModel::RunFeedForward(const FeedForwardWeights& w, const Ten
 // (cross-attention over the encoder output).
 absl::Status WhisperModel::RunAttention(const AttentionWeights& w, const Tensor& x,
                                         const Tensor& k_cache, const Tensor& v_cache,
-                                        const Tensor* positions, const Tensor* lengths,
-                                        bool causal, const Tensor& out) const {
-  ASSIGN_OR_RETURN(Tensor h, backend_.Allocate(x.shape(), DType::kF32));
-  ASSIGN_OR_RETURN(Tensor q, backend_.Allocate(x.shape(), DType::kF32));
-  ASSIGN_OR_RETURN(Tensor attended, backend_.Allocate(x.shape(), DType::kF32));
+                                        const Tensor* positions, const Tensor* lengths, bool causal,
+                                        const Tensor& out, const Workspace& ws) const {
+  const Tensor &h = ws.h, &q = ws.q, &attended = ws.attended;
   RETURN_IF_ERROR(backend_.LayerNorm(x, w.norm_gamma, w.norm_beta, 1e-5f, h));
   RETURN_IF_ERROR(backend_.Linear(h, w.q_w, &w.q_b, Activation::kNone, q));
   Tensor keys = k_cache, values = v_cache;
   if (!k_cache.defined() || positions != nullptr) {
-    ASSIGN_OR_RETURN(Tensor k, backend_.Allocate(x.shape(), DType::kF32));
-    ASSIGN_OR_RETURN(Tensor v, backend_.Allocate(x.shape(), DType::kF32));
+    const Tensor &k = ws.k, &v = ws.v;
     RETURN_IF_ERROR(backend_.Linear(h, w.k_w, &w.k_b, Activation::kNone, k));
     RETURN_IF_ERROR(backend_.Linear(h, w.v_w, &w.v_b, Activation::kNone, v));
     if (k_cache.defined()) {
@@ -292,8 +321,30 @@ absl::Status WhisperModel::RunAttention(const AttentionWeights& w, const Tensor&
   return backend_.Add(x, out, x);
 }
 
-absl::StatusOr<Tensor> WhisperModel::RunEncoder(absl::Span<const float> mel, int batch) const {
-  const int64_t b = batch, frames = dims_.n_frames(), mels = dims_.n_mels, d = dims_.d_model;
+absl::StatusOr<std::unique_ptr<EncoderBuffers>> WhisperModel::NewEncoderBuffers(
+    int batch_size) const {
+  if (batch_size <= 0) return absl::InvalidArgumentError("batch size must be positive");
+  const int64_t b = batch_size, d = dims_.d_model;
+  auto buffers = std::make_unique<EncoderBuffers>();
+  buffers->batch_size_ = batch_size;
+  ASSIGN_OR_RETURN(buffers->mel_, backend_.Allocate({b, dims_.n_frames(), dims_.n_mels},
+                                                    DType::kF32));
+  ASSIGN_OR_RETURN(buffers->conv1_, backend_.Allocate({b, dims_.n_frames(), d}, DType::kF32));
+  ASSIGN_OR_RETURN(buffers->x_, backend_.Allocate({b, dims_.n_audio_ctx, d}, DType::kF32));
+  ASSIGN_OR_RETURN(buffers->scratch_, backend_.Allocate(buffers->x_.shape(), DType::kF32));
+  ASSIGN_OR_RETURN(const Workspace ws, NewWorkspace(buffers->x_.shape()));
+  buffers->h_ = ws.h;
+  buffers->q_ = ws.q;
+  buffers->k_ = ws.k;
+  buffers->v_ = ws.v;
+  buffers->attended_ = ws.attended;
+  buffers->hidden_ = ws.hidden;
+  return buffers;
+}
+
+absl::StatusOr<std::unique_ptr<EncoderBuffers>> WhisperModel::UploadMel(
+    absl::Span<const float> mel, int batch) const {
+  const int64_t b = batch, frames = dims_.n_frames(), mels = dims_.n_mels;
   if (batch <= 0 || static_cast<int64_t>(mel.size()) != b * mels * frames) {
     return absl::InvalidArgumentError(absl::StrCat("encoder input has ", mel.size(),
                                                    " values; expected ", b, " x ", mels, " x ",
@@ -307,39 +358,55 @@ absl::StatusOr<Tensor> WhisperModel::RunEncoder(absl::Span<const float> mel, int
     for (int64_t m = 0; m < mels; ++m)
       for (int64_t t = 0; t < frames; ++t) dst[t * mels + m] = src[m * frames + t];
   }
-  ASSIGN_OR_RETURN(Tensor input, Upload(backend_, {b, frames, mels}, DType::kF32, time_major.data()));
-  ASSIGN_OR_RETURN(Tensor conv1, backend_.Allocate({b, frames, d}, DType::kF32));
-  ASSIGN_OR_RETURN(Tensor x, backend_.Allocate({b, dims_.n_audio_ctx, d}, DType::kF32));
-  RETURN_IF_ERROR(backend_.Conv1d(input, conv1_w_, conv1_b_, 1, 1, Activation::kGelu, conv1));
-  RETURN_IF_ERROR(backend_.Conv1d(conv1, conv2_w_, conv2_b_, 2, 1, Activation::kGelu, x));
+  ASSIGN_OR_RETURN(std::unique_ptr<EncoderBuffers> buffers, NewEncoderBuffers(batch));
+  RETURN_IF_ERROR(backend_.CopyFromHost(time_major.data(), time_major.size() * sizeof(float),
+                                        buffers->mel_));
+  return buffers;
+}
+
+absl::Status WhisperModel::EncodeOnDevice(EncoderBuffers& buffers, DecoderState* state) const {
+  const int64_t b = buffers.batch_size();
+  if (state != nullptr && state->batch_size() != buffers.batch_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("EncodeOnDevice: encoder buffers for batch ",
+                                                   b, " and a decoder state for batch ",
+                                                   state->batch_size()));
+  }
+  const Tensor& x = buffers.x_;
+  RETURN_IF_ERROR(
+      backend_.Conv1d(buffers.mel_, conv1_w_, conv1_b_, 1, 1, Activation::kGelu, buffers.conv1_));
+  RETURN_IF_ERROR(backend_.Conv1d(buffers.conv1_, conv2_w_, conv2_b_, 2, 1, Activation::kGelu, x));
   for (int64_t i = 0; i < b; ++i) {
     ASSIGN_OR_RETURN(Tensor row, x.Slice(i, i + 1));
     ASSIGN_OR_RETURN(row, row.Reshape(encoder_positions_.shape()));
     RETURN_IF_ERROR(backend_.Add(row, encoder_positions_, row));
   }
-  ASSIGN_OR_RETURN(Tensor scratch, backend_.Allocate(x.shape(), DType::kF32));
+  const Workspace ws{buffers.h_, buffers.q_, buffers.k_, buffers.v_, buffers.attended_,
+                     buffers.hidden_};
   for (const EncoderLayer& layer : encoder_layers_) {
     RETURN_IF_ERROR(RunAttention(layer.self_attention, x, Tensor(), Tensor(), nullptr, nullptr,
-                                 /*causal=*/false, scratch));
-    RETURN_IF_ERROR(RunFeedForward(layer.ffn, x));
+                                 /*causal=*/false, buffers.scratch_, ws));
+    RETURN_IF_ERROR(RunFeedForward(layer.ffn, x, ws));
   }
   RETURN_IF_ERROR(backend_.LayerNorm(x, encoder_norm_gamma_, encoder_norm_beta_, 1e-5f, x));
-  return x;
+  if (state == nullptr) return absl::OkStatus();
+  for (int i = 0; i < dims_.n_decoder_layers; ++i) {
+    const AttentionWeights& w = decoder_layers_[static_cast<size_t>(i)].cross_attention;
+    RETURN_IF_ERROR(backend_.Linear(x, w.k_w, &w.k_b, Activation::kNone, state->cross_k_[i]));
+    RETURN_IF_ERROR(backend_.Linear(x, w.v_w, &w.v_b, Activation::kNone, state->cross_v_[i]));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<float>> WhisperModel::EncoderOutput(absl::Span<const float> mel,
                                                                int batch) const {
-  ASSIGN_OR_RETURN(Tensor x, RunEncoder(mel, batch));
-  return Download<float>(backend_, x);
+  ASSIGN_OR_RETURN(std::unique_ptr<EncoderBuffers> buffers, UploadMel(mel, batch));
+  RETURN_IF_ERROR(EncodeOnDevice(*buffers, nullptr));
+  return Download<float>(backend_, buffers->x_);
 }
 
 absl::Status WhisperModel::Encode(absl::Span<const float> mel, DecoderState& state) const {
-  ASSIGN_OR_RETURN(Tensor x, RunEncoder(mel, state.batch_size()));
-  for (int i = 0; i < dims_.n_decoder_layers; ++i) {
-    const AttentionWeights& w = decoder_layers_[static_cast<size_t>(i)].cross_attention;
-    RETURN_IF_ERROR(backend_.Linear(x, w.k_w, &w.k_b, Activation::kNone, state.cross_k_[i]));
-    RETURN_IF_ERROR(backend_.Linear(x, w.v_w, &w.v_b, Activation::kNone, state.cross_v_[i]));
-  }
+  ASSIGN_OR_RETURN(std::unique_ptr<EncoderBuffers> buffers, UploadMel(mel, state.batch_size()));
+  RETURN_IF_ERROR(EncodeOnDevice(*buffers, &state));
   return backend_.Synchronize();
 }
 
@@ -368,21 +435,27 @@ absl::StatusOr<std::vector<float>> WhisperModel::Decode(absl::Span<const int32_t
       return absl::InvalidArgumentError(absl::StrCat("token id ", token, " is outside the vocabulary"));
     }
   }
-  ASSIGN_OR_RETURN(Tensor token_ids, Upload(backend_, {b, t}, DType::kI32, tokens.data()));
   RETURN_IF_ERROR(backend_.CopyFromHost(positions.data(), positions.size() * 4, state.positions_));
   RETURN_IF_ERROR(backend_.CopyFromHost(lengths.data(), lengths.size() * 4, state.lengths_));
+  if (t == 1) {
+    RETURN_IF_ERROR(backend_.CopyFromHost(tokens.data(), tokens.size() * 4, state.step_.tokens));
+    RETURN_IF_ERROR(DecodeStep(state));
+    return Download<float>(backend_, state.step_.logits);
+  }
+  ASSIGN_OR_RETURN(Tensor token_ids, Upload(backend_, {b, t}, DType::kI32, tokens.data()));
 
   ASSIGN_OR_RETURN(Tensor x, backend_.Allocate({b, t, d}, DType::kF32));
   ASSIGN_OR_RETURN(Tensor scratch, backend_.Allocate({b, t, d}, DType::kF32));
+  ASSIGN_OR_RETURN(const Workspace ws, NewWorkspace(x.shape()));
   RETURN_IF_ERROR(
       backend_.Embed(token_ids, state.positions_, token_embedding_, decoder_positions_, x));
   for (int i = 0; i < dims_.n_decoder_layers; ++i) {
     const DecoderLayer& layer = decoder_layers_[static_cast<size_t>(i)];
     RETURN_IF_ERROR(RunAttention(layer.self_attention, x, state.self_k_[i], state.self_v_[i],
-                                 &state.positions_, &state.lengths_, /*causal=*/true, scratch));
+                                 &state.positions_, &state.lengths_, /*causal=*/true, scratch, ws));
     RETURN_IF_ERROR(RunAttention(layer.cross_attention, x, state.cross_k_[i], state.cross_v_[i],
-                                 nullptr, nullptr, /*causal=*/false, scratch));
-    RETURN_IF_ERROR(RunFeedForward(layer.ffn, x));
+                                 nullptr, nullptr, /*causal=*/false, scratch, ws));
+    RETURN_IF_ERROR(RunFeedForward(layer.ffn, x, ws));
   }
   RETURN_IF_ERROR(backend_.LayerNorm(x, decoder_norm_gamma_, decoder_norm_beta_, 1e-5f, x));
 
@@ -402,6 +475,24 @@ absl::StatusOr<std::vector<float>> WhisperModel::Decode(absl::Span<const int32_t
   ASSIGN_OR_RETURN(Tensor logits, backend_.Allocate({b, dims_.n_vocab}, DType::kF32));
   RETURN_IF_ERROR(backend_.Linear(last, token_embedding_, nullptr, Activation::kNone, logits));
   return Download<float>(backend_, logits);
+}
+
+absl::Status WhisperModel::DecodeStep(DecoderState& state) const {
+  const DecoderState::StepBuffers& s = state.step_;
+  const Workspace ws{s.h, s.q, s.k, s.v, s.attended, s.hidden};
+  RETURN_IF_ERROR(
+      backend_.Embed(s.tokens, state.positions_, token_embedding_, decoder_positions_, s.x));
+  for (int i = 0; i < dims_.n_decoder_layers; ++i) {
+    const DecoderLayer& layer = decoder_layers_[static_cast<size_t>(i)];
+    RETURN_IF_ERROR(RunAttention(layer.self_attention, s.x, state.self_k_[i], state.self_v_[i],
+                                 &state.positions_, &state.lengths_, /*causal=*/true, s.out, ws));
+    RETURN_IF_ERROR(RunAttention(layer.cross_attention, s.x, state.cross_k_[i], state.cross_v_[i],
+                                 nullptr, nullptr, /*causal=*/false, s.out, ws));
+    RETURN_IF_ERROR(RunFeedForward(layer.ffn, s.x, ws));
+  }
+  RETURN_IF_ERROR(backend_.LayerNorm(s.x, decoder_norm_gamma_, decoder_norm_beta_, 1e-5f, s.x));
+  ASSIGN_OR_RETURN(const Tensor last, s.x.Reshape({state.batch_size(), dims_.d_model}));
+  return backend_.Linear(last, token_embedding_, nullptr, Activation::kNone, s.logits);
 }
 
 }  // namespace waav::whisper

@@ -52,13 +52,55 @@ class DecoderState {
  public:
   int batch_size() const { return batch_size_; }
 
+  // Device inputs and output of WhisperModel::DecodeStep (one token per row). The caller writes
+  // the inputs (Backend::CopyFromHost, or kernels) before each step or graph replay and reads the
+  // logits after it:
+  //   step_tokens  i32 [B, 1]  the token of each row
+  //   positions    i32 [B]     its position (where its K/V go in the self-attention cache)
+  //   lengths      i32 [B]     positions + 1 (keys each row attends to)
+  //   step_logits  f32 [B, n_vocab]
+  const Tensor& step_tokens() const { return step_.tokens; }
+  const Tensor& positions() const { return positions_; }
+  const Tensor& lengths() const { return lengths_; }
+  const Tensor& step_logits() const { return step_.logits; }
+
+  // Per-layer caches, f32: self-attention [B, n_text_ctx, d_model], cross-attention
+  // [B, n_audio_ctx, d_model]. For backend-specific steps (the CUDA fused decoder step).
+  const Tensor& self_k(int layer) const { return self_k_[static_cast<size_t>(layer)]; }
+  const Tensor& self_v(int layer) const { return self_v_[static_cast<size_t>(layer)]; }
+  const Tensor& cross_k(int layer) const { return cross_k_[static_cast<size_t>(layer)]; }
+  const Tensor& cross_v(int layer) const { return cross_v_[static_cast<size_t>(layer)]; }
+
  private:
   friend class WhisperModel;
+  // Activations of one step (T = 1), allocated with the state so that a step allocates nothing.
+  struct StepBuffers {
+    Tensor tokens, x, out, h, q, k, v, attended, hidden, logits;
+  };
   int batch_size_ = 0;
   std::vector<Tensor> cross_k_, cross_v_;  // per layer [B, n_audio_ctx, d_model]
   std::vector<Tensor> self_k_, self_v_;    // per layer [B, n_text_ctx, d_model]
   Tensor positions_;                       // i32 [B]: where the next tokens are written
   Tensor lengths_;                         // i32 [B]: positions + tokens in this call
+  StepBuffers step_;
+};
+
+// Device buffers of one encoder pass for a fixed batch size (input, activations), so that the
+// encoder allocates nothing and can be captured into a graph. Created by
+// WhisperModel::NewEncoderBuffers; large (conv1 alone is B x 3000 x d_model floats).
+class EncoderBuffers {
+ public:
+  int batch_size() const { return batch_size_; }
+  // f32 [B, n_frames, n_mels]: log-mel windows, time-major (the transpose of the front end's
+  // [n_mels, n_frames] per window); the caller writes it before each pass or replay.
+  const Tensor& mel() const { return mel_; }
+  // f32 [B, n_audio_ctx, d_model]: the encoder output after a pass.
+  const Tensor& output() const { return x_; }
+
+ private:
+  friend class WhisperModel;
+  int batch_size_ = 0;
+  Tensor mel_, conv1_, x_, scratch_, h_, q_, k_, v_, attended_, hidden_;
 };
 
 class WhisperModel {
@@ -81,6 +123,14 @@ class WhisperModel {
   // cross-attention K/V in `state`, whose batch size must be B. Resets the self-attention cache.
   absl::Status Encode(absl::Span<const float> mel, DecoderState& state) const;
 
+  absl::StatusOr<std::unique_ptr<EncoderBuffers>> NewEncoderBuffers(int batch_size) const;
+
+  // Runs the encoder on buffers.mel() into buffers.output() and, when `state` is given (of the
+  // same batch size), stores each decoder layer's cross-attention K/V in it. Device only: it
+  // allocates nothing, copies nothing to or from the host and does not wait, so it can be
+  // captured into a graph like DecodeStep (the buffers and state must outlive the graph).
+  absl::Status EncodeOnDevice(EncoderBuffers& buffers, DecoderState* state) const;
+
   // Encoder output only (host [B, n_audio_ctx, d_model]); for tests and parity checks.
   absl::StatusOr<std::vector<float>> EncoderOutput(absl::Span<const float> mel, int batch) const;
 
@@ -89,6 +139,14 @@ class WhisperModel {
   absl::StatusOr<std::vector<float>> Decode(absl::Span<const int32_t> tokens, int tokens_per_row,
                                             absl::Span<const int32_t> positions,
                                             DecoderState& state) const;
+
+  // One decoder step on the device: reads state.step_tokens(), positions() and lengths() as they
+  // are when the kernels run, appends each row's K/V to its self-attention cache and writes
+  // state.step_logits(). Allocates nothing, copies nothing to or from the host and does not
+  // wait, so it can be recorded between Backend::BeginCapture() and EndCapture() and the graph
+  // replayed for every later step (the state must outlive the graph). Positions are not checked
+  // here: an out-of-range one is reported by the backend (see its header).
+  absl::Status DecodeStep(DecoderState& state) const;
 
  private:
   struct AttentionWeights {
@@ -110,11 +168,21 @@ class WhisperModel {
 
   WhisperModel(Backend& backend, WhisperDims dims) : backend_(backend), dims_(dims) {}
 
+  // Intermediates of one attention or feed-forward block: h, q, k, v, attended shaped like its
+  // input x [.., d_model]; hidden flat, rows of x times the widest feed-forward layer.
+  struct Workspace {
+    Tensor h, q, k, v, attended, hidden;
+  };
+  absl::StatusOr<Workspace> NewWorkspace(const Shape& x_shape) const;
+
   absl::Status RunAttention(const AttentionWeights& w, const Tensor& x, const Tensor& k_cache,
                             const Tensor& v_cache, const Tensor* positions, const Tensor* lengths,
-                            bool causal, const Tensor& out) const;
-  absl::Status RunFeedForward(const FeedForwardWeights& w, const Tensor& x) const;
-  absl::StatusOr<Tensor> RunEncoder(absl::Span<const float> mel, int batch) const;
+                            bool causal, const Tensor& out, const Workspace& ws) const;
+  absl::Status RunFeedForward(const FeedForwardWeights& w, const Tensor& x,
+                              const Workspace& ws) const;
+  // New buffers holding `mel` (host [B, n_mels, n_frames]) transposed to time-major.
+  absl::StatusOr<std::unique_ptr<EncoderBuffers>> UploadMel(absl::Span<const float> mel,
+                                                            int batch) const;
 
   Backend& backend_;
   WhisperDims dims_;

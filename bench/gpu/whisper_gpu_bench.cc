@@ -1,0 +1,382 @@
+// Whisper tiny.en on the CUDA backend, random weights of the real shapes: decoder step latency at
+// batch 1, 8, 64, 256 and encoder time per 30 s window at batch 1 and 16, for several backend
+// variants (eager kernel launches, CUDA graphs with and without programmatic dependent launch,
+// fast and accurate math). Prints a table and writes it as TSV.
+//
+// Two numbers per case, both medians over repeated runs:
+//  * per step (or window), back to back: R replays (or eager passes) queued without waiting,
+//    wall time / R. What a busy GPU sustains; launch gaps the host hides do not count.
+//  * round trip: one replay (or pass) followed by Synchronize(), as a real-time loop that waits
+//    for each step's logits sees it (launch, execution, completion signal).
+// Decoder steps run at position 64 (65 keys in the self-attention cache of 448) against a cross
+// cache of 1500 encoder positions, with f16 weights and f32 activations and caches.
+//
+// Usage: whisper_gpu_bench [--out results.tsv] [--quick]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/gpu/fused_whisper_step.h"
+#include "engine/models/whisper/whisper_model.h"
+#include "engine/runtime/dtype.h"
+#include "engine/runtime/status.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "tests/support/random_whisper.h"
+
+namespace waav {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BackendVariant {
+  std::string name;
+  CudaBackendOptions options;
+  bool capture;  // replay a captured graph; false: issue the kernels each time
+  bool fused;    // decoder step from the fused kernels (bench/gpu/fused_whisper_step.h); no encoder
+};
+
+struct Row {
+  std::string what, variant;
+  int batch;
+  double per_item_us, round_trip_us;
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+double MicrosSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+}
+
+// Times `run` (one step or pass, queued without waiting): `reps` rounds of `burst` back-to-back
+// runs, and `reps` single runs each followed by a synchronization.
+absl::Status Time(Backend& backend, const std::function<absl::Status()>& run, int burst, int reps,
+                  double* per_item_us, double* round_trip_us) {
+  for (int i = 0; i < 5; ++i) RETURN_IF_ERROR(run());  // warm-up
+  RETURN_IF_ERROR(backend.Synchronize());
+  std::vector<double> bursts, singles;
+  for (int r = 0; r < reps; ++r) {
+    const Clock::time_point start = Clock::now();
+    for (int i = 0; i < burst; ++i) RETURN_IF_ERROR(run());
+    RETURN_IF_ERROR(backend.Synchronize());
+    bursts.push_back(MicrosSince(start) / burst);
+  }
+  for (int r = 0; r < reps * 4; ++r) {
+    const Clock::time_point start = Clock::now();
+    RETURN_IF_ERROR(run());
+    RETURN_IF_ERROR(backend.Synchronize());
+    singles.push_back(MicrosSince(start));
+  }
+  *per_item_us = Median(bursts);
+  *round_trip_us = Median(singles);
+  return absl::OkStatus();
+}
+
+std::vector<float> RandomVector(size_t n, std::mt19937& rng, float lo, float hi) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& variant, bool quick,
+                          std::vector<Row>* rows) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateCudaBackend(variant.options));
+  std::cout << "# " << variant.name << ": " << backend->Describe() << std::endl;
+  whisper::WhisperModelOptions model_options;
+  model_options.weight_dtype = DType::kF16;
+  model_options.embedding_dtype = DType::kF16;
+  ASSIGN_OR_RETURN(std::unique_ptr<whisper::WhisperModel> model,
+                   whisper::WhisperModel::Load(model_dir, *backend, model_options));
+  std::mt19937 rng(1234);
+
+  std::unique_ptr<bench::FusedWhisperDecoder> fused;
+  if (variant.fused) {
+    ASSIGN_OR_RETURN(fused, bench::FusedWhisperDecoder::Load(model_dir, *backend));
+  }
+
+  // ---- Encoder ----------------------------------------------------------------------------------
+  for (int batch : {1, 16}) {
+    if (variant.fused) break;
+    ASSIGN_OR_RETURN(std::unique_ptr<whisper::EncoderBuffers> buffers,
+                     model->NewEncoderBuffers(batch));
+    ASSIGN_OR_RETURN(std::unique_ptr<whisper::DecoderState> state, model->NewDecoderState(batch));
+    const std::vector<float> mel =
+        RandomVector(static_cast<size_t>(buffers->mel().numel()), rng, -1.5f, 1.5f);
+    RETURN_IF_ERROR(backend->CopyFromHost(mel.data(), mel.size() * 4, buffers->mel()));
+    std::unique_ptr<Graph> graph;
+    std::function<absl::Status()> run = [&] {
+      return model->EncodeOnDevice(*buffers, state.get());
+    };
+    if (variant.capture) {
+      RETURN_IF_ERROR(backend->BeginCapture());
+      RETURN_IF_ERROR(model->EncodeOnDevice(*buffers, state.get()));
+      ASSIGN_OR_RETURN(graph, backend->EndCapture());
+      run = [&] { return graph->Replay(); };
+    }
+    Row row{"encoder (per window)", variant.name, batch, 0, 0};
+    const int burst = quick ? 3 : (batch == 1 ? 20 : 4);
+    RETURN_IF_ERROR(
+        Time(*backend, run, burst, quick ? 3 : 7, &row.per_item_us, &row.round_trip_us));
+    row.per_item_us /= batch;
+    row.round_trip_us /= batch;
+    rows->push_back(row);
+    std::cout << absl::StrFormat("%-22s %-34s B=%-4d %9.1f us  round trip %9.1f us", row.what,
+                                 row.variant, batch, row.per_item_us, row.round_trip_us)
+              << std::endl;
+  }
+
+  // ---- Decoder step
+  // -------------------------------------------------------------------------------
+  for (int batch : {1, 8, 64, 256}) {
+    ASSIGN_OR_RETURN(std::unique_ptr<whisper::DecoderState> state, model->NewDecoderState(batch));
+    {
+      // Cross-attention K/V of B random windows.
+      ASSIGN_OR_RETURN(std::unique_ptr<whisper::EncoderBuffers> buffers,
+                       model->NewEncoderBuffers(batch));
+      const std::vector<float> mel =
+          RandomVector(static_cast<size_t>(buffers->mel().numel()), rng, -1.5f, 1.5f);
+      RETURN_IF_ERROR(backend->CopyFromHost(mel.data(), mel.size() * 4, buffers->mel()));
+      RETURN_IF_ERROR(model->EncodeOnDevice(*buffers, state.get()));
+      RETURN_IF_ERROR(backend->Synchronize());
+    }
+    const int64_t b = batch;
+    std::vector<int32_t> tokens(static_cast<size_t>(b)), positions(static_cast<size_t>(b), 64),
+        lengths(static_cast<size_t>(b), 65);
+    for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 50000);
+    RETURN_IF_ERROR(backend->CopyFromHost(tokens.data(), tokens.size() * 4, state->step_tokens()));
+    RETURN_IF_ERROR(
+        backend->CopyFromHost(positions.data(), positions.size() * 4, state->positions()));
+    RETURN_IF_ERROR(backend->CopyFromHost(lengths.data(), lengths.size() * 4, state->lengths()));
+    std::unique_ptr<Graph> graph;
+    std::function<absl::Status()> run = [&] { return model->DecodeStep(*state); };
+    if (fused) {
+      RETURN_IF_ERROR(fused->Prepare(*state));
+      run = [&] { return fused->Step(*state); };
+    }
+    if (variant.capture) {
+      RETURN_IF_ERROR(backend->BeginCapture());
+      RETURN_IF_ERROR(run());
+      ASSIGN_OR_RETURN(graph, backend->EndCapture());
+      run = [&] { return graph->Replay(); };
+    }
+    Row row{"decoder step", variant.name, batch, 0, 0};
+    RETURN_IF_ERROR(
+        Time(*backend, run, quick ? 10 : 100, quick ? 3 : 9, &row.per_item_us, &row.round_trip_us));
+    rows->push_back(row);
+    std::cout << absl::StrFormat("%-22s %-34s B=%-4d %9.1f us  round trip %9.1f us  %s", row.what,
+                                 row.variant, batch, row.per_item_us, row.round_trip_us,
+                                 graph ? absl::StrCat(graph->num_nodes(), " calls") : "")
+              << std::endl;
+  }
+  return absl::OkStatus();
+}
+
+// Per-op cost inside a graph: `copies` back-to-back calls of one op captured once, the graph
+// replayed; the time per call includes its share of launch gaps, as in the decoder step graph.
+absl::Status ProfileOps(const CudaBackendOptions& options, std::vector<Row>* rows) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateCudaBackend(options));
+  std::mt19937 rng(99);
+  auto random = [&](const Shape& shape, DType dtype, float lo, float hi) -> absl::StatusOr<Tensor> {
+    const std::vector<float> v = RandomVector(static_cast<size_t>(shape.numel()), rng, lo, hi);
+    if (dtype == DType::kF32) return Upload(*backend, shape, dtype, v.data());
+    std::vector<uint16_t> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = FloatToHalf(v[i]);
+    return Upload(*backend, shape, dtype, h.data());
+  };
+  auto ints = [&](const Shape& shape, int32_t value) -> absl::StatusOr<Tensor> {
+    std::vector<int32_t> v(static_cast<size_t>(shape.numel()), value);
+    return Upload(*backend, shape, DType::kI32, v.data());
+  };
+  constexpr int kCopies = 20;
+  auto profile = [&](const std::string& what, int batch,
+                     const std::function<absl::Status()>& op) -> absl::Status {
+    RETURN_IF_ERROR(op());  // eager once (warms cuBLAS)
+    RETURN_IF_ERROR(backend->BeginCapture());
+    for (int i = 0; i < kCopies; ++i) RETURN_IF_ERROR(op());
+    ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, backend->EndCapture());
+    Row row{what, "op in graph (fast, PDL)", batch, 0, 0};
+    RETURN_IF_ERROR(Time(
+        *backend, [&] { return graph->Replay(); }, 10, 5, &row.per_item_us, &row.round_trip_us));
+    row.per_item_us /= kCopies;
+    row.round_trip_us /= kCopies;
+    rows->push_back(row);
+    std::cout << absl::StrFormat("op %-40s B=%-5d %8.2f us", what, batch, row.per_item_us)
+              << std::endl;
+    return absl::OkStatus();
+  };
+  const int64_t d = 384;
+  for (int b : {1, 64, 256}) {
+    const int64_t B = b;
+    ASSIGN_OR_RETURN(Tensor x, random({B, 1, d}, DType::kF32, -1, 1));
+    ASSIGN_OR_RETURN(Tensor y, random({B, 1, d}, DType::kF32, -1, 1));
+    ASSIGN_OR_RETURN(Tensor hidden, random({B, 4 * d}, DType::kF32, -1, 1));
+    ASSIGN_OR_RETURN(Tensor logits, backend->Allocate({B, 51864}, DType::kF32));
+    ASSIGN_OR_RETURN(Tensor gamma, random({d}, DType::kF32, 0.5, 1.5));
+    ASSIGN_OR_RETURN(Tensor w_dd, random({d, d}, DType::kF16, -0.05, 0.05));
+    ASSIGN_OR_RETURN(Tensor w_ff1, random({4 * d, d}, DType::kF16, -0.05, 0.05));
+    ASSIGN_OR_RETURN(Tensor w_ff2, random({d, 4 * d}, DType::kF16, -0.05, 0.05));
+    ASSIGN_OR_RETURN(Tensor emb, random({51864, d}, DType::kF16, -0.5, 0.5));
+    ASSIGN_OR_RETURN(Tensor pos_table, random({448, d}, DType::kF32, -0.5, 0.5));
+    ASSIGN_OR_RETURN(Tensor bias, random({d}, DType::kF32, -0.1, 0.1));
+    ASSIGN_OR_RETURN(Tensor bias_ff, random({4 * d}, DType::kF32, -0.1, 0.1));
+    ASSIGN_OR_RETURN(Tensor self_cache, random({B, 448, d}, DType::kF32, -1, 1));
+    ASSIGN_OR_RETURN(Tensor cross, random({B, 1500, d}, DType::kF32, -1, 1));
+    ASSIGN_OR_RETURN(Tensor tokens, ints({B, 1}, 7));
+    ASSIGN_OR_RETURN(Tensor positions, ints({B}, 64));
+    ASSIGN_OR_RETURN(Tensor lengths, ints({B}, 65));
+    ASSIGN_OR_RETURN(Tensor x2, x.Reshape({B, d}));
+    ASSIGN_OR_RETURN(Tensor y2, y.Reshape({B, d}));
+    RETURN_IF_ERROR(profile("Add of 4 floats (launch floor)", b, [&]() -> absl::Status {
+      ASSIGN_OR_RETURN(Tensor t, x.Slice(0, 1));
+      ASSIGN_OR_RETURN(t, t.Reshape({d}));
+      ASSIGN_OR_RETURN(t, t.Slice(0, 4));
+      return backend->Add(t, t, t);
+    }));
+    RETURN_IF_ERROR(profile("Embed [B,1,384]", b,
+                            [&] { return backend->Embed(tokens, positions, emb, pos_table, x); }));
+    RETURN_IF_ERROR(profile("LayerNorm [B,384]", b,
+                            [&] { return backend->LayerNorm(x, gamma, bias, 1e-5f, y); }));
+    RETURN_IF_ERROR(profile("Linear 384->384 f16", b, [&] {
+      return backend->Linear(x2, w_dd, &bias, Activation::kNone, y2);
+    }));
+    RETURN_IF_ERROR(profile("Linear 384->1536 f16 gelu", b, [&] {
+      return backend->Linear(x2, w_ff1, &bias_ff, Activation::kGelu, hidden);
+    }));
+    RETURN_IF_ERROR(profile("Linear 1536->384 f16", b, [&] {
+      return backend->Linear(hidden, w_ff2, &bias, Activation::kNone, y2);
+    }));
+    RETURN_IF_ERROR(profile("Linear 384->51864 f16 (logits)", b, [&] {
+      return backend->Linear(x2, emb, nullptr, Activation::kNone, logits);
+    }));
+    RETURN_IF_ERROR(profile("WriteRows into [B,448,384]", b,
+                            [&] { return backend->WriteRows(x, positions, self_cache); }));
+    RETURN_IF_ERROR(profile("Attention self (65 of 448 keys)", b, [&] {
+      return backend->Attention(x, self_cache, self_cache, &lengths, 6, 0.125f, true, y);
+    }));
+    RETURN_IF_ERROR(profile("Attention cross (1500 keys)", b, [&] {
+      return backend->Attention(x, cross, cross, nullptr, 6, 0.125f, false, y);
+    }));
+    RETURN_IF_ERROR(profile("Add [B,384]", b, [&] { return backend->Add(x, y, x); }));
+    RETURN_IF_ERROR(
+        profile("LogSoftmax [B,51864]", b, [&] { return backend->LogSoftmax(logits, logits); }));
+  }
+  // Encoder ops, one 30 s window.
+  {
+    ASSIGN_OR_RETURN(Tensor mel, random({1, 3000, 80}, DType::kF32, -1.5, 1.5));
+    ASSIGN_OR_RETURN(Tensor c1, backend->Allocate({1, 3000, d}, DType::kF32));
+    ASSIGN_OR_RETURN(Tensor x, random({1, 1500, d}, DType::kF32, -1, 1));
+    ASSIGN_OR_RETURN(Tensor y, backend->Allocate({1, 1500, d}, DType::kF32));
+    ASSIGN_OR_RETURN(Tensor k, random({1, 1500, d}, DType::kF32, -1, 1));
+    ASSIGN_OR_RETURN(Tensor hidden, backend->Allocate({1500, 4 * d}, DType::kF32));
+    ASSIGN_OR_RETURN(Tensor w1, random({d, 80, 3}, DType::kF16, -0.05, 0.05));
+    ASSIGN_OR_RETURN(Tensor w2, random({d, d, 3}, DType::kF16, -0.05, 0.05));
+    ASSIGN_OR_RETURN(Tensor w_dd, random({d, d}, DType::kF16, -0.05, 0.05));
+    ASSIGN_OR_RETURN(Tensor w_ff1, random({4 * d, d}, DType::kF16, -0.05, 0.05));
+    ASSIGN_OR_RETURN(Tensor w_ff2, random({d, 4 * d}, DType::kF16, -0.05, 0.05));
+    ASSIGN_OR_RETURN(Tensor bias, random({d}, DType::kF32, -0.1, 0.1));
+    ASSIGN_OR_RETURN(Tensor bias_ff, random({4 * d}, DType::kF32, -0.1, 0.1));
+    ASSIGN_OR_RETURN(Tensor gamma, random({d}, DType::kF32, 0.5, 1.5));
+    ASSIGN_OR_RETURN(Tensor x2, x.Reshape({1500, d}));
+    ASSIGN_OR_RETURN(Tensor y2, y.Reshape({1500, d}));
+    RETURN_IF_ERROR(profile("enc Conv1d 80->384 k3 (3000 frames)", 1, [&] {
+      return backend->Conv1d(mel, w1, bias, 1, 1, Activation::kGelu, c1);
+    }));
+    RETURN_IF_ERROR(profile("enc Conv1d 384->384 k3 s2", 1, [&] {
+      return backend->Conv1d(c1, w2, bias, 2, 1, Activation::kGelu, x);
+    }));
+    RETURN_IF_ERROR(profile("enc LayerNorm [1500,384]", 1,
+                            [&] { return backend->LayerNorm(x, gamma, bias, 1e-5f, y); }));
+    RETURN_IF_ERROR(profile("enc Linear 1500x384->384", 1, [&] {
+      return backend->Linear(x2, w_dd, &bias, Activation::kNone, y2);
+    }));
+    RETURN_IF_ERROR(profile("enc Linear 1500x384->1536 gelu", 1, [&] {
+      return backend->Linear(x2, w_ff1, &bias_ff, Activation::kGelu, hidden);
+    }));
+    RETURN_IF_ERROR(profile("enc Linear 1500x1536->384", 1, [&] {
+      return backend->Linear(hidden, w_ff2, &bias, Activation::kNone, y2);
+    }));
+    RETURN_IF_ERROR(profile("enc Attention 1500x1500", 1, [&] {
+      return backend->Attention(x, k, k, nullptr, 6, 0.125f, false, y);
+    }));
+    RETURN_IF_ERROR(profile("enc Add [1500,384]", 1, [&] { return backend->Add(x, y, x); }));
+  }
+  return absl::OkStatus();
+}
+
+int Main(int argc, char** argv) {
+  std::string out_path;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
+      out_path = argv[++i];
+    } else if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else {
+      std::cerr << "usage: whisper_gpu_bench [--out results.tsv] [--quick]\n";
+      return 2;
+    }
+  }
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "waav-gpu-bench";
+  if (!waav::testing::WriteRandomWhisperModel(dir.string(), 42)) {
+    std::cerr << "cannot write the random model into " << dir << "\n";
+    return 1;
+  }
+
+  std::vector<BackendVariant> variants;
+  auto add = [&](const std::string& name, CudaMath math, bool pdl, bool capture, bool fused) {
+    CudaBackendOptions o;
+    o.math = math;
+    o.use_pdl = pdl;
+    variants.push_back({name, o, capture, fused});
+  };
+  add("fast, eager launches", CudaMath::kFast, false, false, false);
+  add("fast, CUDA graph", CudaMath::kFast, false, true, false);
+  add("fast, CUDA graph + PDL", CudaMath::kFast, true, true, false);
+  add("accurate, CUDA graph + PDL", CudaMath::kAccurate, true, true, false);
+  add("fused step, CUDA graph + PDL", CudaMath::kFast, true, true, true);
+
+  std::vector<Row> rows;
+  {
+    CudaBackendOptions o;  // fast, CUDA graphs, PDL
+    const absl::Status status = ProfileOps(o, &rows);
+    if (!status.ok()) {
+      std::cerr << "op profile: " << status << "\n";
+      return 1;
+    }
+  }
+  for (const BackendVariant& v : variants) {
+    const absl::Status status = BenchVariant(dir.string(), v, quick, &rows);
+    if (!status.ok()) {
+      std::cerr << v.name << ": " << status << "\n";
+      return 1;
+    }
+  }
+  std::filesystem::remove_all(dir);
+  if (!out_path.empty()) {
+    std::ofstream out(out_path);
+    out << "what\tvariant\tbatch\tper_item_us\tround_trip_us\n";
+    for (const Row& r : rows) {
+      out << r.what << "\t" << r.variant << "\t" << r.batch << "\t" << r.per_item_us << "\t"
+          << r.round_trip_us << "\n";
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace waav
+
+int main(int argc, char** argv) { return waav::Main(argc, argv); }

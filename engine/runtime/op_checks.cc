@@ -1,0 +1,299 @@
+#include "engine/runtime/op_checks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/runtime/status.h"
+
+namespace waav::checks {
+namespace {
+
+std::string DescribeDTypes(std::initializer_list<DType> dtypes) {
+  std::string s;
+  for (DType d : dtypes) absl::StrAppend(&s, s.empty() ? "" : " or ", std::string(DTypeName(d)));
+  return s;
+}
+
+Shape WithLastDim(const Shape& shape, int64_t last) {
+  std::vector<int64_t> dims = shape.dims();
+  dims.back() = last;
+  return Shape(std::move(dims));
+}
+
+constexpr std::initializer_list<DType> kAnyDType = {DType::kF32, DType::kF16, DType::kI32};
+
+}  // namespace
+
+absl::Status Invalid(const char* op, const std::string& message) {
+  return absl::InvalidArgumentError(absl::StrCat(op, ": ", message));
+}
+
+absl::Status CheckTensor(DeviceKind device, const char* op, const char* name, const Tensor& t,
+                         std::initializer_list<DType> dtypes, int rank, int min_rank) {
+  if (!t.defined()) return Invalid(op, absl::StrCat(name, " is an undefined tensor"));
+  if (t.device() != device) {
+    return Invalid(op, absl::StrCat(name, " ", t.Describe(), " lives on ",
+                                    std::string(DeviceKindName(t.device())), ", not ",
+                                    std::string(DeviceKindName(device))));
+  }
+  bool dtype_ok = false;
+  for (DType d : dtypes) dtype_ok = dtype_ok || t.dtype() == d;
+  if (!dtype_ok) {
+    return Invalid(op, absl::StrCat(name, " ", t.Describe(), " must be ", DescribeDTypes(dtypes)));
+  }
+  if (rank >= 0 && t.rank() != rank) {
+    return Invalid(op, absl::StrCat(name, " ", t.Describe(), " must have rank ", rank));
+  }
+  if (rank < 0 && t.rank() < min_rank) {
+    return Invalid(op, absl::StrCat(name, " ", t.Describe(), " must have rank >= ", min_rank));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckShape(const char* op, const char* name, const Tensor& t, const Shape& expected,
+                        const std::string& why) {
+  if (t.shape() == expected) return absl::OkStatus();
+  return Invalid(op, absl::StrCat(name, " ", t.Describe(), " must have shape ", expected.ToString(),
+                                  " (", why, ")"));
+}
+
+bool Overlap(const Tensor& a, const Tensor& b) {
+  const char* pa = static_cast<const char*>(a.data());
+  const char* pb = static_cast<const char*>(b.data());
+  return a.size_bytes() > 0 && b.size_bytes() > 0 && pa < pb + b.size_bytes() &&
+         pb < pa + a.size_bytes();
+}
+
+absl::Status CheckInPlaceOrDisjoint(const char* op, const char* y_name, const Tensor& y,
+                                    const char* x_name, const Tensor& x) {
+  if (y.data() == x.data() && y.size_bytes() == x.size_bytes()) return absl::OkStatus();
+  if (!Overlap(x, y)) return absl::OkStatus();
+  return Invalid(op, absl::StrCat(y_name, " ", y.Describe(), " partially overlaps ", x_name, " ",
+                                  x.Describe()));
+}
+
+absl::Status CheckDisjoint(const char* op, const char* y_name, const Tensor& y, const char* x_name,
+                           const Tensor& x) {
+  if (!Overlap(x, y)) return absl::OkStatus();
+  return Invalid(op,
+                 absl::StrCat(y_name, " ", y.Describe(), " overlaps ", x_name, " ", x.Describe()));
+}
+
+absl::Status ValidateCopyFromHost(DeviceKind device, const void* src, size_t bytes,
+                                  const Tensor& dst) {
+  RETURN_IF_ERROR(CheckTensor(device, "CopyFromHost", "dst", dst, kAnyDType, -1));
+  if (bytes != dst.size_bytes()) {
+    return Invalid("CopyFromHost", absl::StrCat(bytes, " bytes given for dst ", dst.Describe(),
+                                                " of ", dst.size_bytes(), " bytes"));
+  }
+  if (bytes > 0 && src == nullptr) return Invalid("CopyFromHost", "src is null");
+  return absl::OkStatus();
+}
+
+absl::Status ValidateCopyToHost(DeviceKind device, const Tensor& src, const void* dst,
+                                size_t bytes) {
+  RETURN_IF_ERROR(CheckTensor(device, "CopyToHost", "src", src, kAnyDType, -1));
+  if (bytes != src.size_bytes()) {
+    return Invalid("CopyToHost", absl::StrCat(bytes, " bytes given for src ", src.Describe(),
+                                              " of ", src.size_bytes(), " bytes"));
+  }
+  if (bytes > 0 && dst == nullptr) return Invalid("CopyToHost", "dst is null");
+  return absl::OkStatus();
+}
+
+absl::Status ValidateCopy(DeviceKind device, const Tensor& src, const Tensor& dst) {
+  constexpr const char* kOp = "Copy";
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "src", src, kAnyDType, -1));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "dst", dst, {src.dtype()}, -1));
+  if (src.numel() != dst.numel()) {
+    return Invalid(kOp, absl::StrCat("src ", src.Describe(), " and dst ", dst.Describe(),
+                                     " differ in element count"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LinearDims> ValidateLinear(DeviceKind device, const Tensor& x, const Tensor& weight,
+                                          const Tensor* bias, const Tensor& y) {
+  constexpr const char* kOp = "Linear";
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "x", x, {DType::kF32}, -1, 1));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "weight", weight, {DType::kF32, DType::kF16}, 2));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "y", y, {DType::kF32}, -1, 1));
+  const int64_t n = weight.dim(0), k = weight.dim(1);
+  if (x.dim(-1) != k) {
+    return Invalid(kOp, absl::StrCat("x ", x.Describe(), " and weight ", weight.Describe(),
+                                     " disagree on the input size (", x.dim(-1), " vs ", k, ")"));
+  }
+  RETURN_IF_ERROR(
+      CheckShape(kOp, "y", y, WithLastDim(x.shape(), n), "x's leading dims, weight's rows"));
+  if (bias != nullptr) {
+    RETURN_IF_ERROR(CheckTensor(device, kOp, "bias", *bias, {DType::kF32}, 1));
+    RETURN_IF_ERROR(CheckShape(kOp, "bias", *bias, Shape{n}, "one per output"));
+    RETURN_IF_ERROR(CheckDisjoint(kOp, "y", y, "bias", *bias));
+  }
+  RETURN_IF_ERROR(CheckDisjoint(kOp, "y", y, "x", x));
+  RETURN_IF_ERROR(CheckDisjoint(kOp, "y", y, "weight", weight));
+  return LinearDims{k == 0 ? y.numel() / std::max<int64_t>(n, 1) : x.numel() / k, n, k};
+}
+
+absl::StatusOr<Conv1dDims> ValidateConv1d(DeviceKind device, const Tensor& x, const Tensor& weight,
+                                          const Tensor& bias, int stride, int padding,
+                                          const Tensor& y) {
+  constexpr const char* kOp = "Conv1d";
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "x", x, {DType::kF32}, 3));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "weight", weight, {DType::kF32, DType::kF16}, 3));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "bias", bias, {DType::kF32}, 1));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "y", y, {DType::kF32}, 3));
+  if (stride < 1 || padding < 0) {
+    return Invalid(kOp,
+                   absl::StrCat("stride ", stride, " must be >= 1 and padding ", padding, " >= 0"));
+  }
+  Conv1dDims s{x.dim(0), x.dim(1), x.dim(2), weight.dim(0), weight.dim(2), 0, stride, padding};
+  if (weight.dim(1) != s.in_channels || s.kernel_size < 1) {
+    return Invalid(kOp, absl::StrCat("weight ", weight.Describe(), " must be [Cout, ",
+                                     s.in_channels, ", K>=1] for x ", x.Describe()));
+  }
+  RETURN_IF_ERROR(CheckShape(kOp, "bias", bias, Shape{s.out_channels}, "one per output channel"));
+  const int64_t span = s.time + 2 * int64_t{padding} - s.kernel_size;
+  if (span < 0) {
+    return Invalid(kOp, absl::StrCat("x ", x.Describe(), " with padding ", padding,
+                                     " is shorter than the kernel of weight ", weight.Describe()));
+  }
+  s.out_time = span / stride + 1;
+  RETURN_IF_ERROR(CheckShape(kOp, "y", y, Shape{s.batch, s.out_time, s.out_channels},
+                             "[B, (T + 2·padding − K) / stride + 1, Cout]"));
+  RETURN_IF_ERROR(CheckDisjoint(kOp, "y", y, "x", x));
+  RETURN_IF_ERROR(CheckDisjoint(kOp, "y", y, "weight", weight));
+  RETURN_IF_ERROR(CheckDisjoint(kOp, "y", y, "bias", bias));
+  return s;
+}
+
+absl::StatusOr<RowDims> ValidateLayerNorm(DeviceKind device, const Tensor& x, const Tensor& gamma,
+                                          const Tensor& beta, float eps, const Tensor& y) {
+  constexpr const char* kOp = "LayerNorm";
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "x", x, {DType::kF32}, -1, 1));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "gamma", gamma, {DType::kF32}, 1));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "beta", beta, {DType::kF32}, 1));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "y", y, {DType::kF32}, -1, 1));
+  const int64_t cols = x.dim(-1);
+  RETURN_IF_ERROR(CheckShape(kOp, "gamma", gamma, Shape{cols}, "x's last dim"));
+  RETURN_IF_ERROR(CheckShape(kOp, "beta", beta, Shape{cols}, "x's last dim"));
+  RETURN_IF_ERROR(CheckShape(kOp, "y", y, x.shape(), "same as x"));
+  RETURN_IF_ERROR(CheckInPlaceOrDisjoint(kOp, "y", y, "x", x));
+  RETURN_IF_ERROR(CheckDisjoint(kOp, "y", y, "gamma", gamma));
+  RETURN_IF_ERROR(CheckDisjoint(kOp, "y", y, "beta", beta));
+  if (!(eps >= 0.0f) || std::isinf(eps)) {
+    return Invalid(kOp, absl::StrCat("eps ", eps, " must be finite and >= 0"));
+  }
+  return RowDims{cols == 0 ? 0 : x.numel() / cols, cols};
+}
+
+absl::Status ValidateAdd(DeviceKind device, const Tensor& a, const Tensor& b, const Tensor& y) {
+  constexpr const char* kOp = "Add";
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "a", a, {DType::kF32}, -1));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "b", b, {DType::kF32}, -1));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "y", y, {DType::kF32}, -1));
+  RETURN_IF_ERROR(CheckShape(kOp, "b", b, a.shape(), "same as a"));
+  RETURN_IF_ERROR(CheckShape(kOp, "y", y, a.shape(), "same as a"));
+  RETURN_IF_ERROR(CheckInPlaceOrDisjoint(kOp, "y", y, "a", a));
+  return CheckInPlaceOrDisjoint(kOp, "y", y, "b", b);
+}
+
+absl::Status ValidateGelu(DeviceKind device, const Tensor& x, const Tensor& y) {
+  constexpr const char* kOp = "Gelu";
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "x", x, {DType::kF32}, -1));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "y", y, {DType::kF32}, -1));
+  RETURN_IF_ERROR(CheckShape(kOp, "y", y, x.shape(), "same as x"));
+  return CheckInPlaceOrDisjoint(kOp, "y", y, "x", x);
+}
+
+absl::StatusOr<RowDims> ValidateLogSoftmax(DeviceKind device, const Tensor& x, const Tensor& y) {
+  constexpr const char* kOp = "LogSoftmax";
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "x", x, {DType::kF32}, -1, 1));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "y", y, {DType::kF32}, -1, 1));
+  RETURN_IF_ERROR(CheckShape(kOp, "y", y, x.shape(), "same as x"));
+  RETURN_IF_ERROR(CheckInPlaceOrDisjoint(kOp, "y", y, "x", x));
+  const int64_t cols = x.dim(-1);
+  return RowDims{cols == 0 ? 0 : x.numel() / cols, cols};
+}
+
+absl::StatusOr<AttentionDims> ValidateAttention(DeviceKind device, const Tensor& q, const Tensor& k,
+                                                const Tensor& v, const Tensor* kv_lengths,
+                                                int num_heads, float scale, const Tensor& out) {
+  constexpr const char* kOp = "Attention";
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "q", q, {DType::kF32}, 3));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "k", k, {DType::kF32}, 3));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "v", v, {DType::kF32}, 3));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "out", out, {DType::kF32}, 3));
+  const int64_t batch = q.dim(0), tq = q.dim(1), width = q.dim(2), tk = k.dim(1);
+  if (k.dim(0) != batch || k.dim(2) != width) {
+    return Invalid(kOp, absl::StrCat("k ", k.Describe(), " must be [", batch, ", Tk, ", width,
+                                     "] for q ", q.Describe()));
+  }
+  RETURN_IF_ERROR(CheckShape(kOp, "v", v, k.shape(), "same as k"));
+  RETURN_IF_ERROR(CheckShape(kOp, "out", out, q.shape(), "same as q"));
+  if (num_heads < 1 || width % num_heads != 0) {
+    return Invalid(kOp, absl::StrCat("num_heads ", num_heads,
+                                     " must be >= 1 and divide q's last dim in ", q.Describe()));
+  }
+  if (!std::isfinite(scale)) return Invalid(kOp, absl::StrCat("scale ", scale, " is not finite"));
+  if (kv_lengths != nullptr) {
+    RETURN_IF_ERROR(CheckTensor(device, kOp, "kv_lengths", *kv_lengths, {DType::kI32}, 1));
+    RETURN_IF_ERROR(CheckShape(kOp, "kv_lengths", *kv_lengths, Shape{batch}, "one per batch row"));
+    RETURN_IF_ERROR(CheckDisjoint(kOp, "out", out, "kv_lengths", *kv_lengths));
+  }
+  RETURN_IF_ERROR(CheckDisjoint(kOp, "out", out, "q", q));
+  RETURN_IF_ERROR(CheckDisjoint(kOp, "out", out, "k", k));
+  RETURN_IF_ERROR(CheckDisjoint(kOp, "out", out, "v", v));
+  return AttentionDims{batch, tq, tk, num_heads, width / num_heads};
+}
+
+absl::StatusOr<WriteRowsDims> ValidateWriteRows(DeviceKind device, const Tensor& src,
+                                                const Tensor& positions, const Tensor& dst) {
+  constexpr const char* kOp = "WriteRows";
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "src", src, kAnyDType, 3));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "positions", positions, {DType::kI32}, 1));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "dst", dst, {src.dtype()}, 3));
+  const int64_t batch = src.dim(0), rows = src.dim(1), channels = src.dim(2);
+  if (dst.dim(0) != batch || dst.dim(2) != channels) {
+    return Invalid(kOp, absl::StrCat("dst ", dst.Describe(), " must be [", batch, ", L, ", channels,
+                                     "] for src ", src.Describe()));
+  }
+  RETURN_IF_ERROR(CheckShape(kOp, "positions", positions, Shape{batch}, "one per batch row"));
+  RETURN_IF_ERROR(CheckDisjoint(kOp, "dst", dst, "src", src));
+  RETURN_IF_ERROR(CheckDisjoint(kOp, "dst", dst, "positions", positions));
+  return WriteRowsDims{batch, rows, channels, dst.dim(1)};
+}
+
+absl::StatusOr<EmbedDims> ValidateEmbed(DeviceKind device, const Tensor& tokens,
+                                        const Tensor& start_positions, const Tensor& token_table,
+                                        const Tensor& position_table, const Tensor& y) {
+  constexpr const char* kOp = "Embed";
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "tokens", tokens, {DType::kI32}, 2));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "start_positions", start_positions, {DType::kI32}, 1));
+  RETURN_IF_ERROR(
+      CheckTensor(device, kOp, "token_table", token_table, {DType::kF32, DType::kF16}, 2));
+  RETURN_IF_ERROR(
+      CheckTensor(device, kOp, "position_table", position_table, {DType::kF32, DType::kF16}, 2));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "y", y, {DType::kF32}, 3));
+  const int64_t batch = tokens.dim(0), time = tokens.dim(1), channels = token_table.dim(1);
+  RETURN_IF_ERROR(
+      CheckShape(kOp, "start_positions", start_positions, Shape{batch}, "one per batch row"));
+  if (position_table.dim(1) != channels) {
+    return Invalid(kOp,
+                   absl::StrCat("position_table ", position_table.Describe(), " and token_table ",
+                                token_table.Describe(), " differ in width"));
+  }
+  RETURN_IF_ERROR(CheckShape(kOp, "y", y, Shape{batch, time, channels}, "[B, T, C]"));
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"tokens", &tokens},
+                                {"start_positions", &start_positions},
+                                {"token_table", &token_table},
+                                {"position_table", &position_table}}) {
+    RETURN_IF_ERROR(CheckDisjoint(kOp, "y", y, name, *t));
+  }
+  return EmbedDims{batch, time, channels, token_table.dim(0), position_table.dim(0)};
+}
+
+}  // namespace waav::checks

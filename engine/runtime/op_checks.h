@@ -1,0 +1,84 @@
+// Argument validation of the Backend kernels, shared by backends so that every backend accepts
+// and rejects the same calls with the same messages (InvalidArgument naming the op and the
+// tensors). Each Validate* checks dtypes, ranks, shapes and overlaps of one op as backend.h and
+// the CPU backend define them, and returns the sizes the kernel needs. Values inside i32
+// tensors (token ids, positions, lengths) are not read here: they live on the device.
+//
+// The CUDA backend uses these; the CPU backend (older) has its own copy of the same rules in
+// kernels/cpu/cpu_backend.cc.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/runtime/backend.h"
+
+namespace waav::checks {
+
+absl::Status Invalid(const char* op, const std::string& message);
+
+// `t` is defined, on `device`, of one of `dtypes`, and of rank `rank` (or at least `min_rank`
+// when rank < 0).
+absl::Status CheckTensor(DeviceKind device, const char* op, const char* name, const Tensor& t,
+                         std::initializer_list<DType> dtypes, int rank, int min_rank = 0);
+absl::Status CheckShape(const char* op, const char* name, const Tensor& t, const Shape& expected,
+                        const std::string& why);
+bool Overlap(const Tensor& a, const Tensor& b);
+// `y` may be exactly `x` (in place) but must not partially overlap it.
+absl::Status CheckInPlaceOrDisjoint(const char* op, const char* y_name, const Tensor& y,
+                                    const char* x_name, const Tensor& x);
+absl::Status CheckDisjoint(const char* op, const char* y_name, const Tensor& y, const char* x_name,
+                           const Tensor& x);
+
+absl::Status ValidateCopyFromHost(DeviceKind device, const void* src, size_t bytes,
+                                  const Tensor& dst);
+absl::Status ValidateCopyToHost(DeviceKind device, const Tensor& src, const void* dst,
+                                size_t bytes);
+absl::Status ValidateCopy(DeviceKind device, const Tensor& src, const Tensor& dst);
+
+struct LinearDims {
+  int64_t m, n, k;
+};
+absl::StatusOr<LinearDims> ValidateLinear(DeviceKind device, const Tensor& x, const Tensor& weight,
+                                          const Tensor* bias, const Tensor& y);
+
+struct Conv1dDims {
+  int64_t batch, time, in_channels, out_channels, kernel_size, out_time;
+  int stride, padding;
+};
+absl::StatusOr<Conv1dDims> ValidateConv1d(DeviceKind device, const Tensor& x, const Tensor& weight,
+                                          const Tensor& bias, int stride, int padding,
+                                          const Tensor& y);
+
+struct RowDims {
+  int64_t rows, cols;
+};
+absl::StatusOr<RowDims> ValidateLayerNorm(DeviceKind device, const Tensor& x, const Tensor& gamma,
+                                          const Tensor& beta, float eps, const Tensor& y);
+absl::Status ValidateAdd(DeviceKind device, const Tensor& a, const Tensor& b, const Tensor& y);
+absl::Status ValidateGelu(DeviceKind device, const Tensor& x, const Tensor& y);
+absl::StatusOr<RowDims> ValidateLogSoftmax(DeviceKind device, const Tensor& x, const Tensor& y);
+
+struct AttentionDims {
+  int64_t batch, q_len, kv_len, heads, head_dim;
+};
+absl::StatusOr<AttentionDims> ValidateAttention(DeviceKind device, const Tensor& q, const Tensor& k,
+                                                const Tensor& v, const Tensor* kv_lengths,
+                                                int num_heads, float scale, const Tensor& out);
+
+struct WriteRowsDims {
+  int64_t batch, rows, channels, capacity;
+};
+absl::StatusOr<WriteRowsDims> ValidateWriteRows(DeviceKind device, const Tensor& src,
+                                                const Tensor& positions, const Tensor& dst);
+
+struct EmbedDims {
+  int64_t batch, time, channels, vocab, max_positions;
+};
+absl::StatusOr<EmbedDims> ValidateEmbed(DeviceKind device, const Tensor& tokens,
+                                        const Tensor& start_positions, const Tensor& token_table,
+                                        const Tensor& position_table, const Tensor& y);
+
+}  // namespace waav::checks

@@ -1,0 +1,68 @@
+// Multi-head attention (Backend::Attention), two kernels:
+//  * SplitAttention: f32 throughout (exact path, and every decoder step). A block takes up to 16
+//    queries of one (batch row, head) and a contiguous range of keys, one key per thread per
+//    chunk of 128, with an online softmax over the chunks. When there are few (row, head) pairs
+//    (a decoder step at small batch) the keys are split over several blocks (flash-decoding);
+//    the last block of a group to finish merges the partial results, so one launch suffices.
+//  * FlashAttention (fast path, head_dim 64, CUDA only): f16 tensor cores (mma.sync m16n8k16)
+//    with f32 accumulation and an f32 online softmax; 64 queries per block of 4 warps, K/V tiles
+//    of 64 keys double-buffered through cp.async, keys split over blocks (merged by the last)
+//    when the query blocks alone would not fill the chip. Inputs are first converted to f16 (one
+//    kernel).
+// Both follow the CPU backend's semantics: with kv_lengths row b sees keys [0, kv_lengths[b]);
+// with `causal` query i sees keys at positions <= kv_lengths[b] − Tq + i; a query that sees no key
+// outputs zeros. A length outside [0, Tk] is reported through the error word and the row is left
+// unwritten.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/launch.h"
+
+namespace waav::cuda {
+
+struct AttentionArgs {
+  const float* q;             // [B, Tq, H·D]
+  const float* k;             // [B, Tk, H·D]
+  const float* v;             // [B, Tk, H·D]
+  const int32_t* kv_lengths;  // [B] or null
+  float* out;                 // [B, Tq, H·D]
+  int64_t batch, q_len, kv_len;
+  int heads, head_dim;
+  float scale;
+  bool causal;
+};
+
+// Largest head_dim SplitAttention handles.
+inline constexpr int kMaxHeadDim = 256;
+
+// How SplitAttention divides the work; depends only on shapes, so a captured graph keeps it.
+struct SplitPlan {
+  int splits = 1;            // key ranges per (row, head, query block)
+  int64_t q_blocks = 1;      // blocks of 16 queries
+  size_t partial_bytes = 0;  // scratch for partial results (0 when splits == 1)
+  int64_t counters = 0;      // zeroed i32 arrival counters needed (0 when splits == 1)
+};
+// `max_counters`: how many counters the caller can provide; the plan never needs more.
+SplitPlan PlanSplitAttention(const AttentionArgs& args, int sm_count, int64_t max_counters);
+// `partials` and `counters` as the plan says; counters must be zero and are left zero.
+cudaError_t LaunchSplitAttention(const LaunchContext& ctx, const AttentionArgs& args,
+                                 const SplitPlan& plan, float* partials, int* counters);
+
+// Whether FlashAttention can run these shapes in this build.
+bool FlashAttentionSupported(const AttentionArgs& args);
+
+// How FlashAttention divides the work; depends only on shapes.
+struct FlashPlan {
+  int splits = 1;            // key ranges per (row, head, block of 64 queries)
+  size_t half_bytes = 0;     // f16 copies of q, k, v
+  size_t partial_bytes = 0;  // partial results when splits > 1
+  size_t scratch_bytes = 0;  // half_bytes + partial_bytes
+  int64_t counters = 0;      // zeroed arrival counters needed (0 when splits == 1)
+};
+FlashPlan PlanFlashAttention(const AttentionArgs& args, int sm_count, int64_t max_counters);
+cudaError_t LaunchFlashAttention(const LaunchContext& ctx, const AttentionArgs& args,
+                                 const FlashPlan& plan, void* scratch, int* counters);
+
+}  // namespace waav::cuda

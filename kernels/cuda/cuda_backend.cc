@@ -1,0 +1,687 @@
+// CudaBackend: validation (engine/runtime/op_checks.h), memory, graph capture, and dispatch to the
+// kernel launchers of kernels/cuda/*.cuh.
+//
+// Every op validates its arguments, plans its kernels and allocates any scratch memory at the
+// call, then hands a closure that owns its tensors to Submit(): the closure runs at once (eager,
+// or under CUDA stream capture) or is recorded (eager graphs). Launch errors come back from the
+// call; kernel faults and bad index values from the next Synchronize() or CopyToHost().
+#include "kernels/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <initializer_list>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/runtime/backend_registry.h"
+#include "engine/runtime/op_checks.h"
+#include "engine/runtime/status.h"
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/blas.h"
+#include "kernels/cuda/conv1d.cuh"
+#include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/embed.cuh"
+#include "kernels/cuda/fused_linear.cuh"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gpu.h"
+#include "kernels/cuda/graph.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/linear.cuh"
+#include "kernels/cuda/memory_pool.h"
+#include "kernels/cuda/norm.cuh"
+#include "kernels/cuda/softmax.cuh"
+#include "spdlog/spdlog.h"
+
+namespace waav {
+namespace {
+
+using cuda::kGpuKind;
+
+absl::Status GpuStatus(const char* what, cudaError_t err) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
+}
+
+size_t RoundUp256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// Arrival counters for SplitAttention's merge: enough for 1,048,576 (row, head, query block)
+// groups, zeroed once and left zero by every kernel.
+constexpr int64_t kAttentionCounters = int64_t{1} << 20;
+
+// What the backend's closures need, shared with the graphs that hold them so that a graph stays
+// runnable (and its memory valid) after the backend is gone.
+struct DeviceState {
+  ~DeviceState() {
+    // Teardown: errors here have no one to go to.
+    (void)cudaSetDevice(device);
+    if (graphs != nullptr) (void)cudaStreamSynchronize(graphs->stream);
+    if (error_host != nullptr) (void)cudaFreeHost(error_host);
+  }
+
+  int device = 0;
+  std::shared_ptr<cuda::DevicePool> pool;
+  std::shared_ptr<cuda::GraphRuntime> graphs;  // owns the stream
+  unsigned long long* error_host = nullptr;    // host-mapped error word
+  unsigned long long* error_device = nullptr;  // the same word as the device sees it
+  Tensor counters;
+  Tensor blas_workspace;
+  std::unique_ptr<cuda::Blas> blas;
+  cuda::GemmConfig gemm;
+  cuda::LaunchContext ctx;
+};
+
+// Op codes for capture signatures.
+enum class SigOp : int64_t {
+  kLinear = 1,
+  kConv1d,
+  kLayerNorm,
+  kAdd,
+  kGelu,
+  kAttention,
+  kWriteRows,
+  kEmbed,
+  kLogSoftmax,
+  kCopy,
+  kFusedLinear
+};
+
+absl::StatusOr<cuda::Epilogue> ToEpilogue(const char* op, Activation act) {
+  switch (act) {
+    case Activation::kNone:
+      return cuda::Epilogue::kNone;
+    case Activation::kGelu:
+      return cuda::Epilogue::kGelu;
+    case Activation::kRelu:
+      return cuda::Epilogue::kRelu;
+    case Activation::kSigmoid:
+      return cuda::Epilogue::kSigmoid;
+  }
+  return checks::Invalid(op, absl::StrCat("unknown activation ", static_cast<int>(act)));
+}
+
+// Decodes the device error word (see ReportDeviceError in common.cuh).
+absl::Status DecodeDeviceError(unsigned long long code) {
+  const auto op = static_cast<cuda::DeviceErrorOp>(code >> 56);
+  int64_t index = static_cast<int64_t>((code >> 32) & 0xffffff);
+  if (index >= 0x800000) index -= 0x1000000;  // 24-bit two's complement
+  const auto value = static_cast<int32_t>(code & 0xffffffffu);
+  const char* when = " (found on the device when the kernel ran; that row was not written)";
+  switch (op) {
+    case cuda::DeviceErrorOp::kAttention:
+      return checks::Invalid("Attention", absl::StrCat("kv_lengths[", index, "] = ", value,
+                                                       " is outside [0, Tk] of k", when));
+    case cuda::DeviceErrorOp::kWriteRows:
+      return checks::Invalid("WriteRows",
+                             absl::StrCat("positions[", index, "] = ", value,
+                                          " with the rows of src does not fit dst", when));
+    case cuda::DeviceErrorOp::kEmbed:
+      if (index < 0) {
+        return checks::Invalid("Embed", absl::StrCat("start_positions[", -1 - index, "] = ", value,
+                                                     " with the tokens of its row is outside "
+                                                     "position_table",
+                                                     when));
+      }
+      return checks::Invalid("Embed", absl::StrCat("tokens (flat index ", index, ") = ", value,
+                                                   " is outside token_table", when));
+    case cuda::DeviceErrorOp::kNone:
+      break;
+  }
+  return absl::InternalError(absl::StrFormat("unknown device error word %#x", code));
+}
+
+class CudaBackend final : public Backend, public CudaExtensions {
+ public:
+  static absl::StatusOr<std::unique_ptr<Backend>> Create(const CudaBackendOptions& options);
+
+  std::string_view name() const override { return WAAV_GPU_NAME; }
+  DeviceKind device() const override { return kGpuKind; }
+  std::string Describe() const override { return description_; }
+  bool supports(Op op) const override {
+    switch (op) {
+      case Op::kLinear:
+      case Op::kConv1d:
+      case Op::kLayerNorm:
+      case Op::kAdd:
+      case Op::kGelu:
+      case Op::kAttention:
+      case Op::kWriteRows:
+      case Op::kEmbed:
+      case Op::kLogSoftmax:
+      case Op::kGraphCapture:
+        return true;
+      default:  // optional ops this backend does not implement
+        return false;
+    }
+  }
+
+  // ---- Memory ---------------------------------------------------------------------------------
+
+  absl::StatusOr<Tensor> Allocate(const Shape& shape, DType dtype) override {
+    RETURN_IF_ERROR(NotCapturing("Allocate"));
+    return cuda::AllocateDeviceTensor(state_->pool, shape, dtype);
+  }
+
+  absl::Status CopyFromHost(const void* src, size_t bytes, const Tensor& dst) override {
+    RETURN_IF_ERROR(NotCapturing("CopyFromHost"));
+    RETURN_IF_ERROR(checks::ValidateCopyFromHost(kGpuKind, src, bytes, dst));
+    if (bytes == 0) return absl::OkStatus();
+    // From pageable memory the runtime stages the bytes before returning, so `src` may be reused
+    // at once; the copy itself is stream-ordered after every earlier kernel.
+    return GpuStatus("CopyFromHost",
+                     cudaMemcpyAsync(dst.data(), src, bytes, cudaMemcpyHostToDevice, stream()));
+  }
+
+  absl::Status CopyToHost(const Tensor& src, void* dst, size_t bytes) override {
+    RETURN_IF_ERROR(NotCapturing("CopyToHost"));
+    RETURN_IF_ERROR(checks::ValidateCopyToHost(kGpuKind, src, dst, bytes));
+    if (bytes > 0) {
+      RETURN_IF_ERROR(GpuStatus(
+          "CopyToHost", cudaMemcpyAsync(dst, src.data(), bytes, cudaMemcpyDeviceToHost, stream())));
+    }
+    return Synchronize();
+  }
+
+  absl::Status Copy(const Tensor& src, const Tensor& dst) override {
+    RETURN_IF_ERROR(checks::ValidateCopy(kGpuKind, src, dst));
+    Sign({static_cast<int64_t>(SigOp::kCopy), static_cast<int64_t>(src.size_bytes())});
+    return Submit([state = state_, src, dst]() {
+      if (src.size_bytes() == 0) return absl::OkStatus();
+      return GpuStatus("Copy", cudaMemcpyAsync(dst.data(), src.data(), src.size_bytes(),
+                                               cudaMemcpyDeviceToDevice, state->graphs->stream));
+    });
+  }
+
+  absl::Status Synchronize() override {
+    RETURN_IF_ERROR(NotCapturing("Synchronize"));
+    RETURN_IF_ERROR(GpuStatus("Synchronize", cudaStreamSynchronize(stream())));
+    auto* word = reinterpret_cast<volatile unsigned long long*>(state_->error_host);
+    const unsigned long long code = *word;
+    if (code == 0) return absl::OkStatus();
+    *word = 0;
+    return DecodeDeviceError(code);
+  }
+
+  // ---- Kernels --------------------------------------------------------------------------------
+
+  absl::Status Linear(const Tensor& x, const Tensor& weight, const Tensor* bias, Activation act,
+                      const Tensor& y) override {
+    ASSIGN_OR_RETURN(const checks::LinearDims d,
+                     checks::ValidateLinear(kGpuKind, x, weight, bias, y));
+    ASSIGN_OR_RETURN(const cuda::Epilogue epilogue, ToEpilogue("Linear", act));
+    const bool w_f16 = weight.dtype() == DType::kF16;
+    const cuda::GemmPlan plan = cuda::PlanGemm(state_->gemm, d.m, d.n, d.k, w_f16);
+    ASSIGN_OR_RETURN(Tensor scratch, Scratch(plan.scratch_bytes));
+    const Tensor b = bias != nullptr ? *bias : Tensor();
+    Sign({static_cast<int64_t>(SigOp::kLinear), d.m, d.n, d.k, w_f16, b.defined(),
+          static_cast<int64_t>(epilogue), static_cast<int64_t>(plan.path)});
+    return Submit([state = state_, x, weight, b, y, d, w_f16, epilogue, plan, scratch]() {
+      const cuda::GemmProblem p{x.data_as<float>(),
+                                d.m,
+                                d.k,
+                                weight.data(),
+                                w_f16,
+                                d.n,
+                                b.defined() ? b.data_as<float>() : nullptr,
+                                epilogue,
+                                y.data_as<float>()};
+      return cuda::RunGemm(state->gemm, state->ctx, plan, p,
+                           scratch.defined() ? scratch.data() : nullptr);
+    });
+  }
+
+  absl::Status Conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int stride,
+                      int padding, Activation act, const Tensor& y) override {
+    ASSIGN_OR_RETURN(const checks::Conv1dDims s,
+                     checks::ValidateConv1d(kGpuKind, x, weight, bias, stride, padding, y));
+    ASSIGN_OR_RETURN(const cuda::Epilogue epilogue, ToEpilogue("Conv1d", act));
+    const bool w_f16 = weight.dtype() == DType::kF16;
+    const int64_t m = s.batch * s.out_time, k = s.in_channels * s.kernel_size;
+    // A 1-wide kernel without stride or padding reads x as it is.
+    const bool direct = s.kernel_size == 1 && s.stride == 1 && s.padding == 0;
+    const size_t col_bytes = direct ? 0 : RoundUp256(static_cast<size_t>(m * k) * sizeof(float));
+    const cuda::GemmPlan plan = cuda::PlanGemm(state_->gemm, m, s.out_channels, k, w_f16);
+    ASSIGN_OR_RETURN(Tensor scratch, Scratch(col_bytes + plan.scratch_bytes));
+    Sign({static_cast<int64_t>(SigOp::kConv1d), s.batch, s.time, s.in_channels, s.out_channels,
+          s.kernel_size, s.stride, s.padding, w_f16, static_cast<int64_t>(epilogue),
+          static_cast<int64_t>(plan.path)});
+    return Submit([state = state_, x, weight, bias, y, s, m, k, direct, col_bytes, w_f16, epilogue,
+                   plan, scratch]() {
+      const float* col = x.data_as<float>();
+      char* base = scratch.defined() ? static_cast<char*>(scratch.data()) : nullptr;
+      if (!direct) {
+        const cuda::Im2colShape shape{s.batch,    s.time,   s.in_channels, s.kernel_size,
+                                      s.out_time, s.stride, s.padding};
+        RETURN_IF_ERROR(
+            GpuStatus("Conv1d im2col", cuda::LaunchIm2col(state->ctx, x.data_as<float>(), shape,
+                                                          reinterpret_cast<float*>(base))));
+        col = reinterpret_cast<const float*>(base);
+      }
+      const cuda::GemmProblem p{col,
+                                m,
+                                k,
+                                weight.data(),
+                                w_f16,
+                                s.out_channels,
+                                bias.data_as<float>(),
+                                epilogue,
+                                y.data_as<float>()};
+      return cuda::RunGemm(state->gemm, state->ctx, plan, p,
+                           plan.scratch_bytes > 0 ? base + col_bytes : nullptr);
+    });
+  }
+
+  absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                         const Tensor& y) override {
+    ASSIGN_OR_RETURN(const checks::RowDims d,
+                     checks::ValidateLayerNorm(kGpuKind, x, gamma, beta, eps, y));
+    Sign({static_cast<int64_t>(SigOp::kLayerNorm), d.rows, d.cols});
+    return Submit([state = state_, x, gamma, beta, eps, y, d]() {
+      return GpuStatus("LayerNorm",
+                       cuda::LaunchLayerNorm(state->ctx, x.data_as<float>(), d.rows, d.cols,
+                                             gamma.data_as<float>(), beta.data_as<float>(), eps,
+                                             y.data_as<float>()));
+    });
+  }
+
+  absl::Status Add(const Tensor& a, const Tensor& b, const Tensor& y) override {
+    RETURN_IF_ERROR(checks::ValidateAdd(kGpuKind, a, b, y));
+    Sign({static_cast<int64_t>(SigOp::kAdd), y.numel()});
+    return Submit([state = state_, a, b, y]() {
+      return GpuStatus("Add", cuda::LaunchAdd(state->ctx, a.data_as<float>(), b.data_as<float>(),
+                                              y.data_as<float>(), y.numel()));
+    });
+  }
+
+  absl::Status Gelu(const Tensor& x, const Tensor& y) override {
+    RETURN_IF_ERROR(checks::ValidateGelu(kGpuKind, x, y));
+    Sign({static_cast<int64_t>(SigOp::kGelu), y.numel()});
+    return Submit([state = state_, x, y]() {
+      return GpuStatus(
+          "Gelu", cuda::LaunchGelu(state->ctx, x.data_as<float>(), y.data_as<float>(), y.numel()));
+    });
+  }
+
+  absl::Status Attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                         const Tensor* kv_lengths, int num_heads, float scale, bool causal,
+                         const Tensor& out) override {
+    ASSIGN_OR_RETURN(
+        const checks::AttentionDims d,
+        checks::ValidateAttention(kGpuKind, q, k, v, kv_lengths, num_heads, scale, out));
+    if (d.head_dim > cuda::kMaxHeadDim) {
+      return absl::UnimplementedError(absl::StrCat("Attention: head_dim ", d.head_dim,
+                                                   " exceeds the CUDA kernels' limit of ",
+                                                   cuda::kMaxHeadDim));
+    }
+    const Tensor lengths = kv_lengths != nullptr ? *kv_lengths : Tensor();
+    const cuda::AttentionArgs args{q.data_as<float>(),
+                                   k.data_as<float>(),
+                                   v.data_as<float>(),
+                                   lengths.defined() ? lengths.data_as<int32_t>() : nullptr,
+                                   out.data_as<float>(),
+                                   d.batch,
+                                   d.q_len,
+                                   d.kv_len,
+                                   static_cast<int>(d.heads),
+                                   static_cast<int>(d.head_dim),
+                                   scale,
+                                   causal};
+    const bool flash = options_.math == CudaMath::kFast && cuda::FlashAttentionSupported(args);
+    cuda::SplitPlan plan;
+    cuda::FlashPlan flash_plan;
+    size_t scratch_bytes = 0;
+    if (flash) {
+      flash_plan = cuda::PlanFlashAttention(args, state_->ctx.sm_count, kAttentionCounters);
+      scratch_bytes = flash_plan.scratch_bytes;
+    } else {
+      plan = cuda::PlanSplitAttention(args, state_->ctx.sm_count, kAttentionCounters);
+      scratch_bytes = plan.partial_bytes;
+    }
+    ASSIGN_OR_RETURN(Tensor scratch, Scratch(scratch_bytes));
+    Sign({static_cast<int64_t>(SigOp::kAttention), d.batch, d.q_len, d.kv_len, d.heads, d.head_dim,
+          causal, lengths.defined(), flash, plan.splits, flash_plan.splits});
+    return Submit([state = state_, q, k, v, lengths, out, args, flash, plan, flash_plan,
+                   scratch]() {
+      if (flash) {
+        return GpuStatus("Attention",
+                         cuda::LaunchFlashAttention(state->ctx, args, flash_plan, scratch.data(),
+                                                    state->counters.data_as<int>()));
+      }
+      return GpuStatus("Attention", cuda::LaunchSplitAttention(
+                                        state->ctx, args, plan,
+                                        scratch.defined() ? scratch.data_as<float>() : nullptr,
+                                        state->counters.data_as<int>()));
+    });
+  }
+
+  absl::Status WriteRows(const Tensor& src, const Tensor& positions, const Tensor& dst) override {
+    ASSIGN_OR_RETURN(const checks::WriteRowsDims d,
+                     checks::ValidateWriteRows(kGpuKind, src, positions, dst));
+    Sign({static_cast<int64_t>(SigOp::kWriteRows), d.batch, d.rows, d.channels, d.capacity,
+          static_cast<int64_t>(src.dtype())});
+    return Submit([state = state_, src, positions, dst, d]() {
+      const int64_t row_bytes = d.channels * static_cast<int64_t>(SizeOf(src.dtype()));
+      return GpuStatus("WriteRows",
+                       cuda::LaunchWriteRows(state->ctx, src.data(), positions.data_as<int32_t>(),
+                                             d.batch, d.rows, row_bytes, d.capacity, dst.data()));
+    });
+  }
+
+  absl::Status Embed(const Tensor& tokens, const Tensor& start_positions, const Tensor& token_table,
+                     const Tensor& position_table, const Tensor& y) override {
+    ASSIGN_OR_RETURN(
+        const checks::EmbedDims d,
+        checks::ValidateEmbed(kGpuKind, tokens, start_positions, token_table, position_table, y));
+    Sign({static_cast<int64_t>(SigOp::kEmbed), d.batch, d.time, d.channels, d.vocab,
+          d.max_positions, static_cast<int64_t>(token_table.dtype()),
+          static_cast<int64_t>(position_table.dtype())});
+    return Submit([state = state_, tokens, start_positions, token_table, position_table, y, d]() {
+      return GpuStatus(
+          "Embed", cuda::LaunchEmbed(
+                       state->ctx, tokens.data_as<int32_t>(), start_positions.data_as<int32_t>(),
+                       d.batch, d.time, token_table.data(), token_table.dtype() == DType::kF16,
+                       d.vocab, position_table.data(), position_table.dtype() == DType::kF16,
+                       d.max_positions, d.channels, y.data_as<float>()));
+    });
+  }
+
+  absl::Status LogSoftmax(const Tensor& x, const Tensor& y) override {
+    ASSIGN_OR_RETURN(const checks::RowDims d, checks::ValidateLogSoftmax(kGpuKind, x, y));
+    Sign({static_cast<int64_t>(SigOp::kLogSoftmax), d.rows, d.cols});
+    return Submit([state = state_, x, y, d]() {
+      return GpuStatus("LogSoftmax", cuda::LaunchLogSoftmax(state->ctx, x.data_as<float>(), d.rows,
+                                                            d.cols, y.data_as<float>()));
+    });
+  }
+
+  // ---- Extensions -----------------------------------------------------------------------------
+
+  absl::Status FusedLinear(const FusedLinearArgs& a) override {
+    constexpr const char* kOp = "FusedLinear";
+    RETURN_IF_ERROR(checks::CheckTensor(kGpuKind, kOp, "x", a.x, {DType::kF32}, -1, 1));
+    RETURN_IF_ERROR(
+        checks::CheckTensor(kGpuKind, kOp, "weight", a.weight, {DType::kF32, DType::kF16}, 2));
+    const int64_t n = a.weight.dim(0), k = a.weight.dim(1);
+    if (a.x.dim(-1) != k || k == 0) {
+      return checks::Invalid(kOp, absl::StrCat("x ", a.x.Describe(), " and weight ",
+                                               a.weight.Describe(), " disagree on the input size"));
+    }
+    const int64_t m = a.x.numel() / k;
+    ASSIGN_OR_RETURN(const Tensor x2, a.x.Reshape({m, k}));
+    const bool norm = a.norm_gamma.defined();
+    if (norm) {
+      RETURN_IF_ERROR(
+          checks::CheckTensor(kGpuKind, kOp, "norm_gamma", a.norm_gamma, {DType::kF32}, 1));
+      RETURN_IF_ERROR(
+          checks::CheckShape(kOp, "norm_gamma", a.norm_gamma, Shape{k}, "x's last dim"));
+      RETURN_IF_ERROR(checks::CheckShape(kOp, "norm_beta", a.norm_beta, Shape{k}, "x's last dim"));
+    }
+    if (a.bias.defined()) {
+      RETURN_IF_ERROR(checks::CheckShape(kOp, "bias", a.bias, Shape{n}, "one per output"));
+    }
+    ASSIGN_OR_RETURN(const cuda::Epilogue epilogue, ToEpilogue(kOp, a.act));
+    cuda::FusedLinearParams p{};
+    p.x = x2.data_as<float>();
+    p.m = m;
+    p.k = k;
+    p.gamma = norm ? a.norm_gamma.data_as<float>() : nullptr;
+    p.beta = norm ? a.norm_beta.data_as<float>() : nullptr;
+    p.eps = a.eps;
+    p.w = a.weight.data();
+    p.w_f16 = a.weight.dtype() == DType::kF16;
+    p.n = n;
+    p.bias = a.bias.defined() ? a.bias.data_as<float>() : nullptr;
+    p.act = epilogue;
+    Tensor y2, q2;
+    if (a.output == Output::kQkv) {
+      if (n % 3 != 0) return checks::Invalid(kOp, "kQkv needs a weight of 3·C rows");
+      const int64_t c = n / 3;
+      ASSIGN_OR_RETURN(q2, a.q.Reshape({m, c}));
+      for (const auto& [name, cache] :
+           {std::pair<const char*, const Tensor*>{"k_cache", &a.k_cache},
+            {"v_cache", &a.v_cache}}) {
+        RETURN_IF_ERROR(checks::CheckTensor(kGpuKind, kOp, name, *cache, {DType::kF32}, 3));
+        if (cache->dim(0) != m || cache->dim(2) != c) {
+          return checks::Invalid(
+              kOp, absl::StrCat(name, " ", cache->Describe(), " must be [", m, ", L, ", c, "]"));
+        }
+      }
+      RETURN_IF_ERROR(checks::CheckShape(kOp, "positions", a.positions, Shape{m}, "one per row"));
+      p.output = cuda::FusedOutput::kQkv;
+      p.q = q2.data_as<float>();
+      p.k_cache = a.k_cache.data_as<float>();
+      p.v_cache = a.v_cache.data_as<float>();
+      p.positions = a.positions.data_as<int32_t>();
+      p.capacity = a.k_cache.dim(1);
+    } else {
+      ASSIGN_OR_RETURN(y2, a.y.Reshape({m, n}));
+      RETURN_IF_ERROR(checks::CheckDisjoint(kOp, "y", y2, "x", x2));
+      p.output =
+          a.output == Output::kStore ? cuda::FusedOutput::kStore : cuda::FusedOutput::kAccumulate;
+      p.y = y2.data_as<float>();
+    }
+    if (cuda::FusedLinearSupported(p)) {
+      Sign({static_cast<int64_t>(SigOp::kFusedLinear), m, n, k, norm, p.w_f16,
+            static_cast<int64_t>(epilogue), static_cast<int64_t>(p.output)});
+      return Submit([state = state_, a, p]() {
+        return GpuStatus("FusedLinear", cuda::LaunchFusedLinear(state->ctx, p));
+      });
+    }
+    // The same result from separate kernels (more rows than the fused kernel takes).
+    Tensor input = x2;
+    if (norm) {
+      ASSIGN_OR_RETURN(Tensor normed, Scratch(static_cast<size_t>(m * k) * sizeof(float)));
+      ASSIGN_OR_RETURN(input, normed.Slice(0, m * k));
+      ASSIGN_OR_RETURN(input, input.Reshape({m, k}));
+      RETURN_IF_ERROR(LayerNorm(x2, a.norm_gamma, a.norm_beta, a.eps, input));
+    }
+    const Tensor* bias = a.bias.defined() ? &a.bias : nullptr;
+    if (a.output == Output::kStore) return Linear(input, a.weight, bias, a.act, y2);
+    ASSIGN_OR_RETURN(Tensor result, Scratch(static_cast<size_t>(m * n) * sizeof(float)));
+    ASSIGN_OR_RETURN(result, result.Slice(0, m * n));
+    ASSIGN_OR_RETURN(result, result.Reshape({m, n}));
+    RETURN_IF_ERROR(Linear(input, a.weight, bias, a.act, result));
+    if (a.output == Output::kAccumulate) return Add(y2, result, y2);
+    Sign({static_cast<int64_t>(SigOp::kFusedLinear), m, n, 3});
+    return Submit([state = state_, a, result, p]() {
+      return GpuStatus("FusedLinear",
+                       cuda::LaunchQkvScatter(state->ctx, result.data_as<float>(), p.m, p.n / 3,
+                                              p.q, p.k_cache, p.v_cache, p.positions, p.capacity));
+    });
+  }
+
+  // ---- Graph capture --------------------------------------------------------------------------
+
+  absl::Status BeginCapture() override {
+    if (capturing_) return absl::FailedPreconditionError("BeginCapture: already capturing");
+    (void)cudaSetDevice(state_->device);
+    if (options_.use_graphs) {
+      RETURN_IF_ERROR(GpuStatus("BeginCapture",
+                                cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed)));
+    }
+    capturing_ = true;
+    capture_error_ = absl::OkStatus();
+    captured_.clear();
+    signature_ = cuda::kHashSeed;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::unique_ptr<Graph>> EndCapture() override {
+    if (!capturing_) return absl::FailedPreconditionError("EndCapture: no capture in progress");
+    capturing_ = false;
+    std::vector<cuda::Node> nodes = std::exchange(captured_, {});
+    if (!options_.use_graphs) {
+      return std::unique_ptr<Graph>(cuda::CudaGraph::Eager(state_->graphs, std::move(nodes)));
+    }
+    cudaGraph_t graph = nullptr;
+    const cudaError_t err = cudaStreamEndCapture(stream(), &graph);
+    if (!capture_error_.ok() || err != cudaSuccess) {
+      if (graph != nullptr) (void)cudaGraphDestroy(graph);
+      (void)cudaGetLastError();
+      if (!capture_error_.ok()) {
+        return absl::Status(
+            capture_error_.code(),
+            absl::StrCat("EndCapture: a captured call failed: ", capture_error_.message()));
+      }
+      return GpuStatus("EndCapture", err);
+    }
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<cuda::CudaGraph> result,
+        cuda::CudaGraph::Instantiate(state_->graphs, graph, signature_, std::move(nodes)));
+    return std::unique_ptr<Graph>(std::move(result));
+  }
+
+ private:
+  CudaBackend(const CudaBackendOptions& options, std::shared_ptr<DeviceState> state,
+              std::string description)
+      : options_(options), state_(std::move(state)), description_(std::move(description)) {}
+
+  cudaStream_t stream() const { return state_->graphs->stream; }
+
+  // Runs `node` now, and keeps it while capturing (it owns the captured call's memory); with
+  // graphs disabled, a capture only records it.
+  template <typename F>
+  absl::Status Submit(F&& node) {
+    if (!capturing_) return node();
+    if (!options_.use_graphs) {
+      captured_.emplace_back(std::forward<F>(node));
+      return absl::OkStatus();
+    }
+    absl::Status status = node();
+    if (!status.ok() && capture_error_.ok()) capture_error_ = status;
+    captured_.emplace_back(std::forward<F>(node));
+    return status;
+  }
+
+  // Adds a call's shape to the capture signature (graph.h).
+  void Sign(std::initializer_list<int64_t> values) {
+    if (!capturing_) return;
+    for (int64_t v : values) signature_ = cuda::HashCombine(signature_, &v, sizeof(v));
+  }
+
+  // Device scratch owned by one call (and by a graph that captures it); undefined for 0 bytes.
+  // Allowed while capturing: it is memory of the call, not of the caller.
+  absl::StatusOr<Tensor> Scratch(size_t bytes) {
+    if (bytes == 0) return Tensor();
+    return cuda::AllocateDeviceTensor(state_->pool, Shape{static_cast<int64_t>((bytes + 3) / 4)},
+                                      DType::kF32);
+  }
+
+  absl::Status NotCapturing(const char* op) const {
+    if (!capturing_) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat(op, " is not allowed while a graph is being captured"));
+  }
+
+  CudaBackendOptions options_;
+  std::shared_ptr<DeviceState> state_;
+  std::string description_;
+  bool capturing_ = false;
+  absl::Status capture_error_;
+  std::vector<cuda::Node> captured_;
+  uint64_t signature_ = cuda::kHashSeed;
+};
+
+absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const CudaBackendOptions& options) {
+  int count = 0;
+  if (cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return absl::UnavailableError(
+        absl::StrCat("no usable GPU driver or device (", cudaGetErrorString(err), ")"));
+  }
+  if (count == 0) return absl::UnavailableError("no GPU found");
+  if (options.device_index < 0 || options.device_index >= count) {
+    return absl::InvalidArgumentError(absl::StrCat("device_index ", options.device_index,
+                                                   " is outside the ", count, " GPUs present"));
+  }
+  if (options.skinny_max_rows < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("skinny_max_rows ", options.skinny_max_rows, " must be >= 0"));
+  }
+  RETURN_IF_ERROR(GpuStatus("cudaSetDevice", cudaSetDevice(options.device_index)));
+  cudaDeviceProp props;
+  RETURN_IF_ERROR(
+      GpuStatus("cudaGetDeviceProperties", cudaGetDeviceProperties(&props, options.device_index)));
+  if (cudaError_t err = cuda::ProbeKernelImage(); err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return absl::UnavailableError(absl::StrFormat(
+        "this build has no kernels for %s (compute capability %d.%d): %s; rebuild with "
+        "CMAKE_CUDA_ARCHITECTURES including %d%d",
+        props.name, props.major, props.minor, cudaGetErrorString(err), props.major, props.minor));
+  }
+
+  auto state = std::make_shared<DeviceState>();
+  state->device = options.device_index;
+  state->pool = std::make_shared<cuda::DevicePool>(options.device_index);
+  state->graphs = std::make_shared<cuda::GraphRuntime>();
+  RETURN_IF_ERROR(GpuStatus("cudaStreamCreate", cudaStreamCreateWithFlags(&state->graphs->stream,
+                                                                          cudaStreamNonBlocking)));
+  void* host_word = nullptr;
+  RETURN_IF_ERROR(GpuStatus(
+      "cudaHostAlloc", cudaHostAlloc(&host_word, sizeof(unsigned long long), cudaHostAllocMapped)));
+  state->error_host = static_cast<unsigned long long*>(host_word);
+  *state->error_host = 0;
+  void* device_word = nullptr;
+  RETURN_IF_ERROR(
+      GpuStatus("cudaHostGetDevicePointer", cudaHostGetDevicePointer(&device_word, host_word, 0)));
+  state->error_device = static_cast<unsigned long long*>(device_word);
+  ASSIGN_OR_RETURN(state->counters,
+                   cuda::AllocateDeviceTensor(state->pool, Shape{kAttentionCounters}, DType::kI32));
+  RETURN_IF_ERROR(GpuStatus("cudaMemset",
+                            cudaMemsetAsync(state->counters.data(), 0, state->counters.size_bytes(),
+                                            state->graphs->stream)));
+
+  std::string gemm = "built-in tiled kernel";
+#if !defined(WAAV_HIP)
+  if (options.use_cublas) {
+    const int64_t words = static_cast<int64_t>((options.cublas_workspace_bytes + 3) / 4);
+    ASSIGN_OR_RETURN(state->blas_workspace,
+                     cuda::AllocateDeviceTensor(state->pool, Shape{words}, DType::kF32));
+    auto blas = cuda::Blas::Load(state->graphs->stream, state->blas_workspace.data(),
+                                 state->blas_workspace.size_bytes());
+    if (blas.ok()) {
+      state->blas = std::move(*blas);
+      gemm = absl::StrCat("cuBLAS (", state->blas->library(), ")");
+    } else {
+      spdlog::warn("cuda backend: {}; large GEMMs use the slower built-in kernel",
+                   std::string(blas.status().message()));
+      gemm = absl::StrCat("built-in tiled kernel (", blas.status().message(), ")");
+    }
+  }
+#endif
+  state->gemm = {state->blas.get(), options.math, options.skinny_max_rows};
+  const bool pdl = options.use_pdl && WAAV_GPU_HAS_PDL && props.major >= 9;
+  state->ctx = {state->graphs->stream, pdl, state->error_device, props.multiProcessorCount};
+  RETURN_IF_ERROR(GpuStatus("cudaStreamSynchronize", cudaStreamSynchronize(state->graphs->stream)));
+
+  const std::string description = absl::StrFormat(
+      "%s: %s (compute %d.%d, %d SMs, %.1f GiB); GEMM: %s; math %s; %s; PDL %s", WAAV_GPU_NAME,
+      props.name, props.major, props.minor, props.multiProcessorCount,
+      static_cast<double>(props.totalGlobalMem) / (1 << 30), gemm,
+      options.math == CudaMath::kFast ? "fast (f16/TF32 tensor cores)" : "accurate (f32)",
+      options.use_graphs ? "CUDA graphs" : "eager graphs", pdl ? "on" : "off");
+  return std::unique_ptr<Backend>(new CudaBackend(options, std::move(state), description));
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateRegistered(const BackendOptions& options) {
+  CudaBackendOptions cuda_options;
+  cuda_options.device_index = options.device_index;
+  return CreateCudaBackend(cuda_options);
+}
+
+// Above the CPU backend (priority 0): "auto" picks the GPU when one starts.
+[[maybe_unused]] const bool kRegistered = RegisterBackend(WAAV_GPU_NAME, 100, CreateRegistered);
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options) {
+  return CudaBackend::Create(options);
+}
+
+CudaExtensions* GetCudaExtensions(Backend& backend) {
+  return dynamic_cast<CudaExtensions*>(&backend);
+}
+
+}  // namespace waav

@@ -1,0 +1,107 @@
+// The CUDA backend: waav::Backend on one NVIDIA GPU. The same sources compile for AMD with hipcc
+// (kernels/hip/, a compile check: no HIP backend is registered yet; docs/gpu.md).
+//
+// Execution: every kernel, copy and graph replay goes onto one non-blocking stream, in submission
+// order; nothing waits for the device except Synchronize(), CopyToHost() and EndCapture().
+// Memory comes from a stream-ordered caching pool (memory_pool.h): after warm-up, Allocate never
+// reaches cudaMalloc. Kernels are launched with programmatic dependent launch on Hopper, so the
+// next kernel's launch overlaps the tail of the current one (see common.cuh).
+//
+// GEMMs (Linear, Conv1d after im2col): up to CudaBackendOptions::skinny_max_rows rows, a
+// memory-bound kernel of our own with bias and activation fused (decoder steps); above that,
+// cuBLAS (loaded at run time, blas.h) then one epilogue kernel for bias and activation. Without
+// cuBLAS, a built-in tiled kernel (slower) takes its place.
+//
+// Arithmetic (CudaMath), stated per path so tests can hold each to a tolerance:
+//  * kAccurate: f32 throughout. f32 weights: cuBLAS SGEMM, no TF32. f16 weights: activations are
+//    split into hi + lo f16 halves and multiplied on f16 tensor cores with f32 accumulation (two
+//    GEMMs), which keeps ~22 significant bits of x (relative error ~1e-6, like f32). Attention on
+//    f32 CUDA cores.
+//  * kFast (default): activations rounded to f16 for the cuBLAS GEMMs (f16 weights) or TF32
+//    (f32 weights), f32 accumulation: relative error ~1e-3 per GEMM. Encoder-size attention
+//    (head_dim 64, >= 16 queries) on f16 tensor cores with an f32 softmax. The skinny path (decoder
+//    steps up to 16 rows) and every other kernel stay exact f32 in both modes.
+//
+// Semantics where backend.h leaves room (matching the CPU backend unless said here):
+//  * A query that sees no key outputs zeros; LayerNorm, Add, Gelu, LogSoftmax may work in place.
+//  * Index values inside i32 tensors (token ids, start positions, KV positions, kv_lengths) are
+//    checked on the device, where the kernel runs. A bad value makes that kernel skip the
+//    affected batch row (the rest is written) and is reported as InvalidArgument, naming the op,
+//    the index and the value, by the next Synchronize() or CopyToHost() (the CPU backend reports
+//    it from the call itself, or from Replay(), and writes nothing).
+//  * While capturing, Allocate, CopyFromHost, CopyToHost and Synchronize return
+//    FailedPrecondition; Copy is captured.
+//  * Graphs: see graph.h (CUDA graphs, signature cache with cudaGraphExecUpdate, eager switch).
+//  * A backend and its graphs must be driven from one thread at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "engine/runtime/backend.h"
+
+namespace waav {
+
+enum class CudaMath : uint8_t { kAccurate, kFast };
+
+struct CudaBackendOptions {
+  // Device ordinal. Default: 0.
+  int device_index = 0;
+  // Arithmetic of the large GEMMs and of encoder attention (see above). Default: kFast.
+  CudaMath math = CudaMath::kFast;
+  // Capture into CUDA graphs; false records the calls and replays them one by one (graph.h).
+  // Default: true.
+  bool use_graphs = true;
+  // Programmatic dependent launch (compute capability 9.0 and later; ignored before).
+  // Default: true.
+  bool use_pdl = true;
+  // Load cuBLAS for GEMMs of more than skinny_max_rows rows; when false or when it cannot be
+  // loaded, the built-in tiled kernel runs them. Default: true.
+  bool use_cublas = true;
+  // Rows up to which Linear uses the memory-bound skinny kernel. Default: 16.
+  int skinny_max_rows = 16;
+  // cuBLAS workspace. Default: 32 MiB.
+  size_t cublas_workspace_bytes = size_t{32} << 20;
+};
+
+// CUDA-only kernels beyond the Backend interface, for callers that know they hold a CUDA backend
+// (the GPU benchmark's fused decoder step, and its parity test). Candidates for optional
+// Backend ops: see docs/gpu.md.
+class CudaExtensions {
+ public:
+  enum class Output : uint8_t {
+    kStore,       // y = result
+    kAccumulate,  // y += result (a residual connection; y is read and written)
+    kQkv,         // result columns [0, C) to q, [C, 2C) to k_cache, [2C, 3C) to v_cache
+  };
+  struct FusedLinearArgs {
+    Tensor x;                      // f32 [.., K]: M rows
+    Tensor norm_gamma, norm_beta;  // f32 [K]: LayerNorm x first; undefined: no LayerNorm
+    float eps = 1e-5f;
+    Tensor weight;  // f32 or f16 [N, K]
+    Tensor bias;    // f32 [N], or undefined
+    Activation act = Activation::kNone;
+    Output output = Output::kStore;
+    Tensor y;                 // kStore, kAccumulate: f32 [M, N] (any leading dims)
+    Tensor q;                 // kQkv: f32 [M, C] (any leading dims), N = 3·C
+    Tensor k_cache, v_cache;  // kQkv: f32 [M, L, C]; row positions[m] of batch row m
+    Tensor positions;         // kQkv: i32 [M]
+  };
+  virtual ~CudaExtensions() = default;
+  // result = act(LayerNorm?(x) · weightᵀ + bias), exact f32 like Linear's skinny path; one kernel
+  // for up to 16 rows (K a multiple of 8, K <= 1024 with LayerNorm), else the same ops composed.
+  // A position outside the caches is reported by the next Synchronize() like WriteRows's.
+  virtual absl::Status FusedLinear(const FusedLinearArgs& args) = 0;
+};
+
+// The CUDA extensions of `backend`, or null when it is not this CUDA backend.
+CudaExtensions* GetCudaExtensions(Backend& backend);
+
+// Creates the backend, or Unavailable when there is no usable device (no driver, no GPU, a GPU
+// this build has no kernels for) with the reason. CreateBackend("cuda") calls this with the
+// defaults above and BackendOptions::device_index.
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options);
+
+}  // namespace waav

@@ -1,0 +1,614 @@
+// Parity of the CUDA backend with the CPU backend (the reference): every kernel on fresh random
+// inputs, a whole Whisper encoder pass and decoder steps (random weights of tiny.en's shapes), and
+// graphs replayed with new positions. Without a usable GPU every test but the registry one skips
+// and says why.
+//
+// Tolerances, relative L2 error ‖gpu − cpu‖ / ‖cpu‖ (outputs poisoned with NaN before each call):
+//  * exact f32 paths: 1e-5. That is every kernel but the two below, with f32 or f16 weights
+//    (f16 widened exactly), in both math modes: the skinny GEMM (<= 16 rows), the tiled GEMM,
+//    split-KV attention, layer norm, elementwise, embed, log-softmax; WriteRows is bit-exact.
+//  * CudaMath::kAccurate GEMMs through cuBLAS: 2e-5 (f32 weights: SGEMM without TF32; f16 weights:
+//    activations as hi + lo f16 halves, 22 significant bits).
+//  * CudaMath::kFast GEMMs through cuBLAS: 3e-3 (activations rounded to f16, or TF32 for f32
+//    weights; both keep 11 significant bits, relative rounding 2^-11 ≈ 4.9e-4 per operand), and
+//    f16 tensor-core attention (head_dim 64, >= 16 queries): 3e-3.
+//  * Whole model (4 + 4 layers, errors compound): encoder output and logits 1e-4 (accurate),
+//    2e-3 (fast; measured on an H200: 3e-4 encoder, 3e-5 logits).
+// Every comparison prints its measured error (a line starting "parity:") for the device report.
+#include "kernels/cuda/cuda_backend.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/models/whisper/whisper_model.h"
+#include "engine/runtime/backend_registry.h"
+#include "engine/runtime/status.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "tests/support/random_whisper.h"
+#include "tests/support/test_env.h"
+
+namespace waav {
+namespace {
+
+constexpr double kExact = 1e-5;
+constexpr double kAccurateGemm = 2e-5;
+constexpr double kFastGemm = 3e-3;
+constexpr double kFastAttention = 3e-3;
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+std::string Name(DType dtype) { return std::string(DTypeName(dtype)); }
+
+// Relative L2 error of `got` against `want`, failing on any non-finite value or size mismatch.
+::testing::AssertionResult Close(const std::string& what, const std::vector<float>& got,
+                                 const std::vector<float>& want, double tolerance) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure()
+           << what << ": size " << got.size() << " vs " << want.size();
+  }
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i]) && !(std::isnan(got[i]) && std::isnan(want[i]))) {
+      return ::testing::AssertionFailure()
+             << what << ": element " << i << " is " << got[i] << " (cpu " << want[i] << ")";
+    }
+    if (std::isnan(want[i])) continue;
+    diff += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    norm += static_cast<double>(want[i]) * want[i];
+  }
+  const double rel = norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+  std::cout << "parity: " << what << ": relative L2 error " << rel << " (tolerance " << tolerance
+            << ")\n";
+  if (rel <= tolerance) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << what << ": relative L2 error " << rel << " > " << tolerance;
+}
+
+// ---- Registry (runs everywhere) -----------------------------------------------------------------
+
+TEST(CudaBackendRegistryTest, RegisteredAboveCpuAndUnavailableWithoutGpu) {
+  const std::vector<std::string> names = RegisteredBackends();
+  const auto cuda = std::find(names.begin(), names.end(), "cuda");
+  const auto cpu = std::find(names.begin(), names.end(), "cpu");
+  ASSERT_NE(cuda, names.end());
+  ASSERT_NE(cpu, names.end());
+  EXPECT_LT(cuda - names.begin(), cpu - names.begin()) << "auto must try cuda first";
+
+  auto backend = CreateBackend("cuda");
+  auto chosen = CreateBackend("auto");
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  if (!backend.ok()) {
+    EXPECT_EQ(backend.status().code(), absl::StatusCode::kUnavailable) << backend.status();
+    EXPECT_FALSE(backend.status().message().empty());
+    std::cout << "no usable GPU here: " << backend.status().message() << "\n";
+    EXPECT_EQ((*chosen)->name(), "cpu");
+    return;
+  }
+  EXPECT_EQ((*backend)->name(), "cuda");
+  EXPECT_EQ((*backend)->device(), DeviceKind::kCuda);
+  for (Op op : {Op::kLinear, Op::kConv1d, Op::kLayerNorm, Op::kAdd, Op::kGelu, Op::kAttention,
+                Op::kWriteRows, Op::kEmbed, Op::kLogSoftmax, Op::kGraphCapture}) {
+    EXPECT_TRUE((*backend)->supports(op));
+  }
+  EXPECT_EQ((*chosen)->name(), "cuda");
+  std::cout << (*backend)->Describe() << "\n";
+}
+
+// ---- Kernel parity
+// --------------------------------------------------------------------------------
+
+struct Variant {
+  const char* name;
+  CudaMath math;
+  bool cublas;
+  bool graphs;
+};
+
+void PrintTo(const Variant& variant, std::ostream* os) { *os << variant.name; }
+
+class CudaParityTest : public ::testing::TestWithParam<Variant> {
+ protected:
+  void SetUp() override {
+    seed_ = std::random_device{}();
+    rng_.seed(seed_);
+    CudaBackendOptions options;
+    options.math = GetParam().math;
+    options.use_cublas = GetParam().cublas;
+    options.use_graphs = GetParam().graphs;
+    auto gpu = CreateCudaBackend(options);
+    if (!gpu.ok()) GTEST_SKIP() << "no usable GPU, CUDA test skipped: " << gpu.status().message();
+    gpu_ = std::move(*gpu);
+    cpu_ = CreateCpuBackend({});
+    blas_ = gpu_->Describe().find("cuBLAS") != std::string::npos;
+  }
+  void TearDown() override {
+    if (HasFailure()) std::cout << "random seed of this test: " << seed_ << "\n";
+  }
+
+  struct Pair {
+    Tensor cpu, gpu;
+  };
+
+  std::vector<float> Random(int64_t n, float lo = -1.0f, float hi = 1.0f) {
+    std::uniform_real_distribution<float> dist(lo, hi);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = dist(rng_);
+    return v;
+  }
+  int RandomInt(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
+
+  Pair Make(const Shape& shape, DType dtype, const void* data) {
+    auto c = Upload(*cpu_, shape, dtype, data);
+    auto g = Upload(*gpu_, shape, dtype, data);
+    EXPECT_TRUE(c.ok()) << c.status();
+    EXPECT_TRUE(g.ok()) << g.status();
+    return {c.ok() ? *c : Tensor(), g.ok() ? *g : Tensor()};
+  }
+  Pair F32(const Shape& shape, const std::vector<float>& v) {
+    return Make(shape, DType::kF32, v.data());
+  }
+  Pair I32(const Shape& shape, const std::vector<int32_t>& v) {
+    return Make(shape, DType::kI32, v.data());
+  }
+  // Weights of `dtype`; f16 values are rounded in place so both backends read the same numbers.
+  Pair Weight(const Shape& shape, std::vector<float>& v, DType dtype) {
+    if (dtype == DType::kF32) return F32(shape, v);
+    std::vector<uint16_t> half(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      half[i] = FloatToHalf(v[i]);
+      v[i] = HalfToFloat(half[i]);
+    }
+    return Make(shape, DType::kF16, half.data());
+  }
+  Pair Poisoned(const Shape& shape) {
+    return F32(shape, std::vector<float>(static_cast<size_t>(shape.numel()), kNaN));
+  }
+  std::vector<float> Cpu(const Tensor& t) {
+    auto v = Download<float>(*cpu_, t);
+    EXPECT_TRUE(v.ok()) << v.status();
+    return v.ok() ? *v : std::vector<float>();
+  }
+  std::vector<float> Gpu(const Tensor& t) {
+    auto v = Download<float>(*gpu_, t);
+    EXPECT_TRUE(v.ok()) << v.status();
+    return v.ok() ? *v : std::vector<float>();
+  }
+
+  // Tolerance of a GEMM of m rows on this variant.
+  double GemmTolerance(int64_t m) const {
+    if (m <= 16 || !blas_) return kExact;
+    return GetParam().math == CudaMath::kFast ? kFastGemm : kAccurateGemm;
+  }
+  bool fast() const { return GetParam().math == CudaMath::kFast; }
+
+  uint32_t seed_ = 0;
+  std::mt19937 rng_;
+  std::unique_ptr<Backend> gpu_, cpu_;
+  bool blas_ = false;
+};
+
+TEST_P(CudaParityTest, LinearMatchesCpu) {
+  struct Case {
+    int64_t m, k, n;
+  };
+  int variant = 0;
+  for (const Case c : {Case{1, 384, 384}, Case{1, 384, 51864}, Case{2, 384, 1536}, Case{5, 37, 29},
+                       Case{16, 1536, 384}, Case{17, 384, 384}, Case{40, 37, 29},
+                       Case{300, 384, 1536}, Case{3, 0, 7}}) {
+    for (DType dtype : {DType::kF32, DType::kF16}) {
+      ++variant;
+      const bool with_bias = variant % 2 == 0;
+      const Activation act = variant % 3 == 0 ? Activation::kGelu : Activation::kNone;
+      const std::string what =
+          absl::StrCat("Linear m=", c.m, " k=", c.k, " n=", c.n, " ", Name(dtype),
+                       with_bias ? " bias" : "", act == Activation::kGelu ? " gelu" : "");
+      SCOPED_TRACE(what);
+      std::vector<float> w = Random(c.n * c.k, -0.2f, 0.2f);
+      const Pair x = F32({c.m, c.k}, Random(c.m * c.k));
+      const Pair weight = Weight({c.n, c.k}, w, dtype);
+      const Pair bias = F32({c.n}, Random(c.n));
+      const Pair y = Poisoned({c.m, c.n});
+      ASSERT_TRUE(
+          cpu_->Linear(x.cpu, weight.cpu, with_bias ? &bias.cpu : nullptr, act, y.cpu).ok());
+      ASSERT_TRUE(
+          gpu_->Linear(x.gpu, weight.gpu, with_bias ? &bias.gpu : nullptr, act, y.gpu).ok());
+      EXPECT_TRUE(Close(what, Gpu(y.gpu), Cpu(y.cpu), GemmTolerance(c.m)));
+    }
+  }
+}
+
+TEST_P(CudaParityTest, Conv1dMatchesCpu) {
+  struct Case {
+    int64_t batch, time, cin, cout, kernel;
+    int stride, padding;
+  };
+  for (const Case c : {Case{1, 200, 80, 64, 3, 1, 1}, Case{2, 100, 64, 48, 3, 2, 1},
+                       Case{1, 9, 5, 7, 4, 3, 2}, Case{2, 6, 8, 3, 1, 1, 0}}) {
+    for (DType dtype : {DType::kF32, DType::kF16}) {
+      const int64_t t_out = (c.time + 2 * c.padding - c.kernel) / c.stride + 1;
+      const std::string what =
+          absl::StrCat("Conv1d B=", c.batch, " T=", c.time, " Cin=", c.cin, " Cout=", c.cout,
+                       " K=", c.kernel, " s=", c.stride, " p=", c.padding, " ", Name(dtype));
+      SCOPED_TRACE(what);
+      std::vector<float> w = Random(c.cout * c.cin * c.kernel, -0.3f, 0.3f);
+      const Pair x = F32({c.batch, c.time, c.cin}, Random(c.batch * c.time * c.cin));
+      const Pair weight = Weight({c.cout, c.cin, c.kernel}, w, dtype);
+      const Pair bias = F32({c.cout}, Random(c.cout));
+      const Pair y = Poisoned({c.batch, t_out, c.cout});
+      ASSERT_TRUE(
+          cpu_->Conv1d(x.cpu, weight.cpu, bias.cpu, c.stride, c.padding, Activation::kGelu, y.cpu)
+              .ok());
+      ASSERT_TRUE(
+          gpu_->Conv1d(x.gpu, weight.gpu, bias.gpu, c.stride, c.padding, Activation::kGelu, y.gpu)
+              .ok());
+      EXPECT_TRUE(Close(what, Gpu(y.gpu), Cpu(y.cpu), GemmTolerance(c.batch * t_out)));
+    }
+  }
+}
+
+TEST_P(CudaParityTest, LayerNormMatchesCpuAlsoInPlace) {
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 384}, {7, 37}, {300, 384}, {3, 1}, {2, 768}, {3, 1536}}) {
+    const std::string what = absl::StrCat("LayerNorm ", rows, "x", cols);
+    const std::vector<float> values = Random(rows * cols, -3.0f, 5.0f);
+    const Pair gamma = F32({cols}, Random(cols, 0.5f, 1.5f));
+    const Pair beta = F32({cols}, Random(cols));
+    const Pair x = F32({rows, cols}, values);
+    const Pair y = Poisoned({rows, cols});
+    ASSERT_TRUE(cpu_->LayerNorm(x.cpu, gamma.cpu, beta.cpu, 1e-5f, y.cpu).ok());
+    ASSERT_TRUE(gpu_->LayerNorm(x.gpu, gamma.gpu, beta.gpu, 1e-5f, y.gpu).ok());
+    EXPECT_TRUE(Close(what, Gpu(y.gpu), Cpu(y.cpu), kExact));
+    ASSERT_TRUE(gpu_->LayerNorm(x.gpu, gamma.gpu, beta.gpu, 1e-5f, x.gpu).ok());
+    EXPECT_TRUE(Close(what + " in place", Gpu(x.gpu), Cpu(y.cpu), kExact));
+  }
+}
+
+TEST_P(CudaParityTest, AddAndGeluMatchCpuAlsoInPlace) {
+  for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{1024}, int64_t{100003}}) {
+    const Pair a = F32({n}, Random(n, -6.0f, 6.0f));
+    const Pair b = F32({n}, Random(n));
+    const Pair y = Poisoned({n});
+    ASSERT_TRUE(cpu_->Add(a.cpu, b.cpu, y.cpu).ok());
+    ASSERT_TRUE(gpu_->Add(a.gpu, b.gpu, y.gpu).ok());
+    EXPECT_TRUE(Close(absl::StrCat("Add n=", n), Gpu(y.gpu), Cpu(y.cpu), kExact));
+    const Pair g = Poisoned({n});
+    ASSERT_TRUE(cpu_->Gelu(a.cpu, g.cpu).ok());
+    ASSERT_TRUE(gpu_->Gelu(a.gpu, g.gpu).ok());
+    EXPECT_TRUE(Close(absl::StrCat("Gelu n=", n), Gpu(g.gpu), Cpu(g.cpu), kExact));
+    ASSERT_TRUE(gpu_->Add(a.gpu, b.gpu, a.gpu).ok());
+    EXPECT_TRUE(Close(absl::StrCat("Add in place n=", n), Gpu(a.gpu), Cpu(y.cpu), kExact));
+    ASSERT_TRUE(gpu_->Gelu(b.gpu, b.gpu).ok());
+    ASSERT_TRUE(cpu_->Gelu(b.cpu, b.cpu).ok());
+    EXPECT_TRUE(Close(absl::StrCat("Gelu in place n=", n), Gpu(b.gpu), Cpu(b.cpu), kExact));
+  }
+}
+
+TEST_P(CudaParityTest, LogSoftmaxMatchesCpuAlsoInPlace) {
+  for (const auto& [rows, cols] :
+       std::vector<std::pair<int64_t, int64_t>>{{1, 51864}, {3, 7}, {64, 1000}}) {
+    const std::string what = absl::StrCat("LogSoftmax ", rows, "x", cols);
+    const Pair x = F32({rows, cols}, Random(rows * cols, -20.0f, 20.0f));
+    const Pair y = Poisoned({rows, cols});
+    ASSERT_TRUE(cpu_->LogSoftmax(x.cpu, y.cpu).ok());
+    ASSERT_TRUE(gpu_->LogSoftmax(x.gpu, y.gpu).ok());
+    EXPECT_TRUE(Close(what, Gpu(y.gpu), Cpu(y.cpu), kExact));
+    ASSERT_TRUE(gpu_->LogSoftmax(x.gpu, x.gpu).ok());
+    EXPECT_TRUE(Close(what + " in place", Gpu(x.gpu), Cpu(y.cpu), kExact));
+  }
+}
+
+TEST_P(CudaParityTest, EmbedMatchesCpu) {
+  const int64_t batch = 3, time = 2, channels = 384, vocab = 1000, positions = 448;
+  for (DType token_dtype : {DType::kF32, DType::kF16}) {
+    for (DType position_dtype : {DType::kF32, DType::kF16}) {
+      std::vector<float> table = Random(vocab * channels);
+      std::vector<float> position_table = Random(positions * channels);
+      std::vector<int32_t> tokens(batch * time), starts(batch);
+      for (int32_t& t : tokens) t = RandomInt(0, vocab - 1);
+      for (int32_t& s : starts) s = RandomInt(0, positions - time);
+      const Pair tok = I32({batch, time}, tokens);
+      const Pair start = I32({batch}, starts);
+      const Pair tt = Weight({vocab, channels}, table, token_dtype);
+      const Pair pt = Weight({positions, channels}, position_table, position_dtype);
+      const Pair y = Poisoned({batch, time, channels});
+      ASSERT_TRUE(cpu_->Embed(tok.cpu, start.cpu, tt.cpu, pt.cpu, y.cpu).ok());
+      ASSERT_TRUE(gpu_->Embed(tok.gpu, start.gpu, tt.gpu, pt.gpu, y.gpu).ok());
+      EXPECT_TRUE(Close(absl::StrCat("Embed ", Name(token_dtype), "/", Name(position_dtype)),
+                        Gpu(y.gpu), Cpu(y.cpu), kExact));
+    }
+  }
+}
+
+TEST_P(CudaParityTest, WriteRowsMatchesCpuBitForBit) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kI32}) {
+    for (int64_t channels : {int64_t{384}, int64_t{5}}) {
+      const int64_t batch = 3, rows = 2, capacity = 10;
+      std::vector<int32_t> src(batch * rows * channels), dst(batch * capacity * channels);
+      for (int32_t& v : src) v = static_cast<int32_t>(rng_());
+      for (int32_t& v : dst) v = static_cast<int32_t>(rng_());
+      std::vector<int32_t> positions(batch);
+      for (int32_t& p : positions) p = RandomInt(0, capacity - rows);
+      // Reinterpret the random words as elements of `dtype` (f16: two per word).
+      const size_t elem = SizeOf(dtype);
+      const Pair s = Make({batch, rows, channels}, dtype, src.data());
+      const Pair d = Make({batch, capacity, channels}, dtype, dst.data());
+      const Pair pos = I32({batch}, positions);
+      ASSERT_TRUE(cpu_->WriteRows(s.cpu, pos.cpu, d.cpu).ok());
+      ASSERT_TRUE(gpu_->WriteRows(s.gpu, pos.gpu, d.gpu).ok());
+      std::vector<char> want(d.cpu.size_bytes()), got(d.gpu.size_bytes());
+      ASSERT_TRUE(cpu_->CopyToHost(d.cpu, want.data(), want.size()).ok());
+      ASSERT_TRUE(gpu_->CopyToHost(d.gpu, got.data(), got.size()).ok());
+      EXPECT_EQ(want, got) << "WriteRows " << DTypeName(dtype) << " channels " << channels
+                           << " (element size " << elem << ")";
+    }
+  }
+}
+
+TEST_P(CudaParityTest, AttentionMatchesCpu) {
+  struct Case {
+    int64_t batch, q_len, kv_len, heads, head_dim;
+    bool causal, lengths;
+  };
+  for (const Case c :
+       {Case{4, 1, 448, 6, 64, true, true},     // decoder self-attention
+        Case{2, 3, 448, 6, 64, true, true},     // prompt
+        Case{1, 1, 1500, 6, 64, false, false},  // cross-attention
+        Case{3, 1, 1500, 6, 64, false, false},
+        Case{1, 300, 300, 6, 64, false, false},  // encoder-like
+        Case{2, 100, 120, 6, 64, true, true}, Case{1, 1500, 1500, 6, 64, false, false},
+        Case{1, 64, 1024, 2, 64, true, true},  // f16 path with key splits
+        Case{2, 5, 33, 3, 24, true, true},     // odd head sizes
+        Case{1, 20, 50, 2, 128, false, false}, Case{1, 2, 40, 1, 200, false, true}}) {
+    const std::string what =
+        absl::StrCat("Attention B=", c.batch, " Tq=", c.q_len, " Tk=", c.kv_len, " H=", c.heads,
+                     " D=", c.head_dim, c.causal ? " causal" : "", c.lengths ? " lengths" : "");
+    SCOPED_TRACE(what);
+    const int64_t width = c.heads * c.head_dim;
+    const Pair q = F32({c.batch, c.q_len, width}, Random(c.batch * c.q_len * width, -2.0f, 2.0f));
+    const Pair k = F32({c.batch, c.kv_len, width}, Random(c.batch * c.kv_len * width, -2.0f, 2.0f));
+    const Pair v = F32({c.batch, c.kv_len, width}, Random(c.batch * c.kv_len * width));
+    std::vector<int32_t> lengths(c.batch);
+    for (int32_t& l : lengths) l = RandomInt(0, static_cast<int>(c.kv_len));
+    if (c.lengths && c.batch > 1) lengths[1] = 0;  // a row that sees nothing outputs zeros
+    const Pair len = I32({c.batch}, lengths);
+    const Pair out = Poisoned({c.batch, c.q_len, width});
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    ASSERT_TRUE(cpu_->Attention(q.cpu, k.cpu, v.cpu, c.lengths ? &len.cpu : nullptr,
+                                static_cast<int>(c.heads), scale, c.causal, out.cpu)
+                    .ok());
+    ASSERT_TRUE(gpu_->Attention(q.gpu, k.gpu, v.gpu, c.lengths ? &len.gpu : nullptr,
+                                static_cast<int>(c.heads), scale, c.causal, out.gpu)
+                    .ok());
+    const bool tensor_cores = fast() && c.head_dim == 64 && c.q_len >= 16;
+    EXPECT_TRUE(Close(what, Gpu(out.gpu), Cpu(out.cpu), tensor_cores ? kFastAttention : kExact));
+  }
+}
+
+TEST_P(CudaParityTest, BadIndexValuesAreReportedBySynchronize) {
+  // WriteRows: a position past the cache.
+  const Pair src = F32({2, 1, 4}, Random(8));
+  const Pair dst = F32({2, 10, 4}, Random(80));
+  const Pair pos = I32({2}, {0, 99});
+  ASSERT_TRUE(gpu_->WriteRows(src.gpu, pos.gpu, dst.gpu).ok());
+  absl::Status status = gpu_->Synchronize();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(std::string(status.message()).find("positions[1] = 99"), std::string::npos) << status;
+  EXPECT_TRUE(gpu_->Synchronize().ok()) << "the error is reported once";
+
+  // Embed: a token outside the table, reported by the download of its output.
+  std::vector<float> table = Random(10 * 4);
+  const Pair tt = Weight({10, 4}, table, DType::kF32);
+  const Pair tok = I32({1, 2}, {3, 10});
+  const Pair start = I32({1}, {0});
+  const Pair y = Poisoned({1, 2, 4});
+  ASSERT_TRUE(gpu_->Embed(tok.gpu, start.gpu, tt.gpu, tt.gpu, y.gpu).ok());
+  auto download = Download<float>(*gpu_, y.gpu);
+  EXPECT_EQ(download.status().code(), absl::StatusCode::kInvalidArgument) << download.status();
+  EXPECT_NE(std::string(download.status().message()).find("token"), std::string::npos)
+      << download.status();
+
+  // Attention: a length outside [0, Tk].
+  const Pair q = F32({1, 1, 8}, Random(8));
+  const Pair kv = F32({1, 5, 8}, Random(40));
+  const Pair len = I32({1}, {-1});
+  const Pair out = Poisoned({1, 1, 8});
+  ASSERT_TRUE(gpu_->Attention(q.gpu, kv.gpu, kv.gpu, &len.gpu, 2, 0.5f, true, out.gpu).ok());
+  status = gpu_->Synchronize();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(std::string(status.message()).find("kv_lengths[0] = -1"), std::string::npos) << status;
+}
+
+TEST_P(CudaParityTest, CaptureRefusesMemoryCallsAndValidatesArguments) {
+  ASSERT_TRUE(gpu_->BeginCapture().ok());
+  EXPECT_EQ(gpu_->BeginCapture().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(gpu_->Allocate({4}, DType::kF32).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(gpu_->Synchronize().code(), absl::StatusCode::kFailedPrecondition);
+  auto graph = gpu_->EndCapture();
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_EQ((*graph)->num_nodes(), 0);
+  EXPECT_TRUE((*graph)->Replay().ok());
+  EXPECT_EQ(gpu_->EndCapture().status().code(), absl::StatusCode::kFailedPrecondition);
+
+  // A CPU tensor given to the GPU backend names the device.
+  const Pair x = F32({2, 3}, Random(6));
+  const absl::Status status = gpu_->Add(x.cpu, x.gpu, x.gpu);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(status.message()).find("lives on cpu"), std::string::npos) << status;
+}
+
+// A miniature decoder step (embed, projection, cache append, causal attention over the cache,
+// log-softmax) captured once, replayed with new tokens and positions written between replays,
+// against the CPU running the same calls eagerly.
+TEST_P(CudaParityTest, GraphReplayReadsNewPositions) {
+  const int64_t batch = 3, channels = 64, heads = 4, vocab = 50, capacity = 16;
+  std::vector<float> table = Random(vocab * channels), position_table = Random(capacity * channels);
+  std::vector<float> w = Random(channels * channels, -0.2f, 0.2f);
+  const Pair tt = Weight({vocab, channels}, table, DType::kF16);
+  const Pair pt = Weight({capacity, channels}, position_table, DType::kF32);
+  const Pair weight = Weight({channels, channels}, w, DType::kF16);
+  const Pair bias = F32({channels}, Random(channels));
+  const Pair tokens = I32({batch, 1}, std::vector<int32_t>(batch, 0));
+  const Pair positions = I32({batch}, std::vector<int32_t>(batch, 0));
+  const Pair lengths = I32({batch}, std::vector<int32_t>(batch, 1));
+  const Pair x = Poisoned({batch, 1, channels});
+  const Pair k = Poisoned({batch, 1, channels});
+  const Pair out = Poisoned({batch, 1, channels});
+  const Pair cache = F32({batch, capacity, channels}, Random(batch * capacity * channels));
+
+  auto step = [&](Backend& b, const Tensor Pair::*side) -> absl::Status {
+    RETURN_IF_ERROR(b.Embed(tokens.*side, positions.*side, tt.*side, pt.*side, x.*side));
+    RETURN_IF_ERROR(b.Linear(x.*side, weight.*side, &(bias.*side), Activation::kGelu, k.*side));
+    RETURN_IF_ERROR(b.WriteRows(k.*side, positions.*side, cache.*side));
+    RETURN_IF_ERROR(b.Attention(x.*side, cache.*side, cache.*side, &(lengths.*side),
+                                static_cast<int>(heads), 0.25f, true, out.*side));
+    return b.LogSoftmax(out.*side, out.*side);
+  };
+
+  for (int capture = 0; capture < 2; ++capture) {  // the second capture reuses the executable
+    SCOPED_TRACE(absl::StrCat("capture ", capture));
+    ASSERT_TRUE(gpu_->BeginCapture().ok());
+    ASSERT_TRUE(step(*gpu_, &Pair::gpu).ok());
+    auto graph = gpu_->EndCapture();
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    EXPECT_EQ((*graph)->num_nodes(), 5);
+    for (int s = 0; s < 5; ++s) {
+      std::vector<int32_t> tok(batch), pos(batch), len(batch);
+      for (int64_t b = 0; b < batch; ++b) {
+        tok[b] = RandomInt(0, vocab - 1);
+        pos[b] = RandomInt(0, capacity - 1);
+        len[b] = pos[b] + 1;
+      }
+      for (Backend* b : {cpu_.get(), gpu_.get()}) {
+        const bool is_gpu = b == gpu_.get();
+        ASSERT_TRUE(b->CopyFromHost(tok.data(), batch * 4, is_gpu ? tokens.gpu : tokens.cpu).ok());
+        ASSERT_TRUE(
+            b->CopyFromHost(pos.data(), batch * 4, is_gpu ? positions.gpu : positions.cpu).ok());
+        ASSERT_TRUE(
+            b->CopyFromHost(len.data(), batch * 4, is_gpu ? lengths.gpu : lengths.cpu).ok());
+      }
+      ASSERT_TRUE(step(*cpu_, &Pair::cpu).ok());
+      ASSERT_TRUE((*graph)->Replay().ok());
+      EXPECT_TRUE(Close(absl::StrCat("graph replay ", capture, ".", s), Gpu(out.gpu), Cpu(out.cpu),
+                        kExact));
+    }
+    EXPECT_TRUE(Close(absl::StrCat("cache after replays ", capture), Gpu(cache.gpu), Cpu(cache.cpu),
+                      kExact));
+  }
+}
+
+// ---- Whisper, random weights of tiny.en's shapes ------------------------------------------------
+
+class CudaWhisperTest : public CudaParityTest {
+ protected:
+  static void TearDownTestSuite() {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+  void SetUp() override {
+    CudaParityTest::SetUp();
+    if (IsSkipped()) return;
+    if (dir_.empty()) {  // written once, only where a GPU runs the tests
+      dir_ = waav::testing::MakeTempDir("waav-cuda-whisper");
+      model_ok_ = waav::testing::WriteRandomWhisperModel(dir_.string(), seed_);
+    }
+    ASSERT_TRUE(model_ok_) << "cannot write the random model into " << dir_;
+    whisper::WhisperModelOptions options;
+    options.weight_dtype = DType::kF16;  // the file's values; both backends widen them exactly
+    auto cpu = whisper::WhisperModel::Load(dir_.string(), *cpu_, options);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    auto gpu = whisper::WhisperModel::Load(dir_.string(), *gpu_, options);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    cpu_model_ = std::move(*cpu);
+    gpu_model_ = std::move(*gpu);
+  }
+  double ModelTolerance() const { return fast() ? 2e-3 : 1e-4; }
+
+  static std::filesystem::path dir_;
+  static bool model_ok_;
+  std::unique_ptr<whisper::WhisperModel> cpu_model_, gpu_model_;
+};
+std::filesystem::path CudaWhisperTest::dir_;
+bool CudaWhisperTest::model_ok_ = false;
+
+TEST_P(CudaWhisperTest, EncoderPassMatchesCpu) {
+  const whisper::WhisperDims& d = cpu_model_->dims();
+  const std::vector<float> mel = Random(int64_t{d.n_mels} * d.n_frames(), -1.5f, 1.5f);
+  auto want = cpu_model_->EncoderOutput(mel, 1);
+  auto got = gpu_model_->EncoderOutput(mel, 1);
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(Close("Whisper encoder output", *got, *want, ModelTolerance()));
+}
+
+TEST_P(CudaWhisperTest, DecoderStepsAndReplayedStepGraphMatchCpu) {
+  const whisper::WhisperDims& d = cpu_model_->dims();
+  const int batch = 2;
+  const std::vector<float> mel = Random(int64_t{batch} * d.n_mels * d.n_frames(), -1.5f, 1.5f);
+  auto cpu_state = cpu_model_->NewDecoderState(batch);
+  auto gpu_state = gpu_model_->NewDecoderState(batch);
+  ASSERT_TRUE(cpu_state.ok() && gpu_state.ok());
+  ASSERT_TRUE(cpu_model_->Encode(mel, **cpu_state).ok());
+  ASSERT_TRUE(gpu_model_->Encode(mel, **gpu_state).ok());
+
+  // A 3-token prompt per row, then single-token steps through Decode (which runs DecodeStep).
+  std::vector<int32_t> prompt = {50257, 50362, RandomInt(0, 50000),
+                                 50257, 50362, RandomInt(0, 50000)};
+  const std::vector<int32_t> zero = {0, 0};
+  auto want = cpu_model_->Decode(prompt, 3, zero, **cpu_state);
+  auto got = gpu_model_->Decode(prompt, 3, zero, **gpu_state);
+  ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
+  EXPECT_TRUE(Close("Whisper prompt logits", *got, *want, ModelTolerance()));
+  int32_t position = 3;
+  for (int s = 0; s < 3; ++s, ++position) {
+    const std::vector<int32_t> tokens = {RandomInt(0, 50000), RandomInt(0, 50000)};
+    const std::vector<int32_t> positions = {position, position};
+    want = cpu_model_->Decode(tokens, 1, positions, **cpu_state);
+    got = gpu_model_->Decode(tokens, 1, positions, **gpu_state);
+    ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
+    EXPECT_TRUE(
+        Close(absl::StrCat("Whisper step logits at ", position), *got, *want, ModelTolerance()));
+  }
+
+  // The same step captured once on the GPU and replayed with new inputs each time.
+  ASSERT_TRUE(gpu_->BeginCapture().ok());
+  ASSERT_TRUE(gpu_model_->DecodeStep(**gpu_state).ok());
+  auto graph = gpu_->EndCapture();
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  std::cout << "Whisper decoder step graph: " << (*graph)->num_nodes() << " kernel calls\n";
+  for (int s = 0; s < 4; ++s, ++position) {
+    const std::vector<int32_t> tokens = {RandomInt(0, 50000), RandomInt(0, 50000)};
+    const std::vector<int32_t> positions = {position, position};
+    const std::vector<int32_t> lengths = {position + 1, position + 1};
+    const whisper::DecoderState& st = **gpu_state;
+    ASSERT_TRUE(gpu_->CopyFromHost(tokens.data(), 8, st.step_tokens()).ok());
+    ASSERT_TRUE(gpu_->CopyFromHost(positions.data(), 8, st.positions()).ok());
+    ASSERT_TRUE(gpu_->CopyFromHost(lengths.data(), 8, st.lengths()).ok());
+    ASSERT_TRUE((*graph)->Replay().ok());
+    got = Download<float>(*gpu_, st.step_logits());
+    want = cpu_model_->Decode(tokens, 1, positions, **cpu_state);
+    ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
+    EXPECT_TRUE(Close(absl::StrCat("Whisper replayed step logits at ", position), *got, *want,
+                      ModelTolerance()));
+  }
+}
+
+const Variant kVariants[] = {
+    {"Accurate", CudaMath::kAccurate, true, true},
+    {"Fast", CudaMath::kFast, true, true},
+    {"AccurateBuiltinGemmEagerGraphs", CudaMath::kAccurate, false, false},
+};
+std::string VariantName(const ::testing::TestParamInfo<Variant>& info) { return info.param.name; }
+
+INSTANTIATE_TEST_SUITE_P(Variants, CudaParityTest, ::testing::ValuesIn(kVariants), VariantName);
+INSTANTIATE_TEST_SUITE_P(Variants, CudaWhisperTest, ::testing::ValuesIn(kVariants), VariantName);
+
+}  // namespace
+}  // namespace waav

@@ -1,0 +1,22 @@
+// Elementwise kernels: y = a + b, y = gelu(x). Outputs may alias inputs exactly.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/launch.h"
+
+namespace waav::cuda {
+
+cudaError_t LaunchAdd(const LaunchContext& ctx, const float* a, const float* b, float* y,
+                      int64_t n);
+cudaError_t LaunchGelu(const LaunchContext& ctx, const float* x, float* y, int64_t n);
+
+}  // namespace waav::cuda
+
+namespace waav::cuda {
+
+// cudaSuccess when this binary holds kernels the current device can run (else typically
+// cudaErrorNoKernelImageForDevice).
+cudaError_t ProbeKernelImage();
+
+}  // namespace waav::cuda

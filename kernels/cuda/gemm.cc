@@ -1,0 +1,104 @@
+#include "kernels/cuda/gemm.h"
+
+#include "absl/strings/str_cat.h"
+#include "engine/runtime/status.h"
+
+namespace waav::cuda {
+namespace {
+
+absl::Status LaunchStatus(const char* what, cudaError_t err) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
+}
+
+[[maybe_unused]] size_t RoundUp256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+}  // namespace
+
+GemmPlan PlanGemm(const GemmConfig& config, int64_t m, int64_t n, int64_t k, bool w_f16) {
+  GemmPlan plan;
+  if (m == 0 || n == 0) return plan;
+  if (k == 0) {
+    plan.path = GemmPath::kBiasOnly;
+    return plan;
+  }
+  if (m <= config.skinny_max_rows) {
+    plan.path = GemmPath::kSkinny;
+    return plan;
+  }
+#if !defined(WAAV_HIP)
+  if (config.blas != nullptr) {
+    const size_t half_bytes = RoundUp256(static_cast<size_t>(m * k) * 2);
+    if (!w_f16) {
+      plan.path = config.math == CudaMath::kFast ? GemmPath::kBlasTf32 : GemmPath::kBlasF32;
+    } else if (config.math == CudaMath::kFast) {
+      plan.path = GemmPath::kBlasHalf;
+      plan.scratch_bytes = half_bytes;
+    } else {
+      plan.path = GemmPath::kBlasHalfSplit;
+      plan.scratch_bytes = 2 * half_bytes;
+    }
+    return plan;
+  }
+#endif
+  plan.path = GemmPath::kTiled;
+  return plan;
+}
+
+absl::Status RunGemm(const GemmConfig& config, const LaunchContext& ctx, const GemmPlan& plan,
+                     const GemmProblem& p, void* scratch) {
+  switch (plan.path) {
+    case GemmPath::kNothing:
+      return absl::OkStatus();
+    case GemmPath::kBiasOnly:
+      return LaunchStatus("Linear epilogue",
+                          LaunchEpilogue(ctx, p.y, p.m, p.n, p.bias, p.act, /*zero_input=*/true));
+    case GemmPath::kSkinny:
+      return LaunchStatus(
+          "Linear", LaunchSkinnyLinear(ctx, p.x, p.m, p.k, p.w, p.w_f16, p.n, p.bias, p.act, p.y));
+    case GemmPath::kTiled:
+      return LaunchStatus(
+          "Linear", LaunchTiledLinear(ctx, p.x, p.m, p.k, p.w, p.w_f16, p.n, p.bias, p.act, p.y));
+    default:
+      break;
+  }
+#if defined(WAAV_HIP)
+  return absl::InternalError("Linear: no BLAS in the HIP build");
+#else
+  const Blas& blas = *config.blas;
+  const cudaDataType w_type = p.w_f16 ? CUDA_R_16F : CUDA_R_32F;
+  switch (plan.path) {
+    case GemmPath::kBlasF32:
+      RETURN_IF_ERROR(
+          blas.Gemm(p.m, p.n, p.k, p.x, CUDA_R_32F, p.w, w_type, 0.0f, p.y, CUBLAS_COMPUTE_32F));
+      break;
+    case GemmPath::kBlasTf32:
+      RETURN_IF_ERROR(blas.Gemm(p.m, p.n, p.k, p.x, CUDA_R_32F, p.w, w_type, 0.0f, p.y,
+                                CUBLAS_COMPUTE_32F_FAST_TF32));
+      break;
+    case GemmPath::kBlasHalf:
+      RETURN_IF_ERROR(LaunchStatus("Linear f16 input", LaunchToHalf(ctx, p.x, p.m * p.k, scratch)));
+      RETURN_IF_ERROR(blas.Gemm(p.m, p.n, p.k, scratch, CUDA_R_16F, p.w, w_type, 0.0f, p.y,
+                                CUBLAS_COMPUTE_32F));
+      break;
+    case GemmPath::kBlasHalfSplit: {
+      void* hi = scratch;
+      void* lo = static_cast<char*>(scratch) + RoundUp256(static_cast<size_t>(p.m * p.k) * 2);
+      RETURN_IF_ERROR(
+          LaunchStatus("Linear f16 split", LaunchSplitHalf(ctx, p.x, p.m * p.k, hi, lo)));
+      RETURN_IF_ERROR(
+          blas.Gemm(p.m, p.n, p.k, hi, CUDA_R_16F, p.w, w_type, 0.0f, p.y, CUBLAS_COMPUTE_32F));
+      RETURN_IF_ERROR(
+          blas.Gemm(p.m, p.n, p.k, lo, CUDA_R_16F, p.w, w_type, 1.0f, p.y, CUBLAS_COMPUTE_32F));
+      break;
+    }
+    default:
+      return absl::InternalError("Linear: unknown GEMM path");
+  }
+  if (p.bias == nullptr && p.act == Epilogue::kNone) return absl::OkStatus();
+  return LaunchStatus("Linear epilogue",
+                      LaunchEpilogue(ctx, p.y, p.m, p.n, p.bias, p.act, /*zero_input=*/false));
+#endif
+}
+
+}  // namespace waav::cuda

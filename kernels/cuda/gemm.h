@@ -1,0 +1,56 @@
+// Dispatch of the GEMMs behind Linear and Conv1d: y[M, N] = act(x[M, K] · w[N, K]ᵀ + bias).
+// Planning (path and scratch size) happens when the op is submitted, so that scratch memory can
+// be allocated then and owned by the op (and by a graph that captures it); running happens when
+// the op's kernels are issued.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/blas.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/linear.cuh"
+
+namespace waav::cuda {
+
+struct GemmConfig {
+  const Blas* blas = nullptr;  // null: no cuBLAS
+  CudaMath math = CudaMath::kFast;
+  int skinny_max_rows = 16;
+};
+
+enum class GemmPath : uint8_t {
+  kNothing,        // M or N is 0
+  kBiasOnly,       // K is 0: y = act(bias)
+  kSkinny,         // our memory-bound kernel, exact f32
+  kTiled,          // our tiled kernel, exact f32 (no cuBLAS)
+  kBlasF32,        // cuBLAS, f32 weights, no TF32
+  kBlasTf32,       // cuBLAS, f32 weights, TF32 tensor cores
+  kBlasHalf,       // cuBLAS, f16 weights, x rounded to f16
+  kBlasHalfSplit,  // cuBLAS, f16 weights, x as hi + lo f16 (two GEMMs)
+};
+
+struct GemmPlan {
+  GemmPath path = GemmPath::kNothing;
+  size_t scratch_bytes = 0;
+};
+
+struct GemmProblem {
+  const float* x;
+  int64_t m, k;
+  const void* w;
+  bool w_f16;
+  int64_t n;
+  const float* bias;  // may be null
+  Epilogue act;
+  float* y;
+};
+
+GemmPlan PlanGemm(const GemmConfig& config, int64_t m, int64_t n, int64_t k, bool w_f16);
+// `scratch` holds plan.scratch_bytes (null when 0).
+absl::Status RunGemm(const GemmConfig& config, const LaunchContext& ctx, const GemmPlan& plan,
+                     const GemmProblem& p, void* scratch);
+
+}  // namespace waav::cuda

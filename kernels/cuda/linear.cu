@@ -1,0 +1,318 @@
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/linear.cuh"
+
+namespace waav::cuda {
+namespace {
+
+bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+__device__ __forceinline__ float Activate(float v, Epilogue act) {
+  switch (act) {
+    case Epilogue::kGelu:
+      return GeluExact(v);
+    case Epilogue::kRelu:
+      return v > 0.0f ? v : (v == v ? 0.0f : v);  // NaN stays NaN
+    case Epilogue::kSigmoid:
+      return 1.0f / (1.0f + expf(-v));
+    case Epilogue::kNone:
+      break;
+  }
+  return v;
+}
+
+// ---- SkinnyLinear ---------------------------------------------------------------------------
+// A warp owns kCols consecutive outputs for kRows consecutive rows. Lane l reads elements
+// [8·l, 8·l + 8) of every 256-element stretch of K: one 16-byte load per weight row (f16; two for
+// f32) and two per x row, kCols·kRows independent FMA chains, then one butterfly reduction per
+// output. x is re-read by every warp from L1/L2; the weights, read once, are the traffic.
+constexpr int kSkinnyWarps = 4;
+constexpr int kChunk = 8;  // K elements per lane per step
+
+template <typename T>
+__device__ __forceinline__ void Load8(const T* p, float* out) {
+  Raw8<T> raw;
+  raw.Load(p);
+  raw.Widen(out);
+}
+
+template <typename W, int kRows, int kCols, bool kVec>
+__global__ void __launch_bounds__(kSkinnyWarps* kWarp)
+    SkinnyLinearKernel(const float* x, int64_t m, int64_t k, const W* w, int64_t n,
+                       const float* bias, Epilogue act, float* y) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t n0 = (blockIdx.x * int64_t{kSkinnyWarps} + threadIdx.x / kWarp) * kCols;
+  const int64_t m0 = blockIdx.y * int64_t{kRows};
+  if (n0 >= n) {
+    WaitForPreviousKernel();
+    AllowNextKernel();
+    return;
+  }
+  float acc[kRows][kCols];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) acc[r][c] = 0.0f;
+  }
+  if constexpr (kVec) {
+    // The first kPrefetch chunks of this lane's weights are requested before waiting for the
+    // previous kernel: with programmatic dependent launch they arrive while it finishes.
+    constexpr int kPrefetch = 2;
+    Raw8<W> pre[kPrefetch][kCols];
+#pragma unroll
+    for (int p = 0; p < kPrefetch; ++p) {
+      const int64_t k0 = (lane + int64_t{p} * kWarp) * kChunk;
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        if (k0 < k && n0 + c < n) {
+          pre[p][c].Load(w + (n0 + c) * k + k0);
+        } else {
+          pre[p][c].Zero();
+        }
+      }
+    }
+    WaitForPreviousKernel();
+    AllowNextKernel();
+    auto accumulate = [&](int64_t k0, const float(&wv)[kCols][kChunk]) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        if (m0 + r < m) {
+          float xv[kChunk];
+          Load8(x + (m0 + r) * k + k0, xv);
+#pragma unroll
+          for (int c = 0; c < kCols; ++c) {
+#pragma unroll
+            for (int i = 0; i < kChunk; ++i) acc[r][c] = fmaf(xv[i], wv[c][i], acc[r][c]);
+          }
+        }
+      }
+    };
+#pragma unroll
+    for (int p = 0; p < kPrefetch; ++p) {
+      const int64_t k0 = (lane + int64_t{p} * kWarp) * kChunk;
+      if (k0 < k) {
+        float wv[kCols][kChunk];
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) pre[p][c].Widen(wv[c]);
+        accumulate(k0, wv);
+      }
+    }
+    for (int64_t k0 = (lane + int64_t{kPrefetch} * kWarp) * kChunk; k0 < k; k0 += kWarp * kChunk) {
+      float wv[kCols][kChunk];
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        if (n0 + c < n) {
+          Load8(w + (n0 + c) * k + k0, wv[c]);
+        } else {
+#pragma unroll
+          for (int i = 0; i < kChunk; ++i) wv[c][i] = 0.0f;
+        }
+      }
+      accumulate(k0, wv);
+    }
+  } else {
+    WaitForPreviousKernel();
+    AllowNextKernel();
+    for (int64_t kk = lane; kk < k; kk += kWarp) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        if (m0 + r < m) {
+          const float xv = x[(m0 + r) * k + kk];
+#pragma unroll
+          for (int c = 0; c < kCols; ++c) {
+            if (n0 + c < n) acc[r][c] = fmaf(xv, ToFloat(w[(n0 + c) * k + kk]), acc[r][c]);
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+      const float sum = WarpSum(acc[r][c]);
+      // Spread the stores (and the epilogue) over the lanes.
+      if (lane == (r * kCols + c) % kWarp && m0 + r < m && n0 + c < n) {
+        const float v = sum + (bias != nullptr ? bias[n0 + c] : 0.0f);
+        y[(m0 + r) * n + n0 + c] = Activate(v, act);
+      }
+    }
+  }
+}
+
+template <typename W, int kRows, int kCols>
+cudaError_t LaunchSkinnyTyped(const LaunchContext& ctx, const float* x, int64_t m, int64_t k,
+                              const W* w, int64_t n, const float* bias, Epilogue act, float* y) {
+  const dim3 grid(CeilDiv(n, int64_t{kSkinnyWarps} * kCols), CeilDiv(m, kRows));
+  const dim3 block(kSkinnyWarps * kWarp);
+  const bool vec = k % kChunk == 0 && Aligned16(x) && Aligned16(w);
+  if (vec) {
+    return Launch(ctx, SkinnyLinearKernel<W, kRows, kCols, true>, grid, block, 0, x, m, k, w, n,
+                  bias, act, y);
+  }
+  return Launch(ctx, SkinnyLinearKernel<W, kRows, kCols, false>, grid, block, 0, x, m, k, w, n,
+                bias, act, y);
+}
+
+template <typename W>
+cudaError_t LaunchSkinnyRows(const LaunchContext& ctx, const float* x, int64_t m, int64_t k,
+                             const W* w, int64_t n, const float* bias, Epilogue act, float* y) {
+  // Wide outputs (the 51864 logits) get 4 per warp so each lane keeps 4 weight loads in flight;
+  // narrow ones one per warp, so that the 384 outputs of a projection spread over 96 blocks.
+  const bool wide = n >= 8192;
+  if (m == 1) {
+    return wide ? LaunchSkinnyTyped<W, 1, 4>(ctx, x, m, k, w, n, bias, act, y)
+                : LaunchSkinnyTyped<W, 1, 1>(ctx, x, m, k, w, n, bias, act, y);
+  }
+  if (m <= 2) {
+    return wide ? LaunchSkinnyTyped<W, 2, 4>(ctx, x, m, k, w, n, bias, act, y)
+                : LaunchSkinnyTyped<W, 2, 1>(ctx, x, m, k, w, n, bias, act, y);
+  }
+  if (m <= 4) {
+    return wide ? LaunchSkinnyTyped<W, 4, 4>(ctx, x, m, k, w, n, bias, act, y)
+                : LaunchSkinnyTyped<W, 4, 1>(ctx, x, m, k, w, n, bias, act, y);
+  }
+  return wide ? LaunchSkinnyTyped<W, 8, 2>(ctx, x, m, k, w, n, bias, act, y)
+              : LaunchSkinnyTyped<W, 8, 1>(ctx, x, m, k, w, n, bias, act, y);
+}
+
+// ---- TiledLinear ----------------------------------------------------------------------------
+// 64×64 output tile per block of 256 threads, 4×4 outputs per thread, K in steps of 16 through
+// shared memory (x and w tiles stored k-major so the inner loop reads rows of 4 and 4).
+constexpr int kTile = 64, kTileK = 16;
+
+template <typename W>
+__global__ void __launch_bounds__(256)
+    TiledLinearKernel(const float* x, int64_t m, int64_t k, const W* w, int64_t n,
+                      const float* bias, Epilogue act, float* y) {
+  WaitForPreviousKernel();
+  AllowNextKernel();
+  __shared__ float xs[kTileK][kTile + 4];
+  __shared__ float ws[kTileK][kTile + 4];
+  const int64_t row0 = blockIdx.y * int64_t{kTile}, col0 = blockIdx.x * int64_t{kTile};
+  const int tr = threadIdx.x / 16, tc = threadIdx.x % 16;  // 16×16 threads, 4×4 outputs each
+  float acc[4][4] = {};
+  for (int64_t k0 = 0; k0 < k; k0 += kTileK) {
+    // 64 rows × 16 k of each operand: 1024 elements, 4 per thread.
+    for (int i = threadIdx.x; i < kTile * kTileK; i += 256) {
+      const int r = i / kTileK, kk = i % kTileK;
+      const int64_t gk = k0 + kk;
+      xs[kk][r] = (row0 + r < m && gk < k) ? x[(row0 + r) * k + gk] : 0.0f;
+      ws[kk][r] = (col0 + r < n && gk < k) ? ToFloat(w[(col0 + r) * k + gk]) : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kTileK; ++kk) {
+      float a[4], b[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        a[i] = xs[kk][tr * 4 + i];
+        b[i] = ws[kk][tc * 4 + i];
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t r = row0 + tr * 4 + i;
+    if (r >= m) continue;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t c = col0 + tc * 4 + j;
+      if (c < n) y[r * n + c] = Activate(acc[i][j] + (bias != nullptr ? bias[c] : 0.0f), act);
+    }
+  }
+}
+
+// ---- Conversions and epilogue -----------------------------------------------------------------
+constexpr int kThreads = 256;
+
+unsigned GridFor(const LaunchContext& ctx, int64_t items) {
+  const int64_t blocks = (items + kThreads - 1) / kThreads;
+  const int64_t cap = int64_t{ctx.sm_count} * 16;
+  return static_cast<unsigned>(blocks < cap ? blocks : cap);
+}
+
+__global__ void ToHalfKernel(const float* x, int64_t n, __half* out) {
+  WaitForPreviousKernel();
+  AllowNextKernel();
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += stride) {
+    out[i] = __float2half_rn(x[i]);
+  }
+}
+
+__global__ void SplitHalfKernel(const float* x, int64_t n, __half* hi, __half* lo) {
+  WaitForPreviousKernel();
+  AllowNextKernel();
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += stride) {
+    const float v = x[i];
+    const __half h = __float2half_rn(v);
+    hi[i] = h;
+    lo[i] = __float2half_rn(v - __half2float(h));
+  }
+}
+
+__global__ void EpilogueKernel(float* y, int64_t rows, int64_t cols, const float* bias,
+                               Epilogue act, bool zero_input) {
+  WaitForPreviousKernel();
+  AllowNextKernel();
+  const int64_t total = rows * cols;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += stride) {
+    const float v = (zero_input ? 0.0f : y[i]) + (bias != nullptr ? bias[i % cols] : 0.0f);
+    y[i] = Activate(v, act);
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchSkinnyLinear(const LaunchContext& ctx, const float* x, int64_t m, int64_t k,
+                               const void* w, bool w_f16, int64_t n, const float* bias,
+                               Epilogue act, float* y) {
+  if (m == 0 || n == 0) return cudaSuccess;
+  if (w_f16) {
+    return LaunchSkinnyRows(ctx, x, m, k, static_cast<const __half*>(w), n, bias, act, y);
+  }
+  return LaunchSkinnyRows(ctx, x, m, k, static_cast<const float*>(w), n, bias, act, y);
+}
+
+cudaError_t LaunchTiledLinear(const LaunchContext& ctx, const float* x, int64_t m, int64_t k,
+                              const void* w, bool w_f16, int64_t n, const float* bias, Epilogue act,
+                              float* y) {
+  if (m == 0 || n == 0) return cudaSuccess;
+  const dim3 grid(CeilDiv(n, kTile), CeilDiv(m, kTile)), block(256);
+  if (w_f16) {
+    return Launch(ctx, TiledLinearKernel<__half>, grid, block, 0, x, m, k,
+                  static_cast<const __half*>(w), n, bias, act, y);
+  }
+  return Launch(ctx, TiledLinearKernel<float>, grid, block, 0, x, m, k,
+                static_cast<const float*>(w), n, bias, act, y);
+}
+
+cudaError_t LaunchToHalf(const LaunchContext& ctx, const float* x, int64_t n, void* out) {
+  if (n == 0) return cudaSuccess;
+  return Launch(ctx, ToHalfKernel, dim3(GridFor(ctx, n)), dim3(kThreads), 0, x, n,
+                static_cast<__half*>(out));
+}
+
+cudaError_t LaunchSplitHalf(const LaunchContext& ctx, const float* x, int64_t n, void* hi,
+                            void* lo) {
+  if (n == 0) return cudaSuccess;
+  return Launch(ctx, SplitHalfKernel, dim3(GridFor(ctx, n)), dim3(kThreads), 0, x, n,
+                static_cast<__half*>(hi), static_cast<__half*>(lo));
+}
+
+cudaError_t LaunchEpilogue(const LaunchContext& ctx, float* y, int64_t rows, int64_t cols,
+                           const float* bias, Epilogue act, bool zero_input) {
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  return Launch(ctx, EpilogueKernel, dim3(GridFor(ctx, rows * cols)), dim3(kThreads), 0, y, rows,
+                cols, bias, act, zero_input);
+}
+
+}  // namespace waav::cuda

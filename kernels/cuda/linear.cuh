@@ -1,0 +1,40 @@
+// Kernels behind Linear and Conv1d (gemm.cc chooses among them):
+//  * SkinnyLinear: few rows (decoder steps). Reads each weight row once with 16-byte loads,
+//    f32 or f16 widened exactly, f32 FMA; bias and activation fused. Exact f32 arithmetic.
+//  * TiledLinear: a plain shared-memory tiled f32 GEMM with the same epilogue, for many rows
+//    when cuBLAS is not available (and in the HIP build).
+//  * ToHalf / SplitHalf: activations to f16 for the tensor-core GEMM (one f16, or hi + lo whose
+//    sum carries 22 significant bits), and Epilogue: bias + activation after cuBLAS.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/launch.h"
+
+namespace waav::cuda {
+
+// Activation applied after the bias. Values match nothing outside this folder.
+enum class Epilogue : int { kNone = 0, kGelu = 1, kRelu = 2, kSigmoid = 3 };
+
+// Rows up to which SkinnyLinear is the default (more rows go to cuBLAS when it is loaded).
+inline constexpr int64_t kSkinnyMaxRows = 16;
+
+// y[M, N] = act(x[M, K] · w[N, K]ᵀ + bias[N]); w is f32 or f16; bias may be null.
+cudaError_t LaunchSkinnyLinear(const LaunchContext& ctx, const float* x, int64_t m, int64_t k,
+                               const void* w, bool w_f16, int64_t n, const float* bias,
+                               Epilogue act, float* y);
+cudaError_t LaunchTiledLinear(const LaunchContext& ctx, const float* x, int64_t m, int64_t k,
+                              const void* w, bool w_f16, int64_t n, const float* bias, Epilogue act,
+                              float* y);
+
+// out[i] = f16(x[i]) (round to nearest) for i < n. `out` holds __half values.
+cudaError_t LaunchToHalf(const LaunchContext& ctx, const float* x, int64_t n, void* out);
+// hi[i] = f16(x[i]), lo[i] = f16(x[i] − hi[i]).
+cudaError_t LaunchSplitHalf(const LaunchContext& ctx, const float* x, int64_t n, void* hi,
+                            void* lo);
+// y[r, c] = act(y[r, c] + bias[c]) over rows × cols (in place); bias may be null. With
+// `zero_input`, y's old contents are ignored (an empty sum: y = act(bias)).
+cudaError_t LaunchEpilogue(const LaunchContext& ctx, float* y, int64_t rows, int64_t cols,
+                           const float* bias, Epilogue act, bool zero_input);
+
+}  // namespace waav::cuda

@@ -1,0 +1,13 @@
+// Row-wise layer normalisation: y = (x − mean) / sqrt(var + eps) · gamma + beta; y may alias x.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/launch.h"
+
+namespace waav::cuda {
+
+cudaError_t LaunchLayerNorm(const LaunchContext& ctx, const float* x, int64_t rows, int64_t cols,
+                            const float* gamma, const float* beta, float eps, float* y);
+
+}  // namespace waav::cuda
