@@ -259,12 +259,11 @@ void StreamReactor::HandleHalfCloseLocked() {
 // ---- Audio into the engine ----------------------------------------------------------------------
 
 void StreamReactor::AddAudioLocked(std::vector<float> samples) {
-  bool limit = false;
-  const int64_t room = max_samples_16k_ - samples_16k_;
-  if (static_cast<int64_t>(samples.size()) >= room) {
-    samples.resize(static_cast<size_t>(std::max<int64_t>(0, room)));
-    limit = true;
-  }
+  // Audio reaching the duration limit ends the stream there (a stream of exactly the maximum
+  // length that then half-closes ends normally).
+  const int64_t room = std::max<int64_t>(0, max_samples_16k_ - samples_16k_);
+  const bool limit = !samples.empty() && static_cast<int64_t>(samples.size()) >= room;
+  if (static_cast<int64_t>(samples.size()) > room) samples.resize(static_cast<size_t>(room));
   samples_16k_ += static_cast<int64_t>(samples.size());
   pending_.insert(pending_.end(), samples.begin(), samples.end());
   if (limit && state_ == State::kStreaming) {
