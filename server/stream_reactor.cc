@@ -379,6 +379,7 @@ void StreamReactor::OnEngineResult(const streaming::RecognitionResult& result) {
   out.created_ns = arrived_ns;
   out.is_result = true;
   FillResult(result, language_, stream_limit_reached_, out.response.mutable_result());
+  KeepStableWords(out.response.mutable_result(), &stable_words_);
   if (result.is_final) {
     held_final_ = std::move(out);
     return;
@@ -421,6 +422,7 @@ void StreamReactor::OnEngineSpeechEnded(int utterance_index, int64_t offset_ms,
   }
   held_final_.reset();
   last_interim_.reset();
+  stable_words_.clear();
 }
 
 void StreamReactor::OnEngineDone(const absl::Status& status, int64_t processed_audio_ms) {

@@ -143,6 +143,7 @@ class StreamReactor final
   // orders SPEECH_ENDED(k) before final(k); the engine reports them the other way round).
   std::optional<Outgoing> held_final_ ABSL_GUARDED_BY(mu_);
   std::optional<v1::StreamingRecognitionResult> last_interim_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::WordInfo> stable_words_ ABSL_GUARDED_BY(mu_);  // of the utterance in progress
 
   // Responses.
   std::deque<Outgoing> queue_ ABSL_GUARDED_BY(mu_);

@@ -72,6 +72,35 @@ void FinalFromLastInterim(const v1::StreamingRecognitionResult& last_interim,
   out->mutable_latency()->Clear();
 }
 
+void KeepStableWords(v1::StreamingRecognitionResult* result, std::vector<v1::WordInfo>* stable) {
+  auto* words = result->mutable_alternatives(0)->mutable_words();
+  const size_t n = std::min(stable->size(), static_cast<size_t>(words->size()));
+  size_t kept = 0;
+  for (; kept < n; ++kept) {
+    v1::WordInfo& word = *words->Mutable(static_cast<int>(kept));
+    const v1::WordInfo& was = (*stable)[kept];
+    if (word.word() != was.word()) break;  // not the same word: nothing to keep from here on
+    word.set_start_ms(was.start_ms());
+    word.set_end_ms(was.end_ms());
+    word.set_confidence(was.confidence());
+    word.set_stable(true);
+  }
+  // A word after the kept ones never starts before the last of them ends.
+  if (kept > 0) {
+    const uint32_t floor_ms = (*stable)[kept - 1].end_ms();
+    for (int i = static_cast<int>(kept); i < words->size(); ++i) {
+      v1::WordInfo& word = *words->Mutable(i);
+      word.set_start_ms(std::max(word.start_ms(), floor_ms));
+      word.set_end_ms(std::max(word.end_ms(), word.start_ms()));
+    }
+  }
+  stable->clear();
+  for (const v1::WordInfo& word : *words) {
+    if (!word.stable()) break;
+    stable->push_back(word);
+  }
+}
+
 void FillSpeechEvent(v1::SpeechEvent::Type type, int utterance_index, int64_t offset_ms,
                      int64_t detected_at_ms, v1::SpeechEvent* out) {
   out->set_type(type);

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/streaming/stream_types.h"
 #include "waav/v1/recognizer.pb.h"
@@ -30,6 +31,12 @@ void FillResult(const streaming::RecognitionResult& result, const std::string& l
 // result, which the API promises every later result starts with (empty if nothing was stable).
 void FinalFromLastInterim(const v1::StreamingRecognitionResult& last_interim,
                           v1::StreamingRecognitionResult* out);
+
+// Keeps the API's promise that a stable word keeps its text, offsets and confidence in every
+// later result of its utterance (the engine re-estimates word times as the utterance grows):
+// words of `result` that match, in order, the words in `stable` get the values first reported;
+// then `stable` becomes the result's stable words. Clear `stable` between utterances.
+void KeepStableWords(v1::StreamingRecognitionResult* result, std::vector<v1::WordInfo>* stable);
 
 void FillSpeechEvent(v1::SpeechEvent::Type type, int utterance_index, int64_t offset_ms,
                      int64_t detected_at_ms, v1::SpeechEvent* out);

@@ -13,6 +13,11 @@
 #include "absl/strings/str_split.h"
 
 namespace waav::testing {
+namespace {
+
+constexpr bool kCheckStableWordTimes = true;
+
+}  // namespace
 
 std::vector<v1::StreamingRecognitionResult> StreamRun::Finals() const {
   std::vector<v1::StreamingRecognitionResult> finals;
@@ -157,6 +162,7 @@ std::string CheckStreamContract(const StreamRun& run, const std::string& request
     bool final_seen = false;
     bool ended = false;
     bool any_result = false;
+    std::vector<v1::WordInfo> stable_words;
   };
   std::map<uint32_t, Utterance> utterances;
   bool in_speech = false;
@@ -202,6 +208,31 @@ std::string CheckStreamContract(const StreamRun& run, const std::string& request
     }
     if (result.stable_transcript().size() < u.stable.size()) return where + "stable text shrank";
     u.stable = result.stable_transcript();
+    // Stable words keep their text (and, by the API, their offsets and confidence: see
+    // kCheckStableWordTimes) in every later result.
+    const auto& words = result.alternatives(0).words();
+    if (!words.empty() || !u.stable_words.empty()) {
+      if (words.size() < static_cast<int>(u.stable_words.size())) {
+        return where + "fewer words than were stable before";
+      }
+      for (size_t w = 0; w < u.stable_words.size(); ++w) {
+        const v1::WordInfo& was = u.stable_words[w];
+        const v1::WordInfo& now = words[static_cast<int>(w)];
+        if (was.word() != now.word() || !now.stable()) {
+          return where + "stable word '" + was.word() + "' became '" + now.word() + "'";
+        }
+        if (kCheckStableWordTimes &&
+            (was.start_ms() != now.start_ms() || was.end_ms() != now.end_ms())) {
+          return where + absl::StrCat("stable word '", was.word(), "' moved from ", was.start_ms(),
+                                      "-", was.end_ms(), " to ", now.start_ms(), "-", now.end_ms(),
+                                      " ms");
+        }
+      }
+      u.stable_words.clear();
+      for (const v1::WordInfo& w : words) {
+        if (w.stable()) u.stable_words.push_back(w);
+      }
+    }
     if (result.is_final()) {
       if (!u.ended && result.end_reason() != v1::UTTERANCE_END_REASON_MAX_LENGTH) {
         return where + absl::StrCat("final of utterance ", result.utterance_index(),

@@ -183,11 +183,11 @@ class WaavdServing : public DaemonSuite {
       }
       std::cout << "pace " << pace << ", " << audio_to_result.size()
                 << (final_results ? " final" : " interim") << " results: audio_to_result_ms p50 "
-                << audio_to_result[audio_to_result.size() / 2] << " max "
-                << audio_to_result.back() << "; server_ms p50 " << server[server.size() / 2]
-                << " max " << server.back() << "; p50 queue " << queue[queue.size() / 2]
-                << " encoder " << encoder[encoder.size() / 2] << " decoder "
-                << decoder[decoder.size() / 2] << "\n";
+                << audio_to_result[audio_to_result.size() / 2] << " max " << audio_to_result.back()
+                << "; server_ms p50 " << server[server.size() / 2] << " max " << server.back()
+                << "; p50 queue " << queue[queue.size() / 2] << " encoder "
+                << encoder[encoder.size() / 2] << " decoder " << decoder[decoder.size() / 2]
+                << "\n";
     }
 
     // Words, latency and the effective config are filled in.
