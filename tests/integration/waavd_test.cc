@@ -727,10 +727,12 @@ TEST_F(WaavdLimits, StreamOverTheMaximumDurationGetsFinalsThenDeadlineExceeded) 
 // ---- SIGTERM
 // --------------------------------------------------------------------------------------
 
+// Each test starts its own daemon (it ends it).
 class WaavdShutdown : public DaemonSuite {
  protected:
-  void SetUp() override {
-    StartDaemon({"--shutdown-grace-s", "60"});
+  void SetUp() override {}
+  void Begin(const std::vector<std::string>& args) {
+    StartDaemon(args);
     DaemonSuite::SetUp();
   }
   void TearDown() override {
@@ -739,7 +741,33 @@ class WaavdShutdown : public DaemonSuite {
   }
 };
 
+TEST_F(WaavdShutdown, StreamsStillOpenWhenTheGracePeriodEndsGetUnavailable) {
+  Begin({"--shutdown-grace-s", "1"});
+  if (IsSkipped() || HasFatalFailure()) return;
+  StreamPlan plan;
+  plan.config = Linear16Config(16000, "too-slow");
+  plan.audio = ToLinear16(Silence(16000, 30.0));
+  plan.pace = 1.0;  // 30 s of audio at real time: still streaming when the grace period ends
+  StreamRun run;
+  std::thread client([&] { run = RunStream(*stub_, plan); });
+  for (int i = 0; i < 200 && !absl::StrContains(daemon_->Log(), "request_id=too-slow"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  daemon_->Signal(SIGTERM);
+  client.join();
+  EXPECT_EQ(run.status.error_code(), grpc::StatusCode::UNAVAILABLE) << run.status.error_message();
+  EXPECT_TRUE(absl::StrContains(run.status.error_message(), "grace period"));
+  EXPECT_LT(run.sent_ms, 30000);
+  stub_.reset();
+  daemon_->CloseChannel();
+  const std::optional<int> code = daemon_->WaitForExit(std::chrono::seconds(30));
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 0);
+}
+
 TEST_F(WaavdShutdown, SigtermDrainsInFlightStreamsThenExitsZero) {
+  Begin({"--shutdown-grace-s", "60"});
+  if (IsSkipped() || HasFatalFailure()) return;
   auto jfk = LoadClip("jfk.wav");
   ASSERT_TRUE(jfk);
   Clip clip{Silence(jfk->rate_hz, 0.3), jfk->rate_hz};
