@@ -327,7 +327,7 @@ bool StreamReactor::FlushLocked() {
 
 void StreamReactor::OnTick(Clock::time_point now) {
   absl::MutexLock lock(&mu_);
-  if (state_ == State::kRefused || state_ >= State::kClosing) return;
+  if (state_ >= State::kClosing) return;
   const bool flush_due =
       pending_offset_ < pending_.size() || (engine_finish_wanted_ && !engine_finish_sent_);
   if (flush_due && FlushLocked() && state_ == State::kStreaming) StartReadLocked();
@@ -504,7 +504,7 @@ void StreamReactor::OnWriteDone(bool ok) {
 // ---- Ending -------------------------------------------------------------------------------------
 
 void StreamReactor::CloseLocked(const absl::Status& status) {
-  if (state_ == State::kRefused || state_ >= State::kClosing) return;
+  if (state_ >= State::kClosing) return;
   state_ = State::kClosing;
   final_status_ = ToGrpcStatus(status, request_id_);
   held_final_.reset();

@@ -70,14 +70,15 @@ class StreamReactor final
   void OnEngineDone(const absl::Status& status, int64_t processed_audio_ms);
 
  private:
+  // In order: a stream only moves forward. `state_ >= kClosing` means the status is decided.
   enum class State {
-    kRefused,         // refused at admission; Finish called, OnDone follows
     kAwaitingConfig,  // admitted; the first message must be the config
     kStreaming,       // config accepted: audio goes to the engine, responses come back
     kFinishing,       // no more audio goes in (half-close, duration limit, single utterance
                       // over); the engine finalises and reports done
     kClosing,         // the status is decided; queued responses go out, then Finish
     kFinished,        // Finish called; OnDone follows
+    kRefused,         // refused at admission (never admitted); Finish called, OnDone follows
   };
 
   struct Outgoing {
