@@ -31,7 +31,7 @@ absl::Status DoubleInRange(const char* key, double value, double lo, double hi) 
 absl::Status CheckAddress(const char* key, const std::string& address) {
   HostPort parsed;
   const absl::Status status = ParseHostPort(address, &parsed);
-  if (status.ok()) return status;
+  if (status.ok()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(key, ": ", status.message()));
 }
 

@@ -142,6 +142,9 @@ class Daemon {
     builder.AddListeningPort(config_.listen, grpc::InsecureServerCredentials(), &port);
     builder.RegisterService(service_.get());
     builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes));
+    // gRPC sets SO_REUSEPORT by default, which lets a second daemon bind the same port and
+    // silently share its traffic; a port in use must be a start-up error instead.
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     server_ = builder.BuildAndStart();
     if (server_ == nullptr || port == 0) {
       return absl::UnavailableError(absl::StrCat("cannot listen for gRPC on ", config_.listen,

@@ -9,8 +9,9 @@
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
-int main(int argc, char** argv) {
-  waav::cpu::EnsureOpenBlasCoreType(argv);
+namespace {
+
+int Run(int argc, char** argv) {
   CLI::App app{
       "waavd: streaming speech recognition over gRPC (waav.v1.Recognizer), with grpc.health.v1, "
       "server reflection, and /metrics, /healthz, /readyz on the admin port.\n"
@@ -35,4 +36,18 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("waavd"));
   spdlog::set_level(spdlog::level::from_str(config->log_level));
   return waav::server::RunDaemon(*config);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  waav::cpu::EnsureOpenBlasCoreType(argv);
+  // waav reports errors as values; an exception here is a library's (allocation, CLI11) and
+  // ends the process with one line instead of std::terminate's.
+  try {
+    return Run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "waavd: " << e.what() << std::endl;
+    return 1;
+  }
 }

@@ -18,7 +18,7 @@ namespace {
 
 // Input fed to the decoder per call: small enough that no encoding expands one piece past the
 // decoder's per-call limit (600 s; Opus at 6 kbit/s makes ~87 s of 64 KiB).
-constexpr size_t kFeedBytes = 64 * 1024;
+constexpr size_t kFeedBytes = size_t{64} * 1024;
 
 // Words of a segment with times spread over it in proportion to their characters, as the
 // streaming path estimates them (no forced alignment yet).

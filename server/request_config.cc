@@ -71,7 +71,7 @@ absl::StatusOr<std::string> ResolveModelAndLanguage(const v1::RecognitionConfig&
   }
   std::string language = model.languages.empty() ? "en" : model.languages.front();
   if (!config.language().empty()) {
-    const std::string tag = config.language();
+    const std::string& tag = config.language();
     const size_t end = tag.find_first_of("-_");
     language = absl::AsciiStrToLower(tag.substr(0, end));
     if (std::find(model.languages.begin(), model.languages.end(), language) ==

@@ -3,6 +3,7 @@
 // limits it tests. Audio is sent at real-time pace in one test and faster elsewhere, to keep
 // the suite within a few minutes on a 2-core machine.
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -722,6 +723,16 @@ TEST_F(WaavdLimits, StreamOverTheMaximumDurationGetsFinalsThenDeadlineExceeded) 
   EXPECT_LE(finals.back().end_ms(), 3000u);
   EXPECT_TRUE(absl::StartsWith(NormalizeText(run.FinalText()), "and so my fellow"))
       << run.FinalText();
+}
+
+TEST_F(WaavdLimits, ASecondDaemonOnTheSamePortFailsToStart) {
+  // gRPC would share the port (SO_REUSEPORT) unless told not to; waavd must refuse instead.
+  const std::string command = std::string("timeout 60 ") + WAAVD_PATH + " --model-dir " +
+                              *TinyEnModelDir() + " --listen " + daemon_->grpc_address() +
+                              " --metrics-listen 127.0.0.1:0 >/dev/null 2>&1";
+  const int status = RunCommand(command);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1);
 }
 
 // ---- SIGTERM
