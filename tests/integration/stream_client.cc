@@ -152,6 +152,21 @@ int WordEditDistance(const std::string& reference, const std::string& hypothesis
   return row[hyp.size()];
 }
 
+int MissedWords(const std::string& reference, const std::string& hypothesis) {
+  const std::vector<std::string> ref = absl::StrSplit(reference, ' ', absl::SkipEmpty());
+  const std::vector<std::string> hyp = absl::StrSplit(hypothesis, ' ', absl::SkipEmpty());
+  std::vector<int> row(hyp.size() + 1, 0);
+  for (size_t i = 1; i <= ref.size(); ++i) {
+    int diagonal = 0;
+    for (size_t j = 1; j <= hyp.size(); ++j) {
+      const int up = row[j];
+      row[j] = ref[i - 1] == hyp[j - 1] ? diagonal + 1 : std::max(row[j], row[j - 1]);
+      diagonal = up;
+    }
+  }
+  return static_cast<int>(ref.size()) - row[hyp.size()];
+}
+
 std::string CheckStreamContract(const StreamRun& run, const std::string& request_id) {
   if (run.responses.empty()) return "no response at all";
   if (!run.responses.front().response.has_started())

@@ -61,6 +61,10 @@ std::string NormalizeText(const std::string& text);
 int WordEditDistance(const std::string& reference, const std::string& hypothesis,
                      int* reference_words = nullptr);
 
+// Words of `reference` missing from `hypothesis` (not matched in order: substituted or deleted),
+// ignoring words the hypothesis adds: reference length minus the longest common subsequence.
+int MissedWords(const std::string& reference, const std::string& hypothesis);
+
 // Every guarantee of proto/README.md a response sequence must satisfy: StreamStarted first and
 // once; the request id in every response; processed_audio_ms never decreasing; per utterance,
 // stable text never withdrawn or shortened and a prefix of its transcript, SPEECH_ENDED before
