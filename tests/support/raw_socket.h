@@ -1,0 +1,22 @@
+// Plain TCP for tests that speak a protocol byte by byte (the admin HTTP endpoint): connect to
+// a loopback address, send, read until the peer closes.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+namespace waav::testing {
+
+// A connected TCP socket to "HOST:PORT" (IPv4 dotted host), or -1. Closed by the caller.
+int ConnectTcp(const std::string& address);
+
+// Sends `data` (all of it, or as much as the peer takes), then reads until the peer closes the
+// connection or `timeout` passes. `timed_out` (optional) tells which.
+std::string SendAndReadAll(int fd, const std::string& data, std::chrono::milliseconds timeout,
+                           bool* timed_out = nullptr);
+
+// Connects, sends `request`, reads the whole answer, closes. "" when it cannot connect.
+std::string RawRequest(const std::string& address, const std::string& request,
+                       std::chrono::milliseconds timeout = std::chrono::milliseconds(5000));
+
+}  // namespace waav::testing
