@@ -38,6 +38,7 @@ absl::Status CheckAddress(const char* key, const std::string& address) {
 }  // namespace
 
 std::string ServerConfig::DefaultModelDir() { return WAAV_DEFAULT_MODEL_DIR; }
+std::string ServerConfig::DefaultVadModel() { return WAAV_DEFAULT_VAD_MODEL; }
 
 absl::Status ParseHostPort(const std::string& address, HostPort* out) {
   const size_t colon = address.rfind(':');
@@ -77,6 +78,9 @@ absl::Status ServerConfig::Validate() const {
   RETURN_IF_ERROR(CheckAddress("listen", listen));
   if (!metrics_listen.empty()) RETURN_IF_ERROR(CheckAddress("metrics_listen", metrics_listen));
   if (model_dir.empty()) return absl::InvalidArgumentError("model_dir must be set");
+  if (vad_model.empty()) {
+    return absl::InvalidArgumentError("vad_model must be set (a Silero ONNX file, or \"energy\")");
+  }
   if (EffectiveModelName(*this).empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("model_name is empty and model_dir '", model_dir, "' names no folder"));

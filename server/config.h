@@ -46,6 +46,11 @@ struct ServerConfig {
   // Folder of the Whisper model (model.bin, tokenizer.json in CTranslate2 format).
   // Default: the models folder configured at build time, then "whisper-tiny.en".
   std::string model_dir = DefaultModelDir();
+  // Voice-activity model: the Silero VAD ONNX file, or "energy" for a simple energy detector
+  // (no model file; for tests and emergencies: it lets noise through that Silero keeps out).
+  // Default: the models folder configured at build time, then
+  // "silero-vad/silero_vad_16k_op15.onnx".
+  std::string vad_model = DefaultVadModel();
   // Name clients use in RecognitionConfig.model and see in ListModels. Default: "" (the model
   // folder's own name, e.g. "whisper-tiny.en").
   std::string model_name;
@@ -102,6 +107,7 @@ struct ServerConfig {
 
   // The model folder waavd uses when none is configured.
   static std::string DefaultModelDir();
+  static std::string DefaultVadModel();
 };
 
 // Host and port of a HOST:PORT address. IPv6 hosts are written in brackets ("[::1]:50051").

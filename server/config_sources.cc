@@ -81,6 +81,9 @@ std::vector<ConfigField> MakeFields() {
       "model_dir", "Whisper model folder (model.bin, tokenizer.json)",
       [](auto& c) -> auto& { return c.model_dir; }));
   f.push_back(Field(
+      "vad_model", "Silero VAD ONNX file, or 'energy' for the energy detector (no model)",
+      [](auto& c) -> auto& { return c.vad_model; }));
+  f.push_back(Field(
       "model_name", "model name for clients; empty: the folder's name",
       [](auto& c) -> auto& { return c.model_name; }));
   f.push_back(Field(

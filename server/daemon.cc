@@ -169,7 +169,12 @@ class Daemon {
   absl::Status LoadModels() {
     const auto start = Clock::now();
     ASSIGN_OR_RETURN(transcriber_, whisper::Transcriber::Load(config_.model_dir, *backend_));
-    ASSIGN_OR_RETURN(vad_, CreateVad(config_, *backend_));
+    // The VAD runs on the engine's frontend worker thread while Whisper runs on its scheduler:
+    // a backend serves one thread at a time, so the VAD gets its own single-threaded CPU one.
+    BackendOptions vad_options;
+    vad_options.num_threads = 1;
+    ASSIGN_OR_RETURN(vad_backend_, CreateBackend("cpu", vad_options));
+    ASSIGN_OR_RETURN(vad_, CreateVad(config_, *vad_backend_));
     streaming::EngineOptions options;
     options.max_streams = config_.max_streams;
     options.ingest_ring_slots = config_.ingest_ring_slots;
@@ -187,7 +192,7 @@ class Daemon {
     spdlog::info(
         "waavd ready: model {} ({} VAD, {} offline worker(s)) loaded in {:.2f} s; up to "
         "{} streams",
-        model_.name, VadName(), config_.offline_workers, seconds, config_.max_streams);
+        model_.name, VadName(config_), config_.offline_workers, seconds, config_.max_streams);
     return absl::OkStatus();
   }
 
@@ -238,6 +243,7 @@ class Daemon {
   ModelDescription model_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<whisper::Transcriber> transcriber_;
+  std::unique_ptr<Backend> vad_backend_;  // the engine's frontend worker only
   std::unique_ptr<streaming::VoiceActivityModel> vad_;
   std::unique_ptr<StreamEngine> engine_;
   std::unique_ptr<OfflineRecognizer> offline_;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "engine/runtime/backend.h"
@@ -10,14 +11,14 @@
 
 namespace waav::server {
 
-// A VAD for one consumer (the streaming engine's frontend worker, or one offline worker): the
-// models are not shared between threads. Today this is EnergyVad, a documented fallback
-// (server/energy_vad.h); when Silero VAD (engine/models/vad) is merged it loads Silero onto
-// `backend` here, and nothing else in the server changes.
+// The VAD for the streaming engine's frontend worker: Silero VAD loaded from
+// config.vad_model onto `backend` (which must be used by that worker's thread only; the CPU
+// backend implements the LSTM and activation ops Silero needs), or the energy detector when
+// config.vad_model is "energy".
 absl::StatusOr<std::unique_ptr<streaming::VoiceActivityModel>> CreateVad(const ServerConfig& config,
                                                                          Backend& backend);
 
-// Which model CreateVad returns, for logs and ListModels ("energy-fallback", later "silero").
-const char* VadName();
+// Which model CreateVad returns, for logs and ListModels: "silero" or "energy".
+std::string VadName(const ServerConfig& config);
 
 }  // namespace waav::server
