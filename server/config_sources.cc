@@ -110,7 +110,7 @@ std::vector<ConfigField> MakeFields() {
       "longest stream (audio or wall time); then finals and DEADLINE_EXCEEDED",
       [](auto& c) -> auto& { return c.max_stream_duration_s; }));
   f.push_back(Field(
-      "idle_timeout_s", "no message for this long: DEADLINE_EXCEEDED",
+      "idle_timeout_s", "no message either way for this long: DEADLINE_EXCEEDED",
       [](auto& c) -> auto& { return c.idle_timeout_s; }));
   f.push_back(Field(
       "ingest_ring_slots", "100 ms slots of the engine's ingest ring (shared by all streams)",

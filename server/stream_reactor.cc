@@ -333,9 +333,11 @@ void StreamReactor::OnTick(Clock::time_point now) {
   if (flush_due && FlushLocked() && state_ == State::kStreaming) StartReadLocked();
   if (state_ >= State::kClosing) return;
 
+  // Idle means neither side has said anything: while results still flow the client may be
+  // waiting for the server (a backlog after a burst of audio), not the other way round.
   const auto idle = std::chrono::duration<double>(runtime_.config->idle_timeout_s);
   if ((state_ == State::kAwaitingConfig || state_ == State::kStreaming) && read_in_flight_ &&
-      now - std::max(last_message_, read_started_) > idle) {
+      now - std::max({last_message_, read_started_, last_response_}) > idle) {
     CloseLocked(absl::DeadlineExceededError(absl::StrFormat(
         "no message for %g s (the server's idle timeout); send audio, or silence, steadily",
         runtime_.config->idle_timeout_s)));
@@ -455,6 +457,7 @@ void StreamReactor::OnEngineDone(const absl::Status& status, int64_t processed_a
 
 void StreamReactor::EnqueueLocked(Outgoing out) {
   if (state_ >= State::kClosing) return;
+  last_response_ = Clock::now();
   queue_.push_back(std::move(out));
   StartWriteLocked();
 }

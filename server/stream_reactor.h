@@ -119,6 +119,7 @@ class StreamReactor final
   bool read_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   Clock::time_point read_started_ ABSL_GUARDED_BY(mu_);
   Clock::time_point last_message_ ABSL_GUARDED_BY(mu_);
+  Clock::time_point last_response_ ABSL_GUARDED_BY(mu_);  // latest response queued
   Clock::time_point streaming_since_ ABSL_GUARDED_BY(mu_);
 
   // Config.

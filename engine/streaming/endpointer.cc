@@ -12,8 +12,8 @@ absl::Status EndpointConfig::Validate() const {
         absl::StrCat("VAD threshold must be in (0, 1); got ", threshold));
   }
   if (!(hysteresis >= 0.0f && hysteresis < threshold)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "VAD hysteresis must be in [0, threshold); got ", hysteresis, " for threshold ", threshold));
+    return absl::InvalidArgumentError(absl::StrCat("VAD hysteresis must be in [0, threshold); got ",
+                                                   hysteresis, " for threshold ", threshold));
   }
   if (min_speech_ms < 0 || min_speech_ms > 10000) {
     return absl::InvalidArgumentError(
@@ -24,9 +24,9 @@ absl::Status EndpointConfig::Validate() const {
         absl::StrCat("endpoint silence must be in [100, 10000] ms; got ", silence_ms));
   }
   if (max_utterance_ms < 1000 || max_utterance_ms > 30000) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max utterance length must be in [1000, 30000] ms (one Whisper window); got ",
-        max_utterance_ms));
+    return absl::InvalidArgumentError(
+        absl::StrCat("max utterance length must be in [1000, 30000] ms (one Whisper window); got ",
+                     max_utterance_ms));
   }
   if (speech_pad_ms < 0 || speech_pad_ms > 1000) {
     return absl::InvalidArgumentError(
@@ -74,9 +74,9 @@ Endpointer::Update Endpointer::Push(float probability, int64_t frame_start, int 
       }
       if (silence_since_ >= 0 && frame_end - silence_since_ >= Ms(config_.silence_ms)) {
         state_ = State::kSilence;
-        update.ended = UtteranceEnd{
-            std::min(frame_end, last_speech_end_ + Ms(config_.speech_pad_ms)), frame_end,
-            EndReason::kSilence};
+        update.ended =
+            UtteranceEnd{std::min(frame_end, last_speech_end_ + Ms(config_.speech_pad_ms)),
+                         frame_end, EndReason::kSilence};
       } else if (frame_end - utterance_start_ >= Ms(config_.max_utterance_ms)) {
         // Cut here; speech that goes on starts the next utterance at once.
         state_ = speech ? State::kMaybeSpeech : State::kSilence;
@@ -92,7 +92,10 @@ std::optional<UtteranceEnd> Endpointer::Finish(int64_t stream_end_sample) {
   const bool open = state_ == State::kSpeech;
   state_ = State::kSilence;
   if (!open) return std::nullopt;
-  return UtteranceEnd{stream_end_sample, stream_end_sample, EndReason::kEndOfAudio};
+  // A pause shorter than the endpoint may be trailing the speech: leave it out, as a silence
+  // endpoint would (Whisper asked to transcribe a long silence may invent words for it).
+  const int64_t end = std::min(stream_end_sample, last_speech_end_ + Ms(config_.speech_pad_ms));
+  return UtteranceEnd{end, stream_end_sample, EndReason::kEndOfAudio};
 }
 
 }  // namespace waav::streaming

@@ -62,6 +62,9 @@ class Endpointer {
   bool in_speech() const { return state_ == State::kSpeech; }
   // Start of the current utterance (padded), when in speech.
   int64_t utterance_start() const { return utterance_start_; }
+  // End of the latest speech frame plus the padding, when in speech: audio after it has been
+  // judged silence so far, so an interim decode need not include it.
+  int64_t padded_speech_end() const { return last_speech_end_ + Ms(config_.speech_pad_ms); }
 
  private:
   enum class State { kSilence, kMaybeSpeech, kSpeech };
@@ -69,10 +72,10 @@ class Endpointer {
 
   EndpointConfig config_;
   State state_ = State::kSilence;
-  int64_t candidate_start_ = 0;   // first speech frame of a not yet confirmed start
-  int64_t utterance_start_ = 0;   // padded start of the confirmed utterance
-  int64_t last_speech_end_ = 0;   // end of the latest frame at or above threshold
-  int64_t silence_since_ = -1;    // start of the current run of silent frames, −1 if none
+  int64_t candidate_start_ = 0;  // first speech frame of a not yet confirmed start
+  int64_t utterance_start_ = 0;  // padded start of the confirmed utterance
+  int64_t last_speech_end_ = 0;  // end of the latest frame at or above threshold
+  int64_t silence_since_ = -1;   // start of the current run of silent frames, −1 if none
 };
 
 }  // namespace waav::streaming

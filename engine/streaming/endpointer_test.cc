@@ -82,8 +82,8 @@ TEST(EndpointerTest, HysteresisKeepsSpeechThroughUncertainFrames) {
 
 TEST(EndpointerTest, TwoUtterancesSeparatedBySilence) {
   Endpointer e(EndpointConfig{});
-  const FeedLog run = Feed(e, Concat({Repeat(0.9f, 40), Repeat(0.1f, 40), Repeat(0.9f, 40),
-                                  Repeat(0.1f, 40)}));
+  const FeedLog run =
+      Feed(e, Concat({Repeat(0.9f, 40), Repeat(0.1f, 40), Repeat(0.9f, 40), Repeat(0.1f, 40)}));
   int starts = 0, ends = 0;
   for (const auto& u : run.updates) {
     starts += u.started ? 1 : 0;
@@ -109,6 +109,23 @@ TEST(EndpointerTest, MaxLengthCutsAndEndOfAudioCloses) {
   const auto end = e.Finish(100 * kFrame);
   ASSERT_TRUE(end);
   EXPECT_EQ(end->reason, EndReason::kEndOfAudio);
+  EXPECT_EQ(end->end_sample, 100 * kFrame);  // speech up to the last frame: nothing to trim
+}
+
+TEST(EndpointerTest, EndOfAudioAndInterimsStopAtThePaddedSpeechEnd) {
+  EndpointConfig config;  // 500 ms endpoint, 200 ms padding
+  Endpointer e(config);
+  // 1 s of speech, then 320 ms of silence: not yet an endpoint.
+  const FeedLog run = Feed(e, Concat({Repeat(0.9f, 31), Repeat(0.1f, 10)}));
+  for (const auto& u : run.updates) EXPECT_FALSE(u.ended);
+  ASSERT_TRUE(e.in_speech());
+  const int64_t speech_end = 31 * kFrame;
+  const int64_t pad = 200 * Endpointer::kSampleRateHz / 1000;
+  EXPECT_EQ(e.padded_speech_end(), speech_end + pad);
+  const auto end = e.Finish(41 * kFrame);
+  ASSERT_TRUE(end);
+  EXPECT_EQ(end->end_sample, speech_end + pad);
+  EXPECT_EQ(end->detected_sample, 41 * kFrame);
 }
 
 TEST(EndpointerTest, ConfigValidation) {

@@ -163,6 +163,7 @@ class StreamingEngine::Impl {
     std::vector<float> retained;    // audio [retained_begin, vad_samples)
     int64_t retained_begin = 0;
     int64_t last_partial_sample = 0;
+    int64_t last_partial_end = 0;  // end of the audio the latest partial job covered
     int utterance_index = 0;
     bool end_of_stream = false;
     bool frontend_done = false;
@@ -309,6 +310,7 @@ class StreamingEngine::Impl {
     }
     if (update.started) {
       s.last_partial_sample = s.vad_samples;
+      s.last_partial_end = 0;
       Enqueue(stream, Job{.kind = Job::kSpeechStarted,
                           .utterance_index = s.utterance_index,
                           .offset_ms = SamplesToMs(update.started->start_sample),
@@ -318,8 +320,14 @@ class StreamingEngine::Impl {
         s.vad_samples - s.last_partial_sample >=
             static_cast<int64_t>(s.options.partial_interval_ms) * kSampleRateHz / 1000) {
       s.last_partial_sample = s.vad_samples;
-      Job job = UtteranceJob(s, Job::kPartial, s.vad_samples, frontend_ms);
-      Enqueue(stream, std::move(job));
+      // Interim decodes stop at the (padded) end of the speech heard so far: over a pause that
+      // may be the endpoint, Whisper would only be asked to transcribe silence (where it
+      // hallucinates) and the result could not change. No new speech, no new decode.
+      const int64_t end = std::min(s.vad_samples, s.endpointer.padded_speech_end());
+      if (end > s.last_partial_end) {
+        s.last_partial_end = end;
+        Enqueue(stream, UtteranceJob(s, Job::kPartial, end, frontend_ms));
+      }
     }
   }
 

@@ -49,7 +49,9 @@ struct Event {
 class RecordingSink : public StreamSink {
  public:
   void OnSpeechStarted(int index, int64_t, int64_t) override { Add({"started", {}}, index); }
-  void OnResult(const RecognitionResult& r) override { Add({r.is_final ? "final" : "partial", r}, r.utterance_index); }
+  void OnResult(const RecognitionResult& r) override {
+    Add({r.is_final ? "final" : "partial", r}, r.utterance_index);
+  }
   void OnSpeechEnded(int index, int64_t, int64_t) override { Add({"ended", {}}, index); }
   void OnDone(absl::Status status, int64_t) override {
     std::lock_guard lock(mu_);
@@ -166,6 +168,29 @@ TEST_F(StreamingEngineTest, SpeechGivesOrderedEventsStablePrefixesAndAFinal) {
             "can do for your country");
 }
 
+TEST_F(StreamingEngineTest, ResultsStopAtThePaddedEndOfSpeech) {
+  auto engine = MakeEngine();
+  auto sink = std::make_shared<RecordingSink>();
+  StreamOptions options;
+  options.endpoint.silence_ms = 3000;  // the pause below is not an endpoint
+  auto id = engine->OpenStream(options, sink);
+  ASSERT_TRUE(id.ok());
+  // 2 s of speech, then 1.5 s of silence before the stream ends: no result (interim or final)
+  // may cover more of the pause than the 200 ms padding (+ one 32 ms VAD frame of rounding).
+  std::vector<float> audio(jfk_.begin(), jfk_.begin() + 2 * 16000);
+  audio.resize(audio.size() + 24000, 0.0f);
+  PushAll(*engine, *id, audio);
+  ASSERT_TRUE(engine->FinishStream(*id).ok());
+  ASSERT_TRUE(sink->Wait().ok());
+  int results = 0;
+  for (const Event& e : sink->events()) {
+    if (e.kind != "partial" && e.kind != "final") continue;
+    ++results;
+    EXPECT_LE(e.result.end_ms, 2000 + 200 + 32) << e.kind << " '" << e.result.transcript << "'";
+  }
+  EXPECT_GE(results, 1);
+}
+
 TEST_F(StreamingEngineTest, SilenceGivesNoTranscript) {
   auto engine = MakeEngine();
   auto sink = std::make_shared<RecordingSink>();
@@ -228,8 +253,7 @@ TEST_F(StreamingEngineTest, SileroVadKeepsNoiseOutAndSpeechIn) {
   one_thread.num_threads = 1;
   auto vad_backend = CreateBackend("cpu", one_thread);
   ASSERT_TRUE(vad_backend.ok());
-  auto silero =
-      SileroVoiceActivity::Load(*vad_dir + "/silero_vad_16k_op15.onnx", **vad_backend);
+  auto silero = SileroVoiceActivity::Load(*vad_dir + "/silero_vad_16k_op15.onnx", **vad_backend);
   ASSERT_TRUE(silero.ok()) << silero.status();
   auto engine = StreamingEngine::Create(EngineOptions{}, *transcriber_, **silero);
   ASSERT_TRUE(engine.ok());
