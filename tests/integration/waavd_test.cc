@@ -244,8 +244,9 @@ TEST_F(WaavdServing, HealthReflectionAndModels) {
 // the engine's streaming policy rather than the transport: at real-time pace a partial is decoded
 // every 500 ms of speech, often with a word cut in half at its end, and LocalAgreement-2 commits
 // a word two consecutive partials agree on, never to withdraw it: "Watch" for "What" was seen.
-// Partials keep being decoded over the trailing silence while the endpoint waits for it, and a
-// hallucination there ("Ah. Ah.", "I", "I'm not sure.") can be committed and end the final.
+// (Partials used to be decoded over the trailing silence while the endpoint waited for it, and a
+// hallucination there, "Ah. Ah.", "I", "I'm not sure.", could end the final; they now stop at the
+// padded end of speech.)
 // So the tests bound the offline words the stream misses (1 of 22 seen at real time, none at
 // 4x) and print every difference, added words included.
 TEST_F(WaavdServing, RealTimeStreamMatchesOfflineTranscript) { StreamJfk(1.0, 2); }
