@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   waav::cpu::EnsureOpenBlasCoreType(argv);
   CLI::App app{"waav: real-time speech recognition and synthesis"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(WAAV_VERSION) + " (" + WAAV_REVISION + ")");
 
   waav::cli::TranscribeArgs transcribe;
   // The only environment variable the CLI reads: where the model lives when --model is absent.
