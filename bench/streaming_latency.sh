@@ -94,6 +94,13 @@ pin() {  # pin CPUS CMD...: run CMD under taskset when CPUS is set
   if [[ -n "$cpus" ]]; then taskset -c "$cpus" "$@"; else "$@"; fi
 }
 
+# The same, replacing the (sub)shell: `pin_exec ... &` makes $! the server's own pid, so that
+# stop_waavd's SIGTERM reaches waavd rather than a subshell that would leave it running.
+pin_exec() {
+  local cpus="$1"; shift
+  if [[ -n "$cpus" ]]; then exec taskset -c "$cpus" "$@"; else exec "$@"; fi
+}
+
 SERVER="127.0.0.1:$PORT"
 WAAVD_PID=""
 stop_waavd() {
@@ -131,7 +138,7 @@ echo
 
 echo "starting: $WAAVD --listen $SERVER $WAAVD_ARGS"
 # shellcheck disable=SC2086  # WAAVD_ARGS is a list of arguments on purpose
-pin "$WAAVD_CPUS" "$WAAVD" --listen "$SERVER" $WAAVD_ARGS >"$OUT/waavd.log" 2>&1 &
+pin_exec "$WAAVD_CPUS" "$WAAVD" --listen "$SERVER" $WAAVD_ARGS >"$OUT/waavd.log" 2>&1 &
 WAAVD_PID=$!
 for i in $(seq 1 600); do
   if ! kill -0 "$WAAVD_PID" 2>/dev/null; then
