@@ -94,6 +94,7 @@ absl::Status ServerConfig::Validate() const {
   RETURN_IF_ERROR(DoubleInRange("max_stream_duration_s", max_stream_duration_s, 1, 86400));
   RETURN_IF_ERROR(DoubleInRange("idle_timeout_s", idle_timeout_s, 0.1, 3600));
   RETURN_IF_ERROR(IntInRange("ingest_ring_slots", ingest_ring_slots, 16, 1 << 22));
+  RETURN_IF_ERROR(IntInRange("max_batch", max_batch, 1, 256));
   RETURN_IF_ERROR(DoubleInRange("shutdown_grace_s", shutdown_grace_s, 0, 3600));
   RETURN_IF_ERROR(IntInRange("endpointing.silence_ms", endpointing.silence_ms, 100, 10000));
   RETURN_IF_ERROR(

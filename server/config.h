@@ -82,6 +82,11 @@ struct ServerConfig {
   // Slots of 100 ms audio in the engine's ingest ring, shared by all streams; when it is full
   // the server stops reading the stream that could not push and retries. Default: 4096.
   int ingest_ring_slots = 4096;
+  // Most utterance windows, of different streams, the engine's scheduler decodes as one batch
+  // (one encoder pass per window, then every window's decoder steps as one batched step);
+  // 1: one window at a time. Each costs a decoder slot (tiny.en: about 24 MB). Default: 8;
+  // 1..256.
+  int max_batch = 8;
 
   // ---- Shutdown ------------------------------------------------------------------------------
   // After SIGTERM or SIGINT: time in-flight requests get to finish before the rest are closed

@@ -116,6 +116,9 @@ std::vector<ConfigField> MakeFields() {
       "ingest_ring_slots", "100 ms slots of the engine's ingest ring (shared by all streams)",
       [](auto& c) -> auto& { return c.ingest_ring_slots; }));
   f.push_back(Field(
+      "max_batch", "most utterance windows (of different streams) decoded as one batch",
+      [](auto& c) -> auto& { return c.max_batch; }));
+  f.push_back(Field(
       "shutdown_grace_s", "after SIGTERM: time in-flight requests get before they are closed",
       [](auto& c) -> auto& { return c.shutdown_grace_s; }));
   f.push_back(Field(

@@ -57,6 +57,8 @@ TEST(ServerConfigTest, ValidateNamesTheSettingAndValue) {
       {[](ServerConfig& c) { c.listen = "::1:50051"; }, "brackets"},
       {[](ServerConfig& c) { c.metrics_listen = "x:y"; }, "metrics_listen"},
       {[](ServerConfig& c) { c.max_streams = 0; }, "max_streams must be in [1, 100000]; got 0"},
+      {[](ServerConfig& c) { c.max_batch = 0; }, "max_batch must be in [1, 256]; got 0"},
+      {[](ServerConfig& c) { c.max_batch = 257; }, "max_batch"},
       {[](ServerConfig& c) { c.max_message_bytes = 10; }, "max_message_bytes"},
       {[](ServerConfig& c) { c.idle_timeout_s = 0; }, "idle_timeout_s"},
       {[](ServerConfig& c) { c.max_stream_duration_s = -1; }, "max_stream_duration_s"},
@@ -197,6 +199,12 @@ TEST(ServerConfigTest, PrecedenceIsDefaultsThenFileThenEnvironmentThenFlags) {
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->endpointing.silence_ms, 900);
   EXPECT_EQ(config->endpointing.min_speech_ms, 100);
+  config = Resolve({"--max-batch", "4"}, {{"WAAV_MAX_BATCH", "2"}});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->max_batch, 4);
+  config = Resolve({}, {{"WAAV_MAX_BATCH", "2"}});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->max_batch, 2);
 }
 
 TEST(ServerConfigTest, BadValuesFromEachSourceNameTheirSource) {

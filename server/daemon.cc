@@ -178,6 +178,7 @@ class Daemon {
     streaming::EngineOptions options;
     options.max_streams = config_.max_streams;
     options.ingest_ring_slots = config_.ingest_ring_slots;
+    options.max_batch = config_.max_batch;
     options.stage_metrics = stage_metrics_.get();
     ASSIGN_OR_RETURN(auto engine,
                      streaming::StreamingEngine::Create(options, *transcriber_, *vad_));

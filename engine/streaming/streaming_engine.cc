@@ -5,11 +5,13 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
 #include "engine/metrics/stage_metrics.h"
+#include "engine/models/whisper/decoder_pool.h"
 #include "engine/runtime/status.h"
 #include "engine/streaming/endpointer.h"
 #include "engine/streaming/ingest_ring.h"
@@ -28,6 +30,10 @@ int64_t NowNs() {
 }
 int64_t SamplesToMs(int64_t samples) { return samples * 1000 / kSampleRateHz; }
 double NsToMs(int64_t ns) { return static_cast<double>(ns) / 1e6; }
+double MsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
 
 }  // namespace
 
@@ -40,17 +46,23 @@ absl::Status EngineOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("ingest ring slots must be in [16, 4194304]; got ", ingest_ring_slots));
   }
+  if (max_batch < 1 || max_batch > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_batch must be in [1, 256]; got ", max_batch));
+  }
   return absl::OkStatus();
 }
 
 class StreamingEngine::Impl {
  public:
   Impl(const EngineOptions& options, const whisper::Transcriber& transcriber,
-       VoiceActivityModel& vad, std::unique_ptr<whisper::DecoderState> decoder_state)
+       VoiceActivityModel& vad, std::unique_ptr<whisper::DecoderStatePool> decoders,
+       std::unique_ptr<whisper::EncoderBuffers> encoder)
       : options_(options),
         transcriber_(transcriber),
         vad_(vad),
-        decoder_state_(std::move(decoder_state)),
+        decoders_(std::move(decoders)),
+        encoder_(std::move(encoder)),
         ring_(static_cast<size_t>(options.ingest_ring_slots)) {
     frontend_ = std::thread([this] { FrontendLoop(); });
     scheduler_ = std::thread([this] { SchedulerLoop(); });
@@ -401,41 +413,102 @@ class StreamingEngine::Impl {
   }
 
   // ---- Scheduler ----------------------------------------------------------------------------
+  //
+  // Each round takes up to max_batch streams from the ready queue (round-robin), runs each
+  // one's queued events up to its next decode job, decodes those jobs' windows as one batch,
+  // then runs the events that follow each decode. What is left of a stream's queue (its next
+  // decode and everything after it) goes back to the front of its queue and the stream to the
+  // back of the ready queue, so a stream contributes one window per batch and its sink still
+  // sees everything in order.
+
+  // A decode job taken for this round's batch, with the jobs queued behind it.
+  struct Row {
+    std::shared_ptr<Stream> stream;
+    Job job;
+    std::deque<Job> rest = {};
+    double queue_ms = 0;
+    UtteranceInput input = {};
+    double encoder_ms = 0;
+  };
 
   void SchedulerLoop() {
     frontend::LogMel log_mel;
-    const DecodeContext context{&transcriber_, decoder_state_.get(), &log_mel};
+    std::vector<std::shared_ptr<Stream>> taken;
+    std::vector<Row> rows;
+    const size_t max_batch = static_cast<size_t>(options_.max_batch);
     for (;;) {
-      std::shared_ptr<Stream> stream;
+      taken.clear();
       {
         std::unique_lock lock(ready_mu_);
         ready_cv_.wait(lock, [&] { return stop_.load() || !ready_.empty(); });
         if (stop_.load()) return;
-        stream = ready_.front();
-        ready_.pop_front();
-      }
-      std::deque<Job> jobs;
-      {
-        std::lock_guard lock(stream->jobs_mu);
-        jobs.swap(stream->jobs);
-        stream->in_ready_queue = false;
-      }
-      for (size_t i = 0; i < jobs.size() && !stream->done; ++i) {
-        Job& job = jobs[i];
-        // Only the newest partial of a run matters; a backlog would only add latency.
-        if (job.kind == Job::kPartial && i + 1 < jobs.size() &&
-            jobs[i + 1].kind == Job::kPartial) {
-          continue;
+        while (!ready_.empty() && taken.size() < max_batch) {
+          taken.push_back(std::move(ready_.front()));
+          ready_.pop_front();
         }
-        RunJob(stream, job, context);
+      }
+      rows.clear();
+      for (std::shared_ptr<Stream>& stream : taken) {
+        std::deque<Job> jobs;
+        {
+          std::lock_guard lock(stream->jobs_mu);
+          jobs.swap(stream->jobs);
+          stream->in_ready_queue = false;
+        }
+        if (std::optional<Job> job = RunUntilDecode(stream, jobs)) {
+          rows.push_back(Row{.stream = stream, .job = std::move(*job), .rest = std::move(jobs)});
+        }
+      }
+      if (rows.empty()) continue;
+      DecodeBatch(rows, log_mel);
+      for (Row& row : rows) {
+        if (std::optional<Job> next = RunUntilDecode(row.stream, row.rest)) {
+          row.rest.push_front(std::move(*next));
+          Requeue(row.stream, std::move(row.rest));
+        }
       }
     }
   }
 
-  void RunJob(const std::shared_ptr<Stream>& stream, Job& job, const DecodeContext& context) {
-    Stream& s = *stream;
-    StreamSink& sink = *s.sink;
-    if (s.cancelled.load() && job.kind != Job::kCancelled) return;
+  // Runs `jobs` from the front until a decode job, which it removes and returns (std::nullopt
+  // when the queue ran out or the stream is closed). Of consecutive partials only the newest is
+  // decoded: a backlog would only add latency.
+  std::optional<Job> RunUntilDecode(const std::shared_ptr<Stream>& stream, std::deque<Job>& jobs) {
+    while (!jobs.empty() && !stream->done) {
+      Job job = std::move(jobs.front());
+      jobs.pop_front();
+      if (job.kind == Job::kPartial && !jobs.empty() && jobs.front().kind == Job::kPartial) {
+        continue;
+      }
+      if (stream->cancelled.load() && job.kind != Job::kCancelled) continue;
+      if (job.kind == Job::kPartial || job.kind == Job::kFinal) return job;
+      RunEvent(stream, job);
+    }
+    jobs.clear();
+    return std::nullopt;
+  }
+
+  // Puts jobs taken from a stream back at the front of its queue, before any queued since.
+  void Requeue(const std::shared_ptr<Stream>& stream, std::deque<Job> jobs) {
+    bool schedule = false;
+    {
+      std::lock_guard lock(stream->jobs_mu);
+      stream->jobs.insert(stream->jobs.begin(), std::make_move_iterator(jobs.begin()),
+                          std::make_move_iterator(jobs.end()));
+      if (!stream->in_ready_queue) {
+        stream->in_ready_queue = true;
+        schedule = true;
+      }
+    }
+    if (schedule) {
+      std::lock_guard lock(ready_mu_);
+      ready_.push_back(stream);
+      ready_cv_.notify_one();
+    }
+  }
+
+  void RunEvent(const std::shared_ptr<Stream>& stream, const Job& job) {
+    StreamSink& sink = *stream->sink;
     switch (job.kind) {
       case Job::kSpeechStarted:
         sink.OnSpeechStarted(job.utterance_index, job.offset_ms, job.detected_ms);
@@ -444,40 +517,107 @@ class StreamingEngine::Impl {
         sink.OnSpeechEnded(job.utterance_index, job.offset_ms, job.detected_ms);
         return;
       case Job::kDone:
-        Close(stream, s.error);
+        Close(stream, stream->error);
         return;
       case Job::kCancelled:
         Close(stream, absl::CancelledError("the stream was cancelled"));
         return;
       case Job::kPartial:
       case Job::kFinal:
-        break;
+        return;  // decoded in a batch
     }
-    const double queue_ms = NsToMs(NowNs() - job.queued_ns);
-    auto result = s.decoder.Decode(context, job.audio, job.start_ms, job.kind == Job::kFinal,
-                                   job.reason);
-    if (!result.ok()) {
-      spdlog::error("stream {}: decoding failed: {}", s.id, result.status().ToString());
-      Close(stream, absl::InternalError(absl::StrCat("decoding failed: ",
-                                                     result.status().message())));
+  }
+
+  void FailRow(Row& row, const absl::Status& status) {
+    spdlog::error("stream {}: decoding failed: {}", row.stream->id, status.ToString());
+    Close(row.stream, absl::InternalError(absl::StrCat("decoding failed: ", status.message())));
+  }
+
+  // Encodes every row's window into its own decoder slot, decodes all windows in lockstep and
+  // sends each stream its result.
+  void DecodeBatch(std::vector<Row>& rows, const frontend::LogMel& log_mel) {
+    const whisper::WhisperModel& model = transcriber_.model();
+    const whisper::Vocabulary& vocabulary = transcriber_.vocabulary();
+    const whisper::GreedyOptions greedy{};
+    const int64_t picked_ns = NowNs();
+    for (Row& row : rows) {
+      row.queue_ms = NsToMs(picked_ns - row.job.queued_ns);
+      const auto start = std::chrono::steady_clock::now();
+      row.input = row.stream->decoder.Prepare(log_mel, model.dims().n_frames(), row.job.audio);
+      row.encoder_ms = MsSince(start);  // log-mel now; the encoder below adds to it
+    }
+    // A prompt that cannot be decoded fails its own stream, not the batch.
+    std::erase_if(rows, [&](Row& row) {
+      const absl::Status status =
+          whisper::CheckPrompt(vocabulary, row.input.prompt, greedy, model.dims().n_text_ctx);
+      if (!status.ok()) FailRow(row, status);
+      return !status.ok();
+    });
+    if (rows.empty()) return;
+    // Longest audio first: the longest decodes are likely there, and rows that finish early at
+    // the end let the batch shrink to a smaller bucket (DecodeGreedyBatch).
+    std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+      return a.job.audio.size() > b.job.audio.size();
+    });
+
+    absl::Status status;
+    std::vector<std::vector<int>> prompts;
+    for (size_t i = 0; i < rows.size() && status.ok(); ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      status = model.WriteMel(rows[i].input.mel, 0, *encoder_);
+      if (status.ok()) {
+        status = model.EncodeOnDevice(*encoder_, &decoders_->Row(static_cast<int>(i)));
+      }
+      if (status.ok()) status = model.backend().Synchronize();
+      rows[i].encoder_ms += MsSince(start);
+      prompts.push_back(std::move(rows[i].input.prompt));
+    }
+    const int batch = static_cast<int>(rows.size());
+    metrics::StageMetrics* m = options_.stage_metrics;
+    std::vector<bool> delivered(rows.size(), false);
+    const auto decode_start = std::chrono::steady_clock::now();
+    // Each row's result is sent as soon as that row is done, not when the batch is.
+    auto deliver = [&](int i, const whisper::GreedyResult& decoded) {
+      Row& row = rows[static_cast<size_t>(i)];
+      delivered[static_cast<size_t>(i)] = true;
+      Stream& s = *row.stream;
+      if (s.done) return;
+      RecognitionResult result = s.decoder.Finish(decoded, row.job.start_ms, row.job.audio.size(),
+                                                  row.job.kind == Job::kFinal, row.job.reason);
+      ResultLatency& latency = result.latency;
+      latency.ingest_wait_ms = row.job.ingest_wait_ms;
+      latency.frontend_ms = row.job.frontend_ms;
+      latency.queue_ms = row.queue_ms;
+      latency.encoder_ms = row.encoder_ms;
+      latency.decoder_ms = MsSince(decode_start);  // the batch's steps until this row was done
+      latency.batch_size = batch;
+      latency.audio_to_result_ms = NsToMs(NowNs() - row.job.newest_audio_ns);
+      if (m != nullptr) {
+        m->Observe(metrics::Stage::kQueue, row.queue_ms / 1e3);
+        m->Observe(metrics::Stage::kEncoder, latency.encoder_ms / 1e3);
+        m->Observe(metrics::Stage::kStt, (latency.encoder_ms + latency.decoder_ms) / 1e3);
+        m->ObserveEndToEnd(latency.audio_to_result_ms / 1e3);
+      }
+      // Silence and noise produce no transcript.
+      if (result.transcript.empty()) return;
+      s.sink->OnResult(result);
+    };
+    absl::StatusOr<std::vector<whisper::GreedyResult>> decoded =
+        status.ok()
+            ? whisper::DecodeGreedyBatch(model, vocabulary, prompts, greedy, *decoders_, deliver)
+            : absl::StatusOr<std::vector<whisper::GreedyResult>>(status);
+    const double decoder_ms = MsSince(decode_start);
+    if (!decoded.ok()) {
+      for (size_t i = 0; i < rows.size(); ++i) {
+        if (!delivered[i]) FailRow(rows[i], decoded.status());
+      }
       return;
     }
-    ResultLatency& latency = result->latency;
-    latency.ingest_wait_ms = job.ingest_wait_ms;
-    latency.frontend_ms = job.frontend_ms;
-    latency.queue_ms = queue_ms;
-    latency.audio_to_result_ms = NsToMs(NowNs() - job.newest_audio_ns);
-    if (metrics::StageMetrics* m = options_.stage_metrics) {
-      m->Observe(metrics::Stage::kQueue, queue_ms / 1e3);
-      m->Observe(metrics::Stage::kEncoder, latency.encoder_ms / 1e3);
-      m->Observe(metrics::Stage::kDecoderStep,
-                 latency.decoder_ms / 1e3 / std::max(1, latency.decoder_steps));
-      m->Observe(metrics::Stage::kStt, (latency.encoder_ms + latency.decoder_ms) / 1e3);
-      m->ObserveEndToEnd(latency.audio_to_result_ms / 1e3);
-    }
-    // Silence and noise produce no transcript.
-    if (result->transcript.empty()) return;
-    sink.OnResult(*result);
+    if (options_.batch_observer) options_.batch_observer(batch);
+    int batch_steps = 1;
+    for (const whisper::GreedyResult& r : *decoded) batch_steps = std::max(batch_steps, r.steps);
+    // One observation per batch: every row of it shared each step.
+    if (m != nullptr) m->Observe(metrics::Stage::kDecoderStep, decoder_ms / 1e3 / batch_steps);
   }
 
   void Close(const std::shared_ptr<Stream>& stream, const absl::Status& status) {
@@ -494,7 +634,8 @@ class StreamingEngine::Impl {
   const EngineOptions options_;
   const whisper::Transcriber& transcriber_;
   VoiceActivityModel& vad_;
-  std::unique_ptr<whisper::DecoderState> decoder_state_;
+  std::unique_ptr<whisper::DecoderStatePool> decoders_;  // max_batch slots
+  std::unique_ptr<whisper::EncoderBuffers> encoder_;     // batch 1: one window at a time
   IngestRing ring_;
 
   mutable std::mutex streams_mu_;
@@ -515,9 +656,11 @@ absl::StatusOr<std::unique_ptr<StreamingEngine>> StreamingEngine::Create(
     const EngineOptions& options, const whisper::Transcriber& transcriber,
     VoiceActivityModel& vad) {
   RETURN_IF_ERROR(options.Validate());
-  ASSIGN_OR_RETURN(auto state, transcriber.model().NewDecoderState(1));
+  ASSIGN_OR_RETURN(auto decoders,
+                   whisper::DecoderStatePool::Create(transcriber.model(), options.max_batch));
+  ASSIGN_OR_RETURN(auto encoder, transcriber.model().NewEncoderBuffers(1));
   return std::unique_ptr<StreamingEngine>(new StreamingEngine(
-      std::make_unique<Impl>(options, transcriber, vad, std::move(state))));
+      std::make_unique<Impl>(options, transcriber, vad, std::move(decoders), std::move(encoder))));
 }
 
 StreamingEngine::StreamingEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

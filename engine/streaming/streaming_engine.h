@@ -3,7 +3,8 @@
 // Data path (CPU build):
 //   PushAudio (any thread) ─▶ IngestRing ─▶ frontend worker thread: VAD per 32 ms frame for all
 //   streams in one batch, endpointing, utterance audio ─▶ per-stream job queue ─▶ scheduler
-//   thread: log-mel + Whisper encoder + decoder per job (partials coalesced) ─▶ StreamSink.
+//   thread: up to max_batch streams with a decode job at a time (partials coalesced), log-mel +
+//   Whisper encoder per window, greedy decoding of all windows in lockstep ─▶ StreamSink.
 // PushAudio never blocks on inference; when the ring is full it fails with ResourceExhausted
 // and the caller applies back-pressure. Each stream's sink sees its events in order from one
 // thread at a time.
@@ -11,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -31,8 +33,16 @@ struct EngineOptions {
   int max_streams = 16;
   // Ingest ring slots of 100 ms each (shared by all streams). Default: 4096 (~7 min of audio).
   int ingest_ring_slots = 4096;
+  // Most utterance windows (each of a different stream) the scheduler decodes together in one
+  // batch: it takes up to this many streams with work ready, encodes their windows and runs
+  // their decoder steps as one batched step. 1 decodes one window at a time. Memory: one
+  // decoder slot per window (tiny.en: about 24 MB). Default: 8; 1..256.
+  int max_batch = 8;
   // Stage timings go here when set (not owned). Default: none.
   metrics::StageMetrics* stage_metrics = nullptr;
+  // Called on the scheduler thread after each batch is decoded, with the number of windows in
+  // it (1..max_batch); for the batch-size metric. Must not block. Default: none.
+  std::function<void(int batch_size)> batch_observer;
 
   [[nodiscard]] absl::Status Validate() const;
 };

@@ -4,10 +4,13 @@
 // its own parity test, and the daemon's integration tests use it end to end.
 #include "engine/streaming/streaming_engine.h"
 
+#include <atomic>
 #include <cmath>
 #include <condition_variable>
+#include <iostream>
 #include <mutex>
 #include <random>
+#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -82,6 +85,38 @@ class RecordingSink : public StreamSink {
   absl::Status status_;
 };
 
+// Stops whoever calls Pass() until Open() (or two minutes, so that a failing test cannot hang).
+class Gate {
+ public:
+  void Pass() {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::seconds(120), [&] { return open_; });
+  }
+  void Open() {
+    std::lock_guard lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+// Holds the scheduler thread at its first sink call until the gate opens.
+class GatedSink : public RecordingSink {
+ public:
+  explicit GatedSink(Gate* gate) : gate_(gate) {}
+  void OnSpeechStarted(int index, int64_t offset_ms, int64_t detected_ms) override {
+    gate_->Pass();
+    RecordingSink::OnSpeechStarted(index, offset_ms, detected_ms);
+  }
+
+ private:
+  Gate* gate_;
+};
+
 class StreamingEngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -112,6 +147,14 @@ class StreamingEngineTest : public ::testing::Test {
       const size_t n = std::min<size_t>(1600, samples.size() - i);
       ASSERT_TRUE(engine.PushAudio(id, absl::MakeConstSpan(samples.data() + i, n)).ok());
     }
+  }
+
+  // Waits until the frontend worker has drained the ingest ring.
+  static void WaitDrained(StreamingEngine& engine) {
+    for (int i = 0; i < 60000 && engine.ingest_depth() > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(engine.ingest_depth(), 0u) << "the frontend worker did not drain the ring";
   }
 
   std::unique_ptr<Backend> backend_;
@@ -233,6 +276,103 @@ TEST_F(StreamingEngineTest, CancelledStreamEndsWithCancelledAndRejectsAudio) {
   EXPECT_EQ(engine->PushAudio(*id, jfk_).code(), absl::StatusCode::kNotFound);
 }
 
+// Several streams speaking at once are decoded in shared batches (the batch observer and the
+// results' batch_size see it), and every stream's finals are exactly those of an engine that
+// decodes one window at a time.
+TEST_F(StreamingEngineTest, ConcurrentStreamsShareBatchesAndMatchUnbatched) {
+  std::vector<std::vector<float>> clips = {jfk_};
+  for (const char* name :
+       {"ljspeech/LJ001-0001.wav", "ljspeech/LJ001-0002.wav", "ljspeech/LJ001-0008.wav"}) {
+    const auto path = waav::testing::SpeechFile(name);
+    if (!path) GTEST_SKIP() << "shared speech data absent (" << name << ")";
+    auto audio = audio::LoadAudio16k(*path);
+    ASSERT_TRUE(audio.ok()) << audio.status();
+    clips.push_back(std::move(audio->samples));
+  }
+  // Each stream: two clips with a second of silence between, so at least two utterances, the
+  // second prompted with the first's text.
+  std::vector<std::vector<float>> streams;
+  for (size_t i = 0; i < clips.size(); ++i) {
+    std::vector<float> audio = clips[i];
+    audio.insert(audio.end(), 16000, 0.0f);
+    const auto& next = clips[(i + 1) % clips.size()];
+    audio.insert(audio.end(), next.begin(), next.end());
+    streams.push_back(std::move(audio));
+  }
+  StreamOptions stream_options;
+  // Finals only: which partials get decoded depends on timing, and their committed prefixes
+  // would steer the finals.
+  stream_options.interim_results = false;
+
+  struct Run {
+    std::vector<std::vector<std::pair<std::string, float>>> finals;  // per stream
+    int largest_batch = 0;
+    int largest_result_batch = 0;
+  };
+  auto run = [&](int max_batch, bool gated) {
+    Run out;
+    std::atomic<int> largest{0};
+    EngineOptions options;
+    options.max_batch = max_batch;
+    options.batch_observer = [&](int n) {
+      if (n > largest.load()) largest.store(n);
+    };
+    Gate gate;  // outlives the engine, whose sinks point to it
+    if (!gated) gate.Open();
+    auto engine = MakeEngine(options);
+    std::vector<std::shared_ptr<GatedSink>> sinks;
+    std::vector<uint64_t> ids;
+    for (const auto& audio : streams) {
+      sinks.push_back(std::make_shared<GatedSink>(&gate));
+      auto id = engine->OpenStream(stream_options, sinks.back());
+      EXPECT_TRUE(id.ok()) << id.status();
+      ids.push_back(*id);
+      PushAll(*engine, *id, audio);
+      EXPECT_TRUE(engine->FinishStream(*id).ok());
+    }
+    if (gated) {
+      // The scheduler is held at its first sink call (a speech start, before any decode) while
+      // the frontend queues every stream's jobs. Once the ring is drained, one more chunk
+      // (a silent stream's) drained after it proves that the round that drained the rest has
+      // queued its jobs: the next rounds find every stream ready at once.
+      WaitDrained(*engine);
+      auto quiet = std::make_shared<RecordingSink>();
+      auto quiet_id = engine->OpenStream(stream_options, quiet);
+      EXPECT_TRUE(quiet_id.ok());
+      EXPECT_TRUE(engine->PushAudio(*quiet_id, std::vector<float>(1600, 0.0f)).ok());
+      WaitDrained(*engine);
+      gate.Open();
+      EXPECT_TRUE(engine->FinishStream(*quiet_id).ok());
+      EXPECT_TRUE(quiet->Wait().ok());
+    }
+    for (auto& sink : sinks) {
+      EXPECT_TRUE(sink->Wait().ok());
+      auto& finals = out.finals.emplace_back();
+      for (const Event& e : sink->events()) {
+        if (e.kind != "final") continue;
+        finals.emplace_back(e.result.transcript, e.result.confidence);
+        out.largest_result_batch = std::max(out.largest_result_batch, e.result.latency.batch_size);
+      }
+      EXPECT_GE(finals.size(), 2u);
+    }
+    out.largest_batch = largest.load();
+    return out;
+  };
+
+  const Run batched = run(8, /*gated=*/true);
+  const Run alone = run(1, /*gated=*/false);
+  std::cout << "largest batch: " << batched.largest_batch << "\n";
+  EXPECT_GE(batched.largest_batch, 2);
+  EXPECT_GE(batched.largest_result_batch, 2);
+  EXPECT_LE(batched.largest_batch, 8);
+  EXPECT_EQ(alone.largest_batch, 1);
+  EXPECT_EQ(alone.largest_result_batch, 1);
+  ASSERT_EQ(batched.finals.size(), alone.finals.size());
+  for (size_t i = 0; i < alone.finals.size(); ++i) {
+    EXPECT_EQ(batched.finals[i], alone.finals[i]) << "stream " << i;
+  }
+}
+
 TEST_F(StreamingEngineTest, BadOptionsAreRefused) {
   auto engine = MakeEngine();
   StreamOptions options;
@@ -242,6 +382,13 @@ TEST_F(StreamingEngineTest, BadOptionsAreRefused) {
   EngineOptions bad;
   bad.max_streams = 0;
   EXPECT_FALSE(StreamingEngine::Create(bad, *transcriber_, vad_).ok());
+  for (int max_batch : {0, 257}) {
+    EngineOptions bad_batch;
+    bad_batch.max_batch = max_batch;
+    auto engine = StreamingEngine::Create(bad_batch, *transcriber_, vad_);
+    ASSERT_FALSE(engine.ok());
+    EXPECT_NE(engine.status().message().find("max_batch"), absl::string_view::npos);
+  }
 }
 
 // With Silero VAD, as the daemon runs: white noise and silence give no transcript, speech does.

@@ -1,7 +1,6 @@
 #include "engine/streaming/utterance_decoder.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 
 #include "absl/strings/ascii.h"
@@ -12,11 +11,6 @@ namespace waav::streaming {
 namespace {
 
 constexpr int kSampleRateHz = 16000;
-
-double MsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-      .count();
-}
 
 }  // namespace
 
@@ -53,34 +47,21 @@ std::string UtteranceDecoder::TextOf(const std::vector<int>& tokens) const {
   return std::string(absl::StripLeadingAsciiWhitespace(vocabulary_.DecodeText(tokens)));
 }
 
-absl::StatusOr<RecognitionResult> UtteranceDecoder::Decode(const DecodeContext& context,
-                                                           absl::Span<const float> audio,
-                                                           int64_t start_ms, bool is_final,
-                                                           EndReason end_reason) {
-  const whisper::WhisperModel& model = context.transcriber->model();
+UtteranceInput UtteranceDecoder::Prepare(const frontend::LogMel& log_mel, int n_frames,
+                                         absl::Span<const float> audio) const {
   const whisper::SpecialTokens& special = vocabulary_.special();
-  RecognitionResult result;
-  result.utterance_index = utterance_index_;
-  result.is_final = is_final;
-  result.end_reason = end_reason;
-  result.start_ms = start_ms;
-  result.end_ms = start_ms + static_cast<int64_t>(audio.size()) * 1000 / kSampleRateHz;
-
+  UtteranceInput input;
   // Log-mel of the utterance, zero-padded to one window like the offline path.
-  const auto encode_start = std::chrono::steady_clock::now();
-  const frontend::LogMel::Features features = context.log_mel->Compute(audio);
-  const int window_frames = model.dims().n_frames();
-  const int frames = std::min(window_frames, features.n_frames - 1);
-  std::vector<float> window(static_cast<size_t>(features.n_mels) * window_frames, 0.0f);
+  const frontend::LogMel::Features features = log_mel.Compute(audio);
+  const int frames = std::min(n_frames, features.n_frames - 1);
+  input.mel.assign(static_cast<size_t>(features.n_mels) * n_frames, 0.0f);
   for (int m = 0; m < features.n_mels; ++m) {
     const float* src = features.data.data() + static_cast<size_t>(m) * features.n_frames;
-    std::copy(src, src + frames, window.begin() + static_cast<size_t>(m) * window_frames);
+    std::copy(src, src + frames, input.mel.begin() + static_cast<size_t>(m) * n_frames);
   }
-  RETURN_IF_ERROR(model.Encode(window, *context.state));
-  result.latency.encoder_ms = MsSince(encode_start);
 
   // Prompt: earlier text, then the task, text only, then what is already committed.
-  std::vector<int> prompt;
+  std::vector<int>& prompt = input.prompt;
   if (options_.condition_on_previous_text && !context_.empty()) {
     prompt.push_back(special.sot_prev);
     const size_t take = std::min<size_t>(context_.size(), 223);
@@ -91,13 +72,21 @@ absl::StatusOr<RecognitionResult> UtteranceDecoder::Decode(const DecodeContext& 
   prompt.push_back(special.no_timestamps);
   const std::vector<int>& committed = agreement_.committed();
   prompt.insert(prompt.end(), committed.begin(), committed.end());
+  return input;
+}
 
-  const auto decode_start = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(whisper::GreedyResult decoded,
-                   whisper::DecodeGreedy(model, vocabulary_, prompt, whisper::GreedyOptions{},
-                                         *context.state));
-  result.latency.decoder_ms = MsSince(decode_start);
+RecognitionResult UtteranceDecoder::Finish(const whisper::GreedyResult& decoded, int64_t start_ms,
+                                           size_t audio_samples, bool is_final,
+                                           EndReason end_reason) {
+  const whisper::SpecialTokens& special = vocabulary_.special();
+  RecognitionResult result;
+  result.utterance_index = utterance_index_;
+  result.is_final = is_final;
+  result.end_reason = end_reason;
+  result.start_ms = start_ms;
+  result.end_ms = start_ms + static_cast<int64_t>(audio_samples) * 1000 / kSampleRateHz;
   result.latency.decoder_steps = static_cast<int>(decoded.tokens.size()) + 1;
+  const std::vector<int>& committed = agreement_.committed();
 
   // Whisper's own silence test (as faster-whisper applies it): likely no speech and an
   // unconfident decode means the VAD let noise through.

@@ -17,24 +17,32 @@
 
 namespace waav::streaming {
 
-// Shared by every stream the scheduler serves; used from the scheduler thread only.
-struct DecodeContext {
-  const whisper::Transcriber* transcriber = nullptr;
-  whisper::DecoderState* state = nullptr;  // batch 1, reused across streams
-  const frontend::LogMel* log_mel = nullptr;
+// One utterance window ready for the model.
+struct UtteranceInput {
+  std::vector<float> mel;   // log-mel [n_mels, n_frames], zero-padded to one window
+  std::vector<int> prompt;  // the decoder prompt (see UtteranceDecoder::Prepare)
 };
 
+// A stream's decoding policy. The model work is the caller's, so that the scheduler can batch
+// the windows of many streams: Prepare(), then the encoder and greedy decoding of the window
+// with the prompt, then Finish() with the decoded tokens. Used from one thread at a time.
 class UtteranceDecoder {
  public:
   UtteranceDecoder(const whisper::Vocabulary& vocabulary, const StreamOptions& options);
 
-  // Decodes `audio` (16 kHz, the utterance from its padded start) and returns the result to send.
-  // `start_ms` is the audio's position in the stream. A final result closes the utterance and
-  // moves its text into the context for the next one. Returns std::nullopt-like empty transcript
-  // results as they are; the caller decides what to send.
-  absl::StatusOr<RecognitionResult> Decode(const DecodeContext& context,
-                                           absl::Span<const float> audio, int64_t start_ms,
-                                           bool is_final, EndReason end_reason);
+  // The log-mel window of `audio` (16 kHz, the utterance from its padded start; `n_frames` mel
+  // frames per window) and the prompt: earlier utterances' text, the task, text only, then what
+  // is already committed as the forced prefix.
+  UtteranceInput Prepare(const frontend::LogMel& log_mel, int n_frames,
+                         absl::Span<const float> audio) const;
+
+  // The result to send for the window last prepared, given its decoded tokens. `start_ms` is
+  // the audio's position in the stream, `audio_samples` its length. A final result closes the
+  // utterance and moves its text into the context for the next one. Results with an empty
+  // transcript are returned as they are; the caller decides what to send. Latency fields other
+  // than decoder_steps are the caller's.
+  RecognitionResult Finish(const whisper::GreedyResult& decoded, int64_t start_ms,
+                           size_t audio_samples, bool is_final, EndReason end_reason);
 
   int utterance_index() const { return utterance_index_; }
 

@@ -99,10 +99,18 @@ void LogitRules::Apply(absl::Span<const int> sampled, absl::Span<float> logits) 
   }
 }
 
-absl::StatusOr<GreedyResult> DecodeGreedy(const WhisperModel& model, const Vocabulary& vocabulary,
-                                          const std::vector<int>& prompt,
-                                          const GreedyOptions& options, DecoderState& state) {
-  const SpecialTokens& special = vocabulary.special();
+namespace {
+
+// Where a prompt's parts are and how far it may decode (DecodeGreedy's header has the layout).
+struct PromptPlan {
+  int sot_index = 0;   // <|startoftranscript|>
+  int start_step = 0;  // the last prompt token: fed at the first step, sampling follows it
+  bool timestamps = true;
+  int max_steps = 0;
+};
+
+absl::StatusOr<PromptPlan> PlanPrompt(const SpecialTokens& special, const std::vector<int>& prompt,
+                                      const GreedyOptions& options, int n_text_ctx) {
   auto sot = std::find(prompt.begin(), prompt.end(), special.sot);
   if (sot == prompt.end()) {
     return absl::InvalidArgumentError("decoder prompt has no <|startoftranscript|> token");
@@ -114,70 +122,201 @@ absl::StatusOr<GreedyResult> DecodeGreedy(const WhisperModel& model, const Vocab
          prompt[prompt_length] <= special.no_timestamps) {
     ++prompt_length;
   }
-  const bool timestamps = prompt[prompt_length - 1] != special.no_timestamps;
-  if (prompt_length != prompt.size() && timestamps) {
+  PromptPlan plan;
+  plan.timestamps = prompt[prompt_length - 1] != special.no_timestamps;
+  if (prompt_length != prompt.size() && plan.timestamps) {
     return absl::UnimplementedError(
         "a forced prefix is supported only after <|notimestamps|>");
   }
   // Everything but the last prompt token is fed as one batch; sampling starts from the last.
-  const int start_step = static_cast<int>(prompt.size()) - 1;
-  const int max_length = std::min(options.max_length, model.dims().n_text_ctx);
-  if (start_step >= max_length) {
+  plan.start_step = static_cast<int>(prompt.size()) - 1;
+  const int max_length = std::min(options.max_length, n_text_ctx);
+  if (plan.start_step >= max_length) {
     return absl::InvalidArgumentError(absl::StrCat("decoder prompt of ", prompt.size(),
                                                    " tokens leaves no room to decode"));
   }
-  const int max_steps = std::min(max_length / 2, max_length - start_step);
+  plan.max_steps = std::min(max_length / 2, max_length - plan.start_step);
+  plan.sot_index = static_cast<int>(sot - prompt.begin());
+  return plan;
+}
 
-  // <|nospeech|> is read at the <|startoftranscript|> position. When the prompt goes on past it
-  // (<|notimestamps|>, a forced prefix), the prefill stops there once to read it.
-  const int sot_index = static_cast<int>(sot - prompt.begin());
-  GreedyResult result;
+// Feeds the prompt but its last token to `row` (batch 1: a state of its own or one row of a
+// pool), reading <|nospeech|> on the way when the prompt goes on past <|startoftranscript|>.
+absl::Status Prefill(const WhisperModel& model, const SpecialTokens& special,
+                     const std::vector<int>& prompt, const PromptPlan& plan, DecoderState& row,
+                     GreedyResult* result) {
   int fed = 0;
-  if (sot_index < start_step) {
-    std::vector<int32_t> head(prompt.begin(), prompt.begin() + sot_index + 1);
+  if (plan.sot_index < plan.start_step) {
+    // <|nospeech|> is read at the <|startoftranscript|> position, so the prefill stops there
+    // once to read it.
+    std::vector<int32_t> head(prompt.begin(), prompt.begin() + plan.sot_index + 1);
     std::vector<int32_t> position = {0};
     ASSIGN_OR_RETURN(std::vector<float> logits,
-                     model.Decode(head, static_cast<int>(head.size()), position, state));
+                     model.Decode(head, static_cast<int>(head.size()), position, row));
     const double log_total = LogSumExp(logits.data(), model.dims().n_vocab);
-    result.no_speech_prob = static_cast<float>(
-        std::exp(logits[static_cast<size_t>(special.no_speech)] - log_total));
-    fed = sot_index + 1;
+    result->no_speech_prob =
+        static_cast<float>(std::exp(logits[static_cast<size_t>(special.no_speech)] - log_total));
+    fed = plan.sot_index + 1;
   }
-  if (fed < start_step) {
-    std::vector<int32_t> rest(prompt.begin() + fed, prompt.begin() + start_step);
+  if (fed < plan.start_step) {
+    std::vector<int32_t> rest(prompt.begin() + fed, prompt.begin() + plan.start_step);
     std::vector<int32_t> position = {fed};
-    RETURN_IF_ERROR(
-        model.Decode(rest, static_cast<int>(rest.size()), position, state).status());
+    RETURN_IF_ERROR(model.Decode(rest, static_cast<int>(rest.size()), position, row).status());
+  }
+  return absl::OkStatus();
+}
+
+// One row's sampling after the prefill: the token and position to feed, and, given the
+// step's logits, the rules, the choice and the bookkeeping. The same code serves DecodeGreedy
+// and every row of DecodeGreedyBatch.
+class RowSampler {
+ public:
+  RowSampler(const Vocabulary& vocabulary, const GreedyOptions& options,
+             const std::vector<int>& prompt, const PromptPlan& plan)
+      : special_(vocabulary.special()),
+        options_(options),
+        plan_(plan),
+        rules_(vocabulary, options, plan.timestamps),
+        input_(prompt[static_cast<size_t>(plan.start_step)]),
+        done_(plan.max_steps <= 0) {}
+
+  GreedyResult& result() { return result_; }
+  bool done() const { return done_; }
+  int32_t input() const { return input_; }
+  int32_t position() const { return plan_.start_step + step_; }
+
+  // Consumes this step's logits (changed in place by the rules).
+  void Sample(absl::Span<float> logits) {
+    const int n_vocab = static_cast<int>(logits.size());
+    if (step_ == 0 && plan_.sot_index == plan_.start_step) {
+      const double log_total = LogSumExp(logits.data(), n_vocab);
+      result_.no_speech_prob =
+          static_cast<float>(std::exp(logits[static_cast<size_t>(special_.no_speech)] - log_total));
+    }
+    rules_.Apply(sampled_, logits);
+    if (options_.on_step) options_.on_step(step_, logits);
+    const auto best = std::max_element(logits.begin(), logits.end());
+    const int token = static_cast<int>(best - logits.begin());
+    const double logprob = static_cast<double>(*best) - LogSumExp(logits.data(), n_vocab);
+    result_.sum_logprob += logprob;
+    ++step_;
+    if (token == special_.eot) {
+      done_ = true;
+      return;
+    }
+    result_.token_logprobs.push_back(static_cast<float>(logprob));
+    sampled_.push_back(token);
+    input_ = token;
+    done_ = step_ >= plan_.max_steps;
   }
 
-  LogitRules rules(vocabulary, options, timestamps);
-  std::vector<int> sampled;
-  int32_t input = prompt[static_cast<size_t>(start_step)];
-  const int n_vocab = model.dims().n_vocab;
-  for (int step = 0; step < max_steps; ++step) {
-    std::vector<int32_t> position = {start_step + step};
+  GreedyResult Finish() {
+    result_.tokens = std::move(sampled_);
+    result_.steps = step_;
+    result_.avg_logprob = result_.sum_logprob / static_cast<double>(result_.tokens.size() + 1);
+    return std::move(result_);
+  }
+
+ private:
+  const SpecialTokens& special_;
+  const GreedyOptions& options_;
+  const PromptPlan plan_;
+  const LogitRules rules_;
+  GreedyResult result_;
+  std::vector<int> sampled_;
+  int32_t input_;
+  int step_ = 0;
+  bool done_;
+};
+
+}  // namespace
+
+absl::Status CheckPrompt(const Vocabulary& vocabulary, const std::vector<int>& prompt,
+                         const GreedyOptions& options, int n_text_ctx) {
+  return PlanPrompt(vocabulary.special(), prompt, options, n_text_ctx).status();
+}
+
+absl::StatusOr<GreedyResult> DecodeGreedy(const WhisperModel& model, const Vocabulary& vocabulary,
+                                          const std::vector<int>& prompt,
+                                          const GreedyOptions& options, DecoderState& state) {
+  ASSIGN_OR_RETURN(const PromptPlan plan,
+                   PlanPrompt(vocabulary.special(), prompt, options, model.dims().n_text_ctx));
+  RowSampler row(vocabulary, options, prompt, plan);
+  RETURN_IF_ERROR(Prefill(model, vocabulary.special(), prompt, plan, state, &row.result()));
+  const size_t n_vocab = static_cast<size_t>(model.dims().n_vocab);
+  while (!row.done()) {
+    const int32_t input = row.input();
+    const std::vector<int32_t> position = {row.position()};
     ASSIGN_OR_RETURN(std::vector<float> logits,
                      model.Decode(absl::MakeConstSpan(&input, 1), 1, position, state));
-    absl::Span<float> row(logits.data(), static_cast<size_t>(n_vocab));
-    if (step == 0 && sot_index == start_step) {
-      const double log_total = LogSumExp(row.data(), n_vocab);
-      result.no_speech_prob =
-          static_cast<float>(std::exp(row[static_cast<size_t>(special.no_speech)] - log_total));
-    }
-    rules.Apply(sampled, row);
-    if (options.on_step) options.on_step(step, row);
-    const auto best = std::max_element(row.begin(), row.end());
-    const int token = static_cast<int>(best - row.begin());
-    const double logprob = static_cast<double>(*best) - LogSumExp(row.data(), n_vocab);
-    result.sum_logprob += logprob;
-    if (token == special.eot) break;
-    result.token_logprobs.push_back(static_cast<float>(logprob));
-    sampled.push_back(token);
-    input = token;
+    row.Sample(absl::Span<float>(logits.data(), n_vocab));
   }
-  result.tokens = std::move(sampled);
-  result.avg_logprob = result.sum_logprob / static_cast<double>(result.tokens.size() + 1);
-  return result;
+  return row.Finish();
+}
+
+absl::StatusOr<std::vector<GreedyResult>> DecodeGreedyBatch(
+    const WhisperModel& model, const Vocabulary& vocabulary,
+    absl::Span<const std::vector<int>> prompts, const GreedyOptions& options,
+    DecoderStatePool& pool, const std::function<void(int row, const GreedyResult&)>& on_row_done) {
+  const int n = static_cast<int>(prompts.size());
+  if (n > pool.max_batch()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(n, " prompts for a decoder pool of ", pool.max_batch(), " slots"));
+  }
+  std::vector<RowSampler> rows;
+  rows.reserve(prompts.size());
+  for (int b = 0; b < n; ++b) {
+    const std::vector<int>& prompt = prompts[static_cast<size_t>(b)];
+    auto plan = PlanPrompt(vocabulary.special(), prompt, options, model.dims().n_text_ctx);
+    if (!plan.ok()) {
+      return absl::Status(plan.status().code(),
+                          absl::StrCat("batch row ", b, ": ", plan.status().message()));
+    }
+    rows.emplace_back(vocabulary, options, prompt, *plan);
+    RETURN_IF_ERROR(
+        Prefill(model, vocabulary.special(), prompt, *plan, pool.Row(b), &rows.back().result()));
+  }
+
+  std::vector<GreedyResult> results(rows.size());
+  std::vector<bool> finished(rows.size(), false);
+  auto finish_done_rows = [&] {
+    for (size_t b = 0; b < rows.size(); ++b) {
+      if (finished[b] || !rows[b].done()) continue;
+      finished[b] = true;
+      results[b] = rows[b].Finish();
+      if (on_row_done) on_row_done(static_cast<int>(b), results[b]);
+    }
+  };
+  finish_done_rows();
+  const size_t n_vocab = static_cast<size_t>(model.dims().n_vocab);
+  std::vector<int32_t> tokens, positions;
+  for (;;) {
+    int highest = -1;  // the highest row still decoding
+    for (int b = 0; b < n; ++b) {
+      if (!rows[static_cast<size_t>(b)].done()) highest = b;
+    }
+    if (highest < 0) break;
+    DecoderState& state = pool.ForRows(highest + 1);
+    const int batch = state.batch_size();
+    // Finished rows and the bucket's unused rows are fed <|endoftext|> at position 0: a step
+    // computes them but nothing reads what it writes there.
+    tokens.assign(static_cast<size_t>(batch), vocabulary.special().eot);
+    positions.assign(static_cast<size_t>(batch), 0);
+    for (int b = 0; b <= highest; ++b) {
+      const RowSampler& row = rows[static_cast<size_t>(b)];
+      if (row.done()) continue;
+      tokens[static_cast<size_t>(b)] = row.input();
+      positions[static_cast<size_t>(b)] = row.position();
+    }
+    ASSIGN_OR_RETURN(std::vector<float> logits, model.Decode(tokens, 1, positions, state));
+    for (int b = 0; b <= highest; ++b) {
+      RowSampler& row = rows[static_cast<size_t>(b)];
+      if (row.done()) continue;
+      row.Sample(absl::Span<float>(logits.data() + static_cast<size_t>(b) * n_vocab, n_vocab));
+    }
+    finish_done_rows();
+  }
+  return results;
 }
 
 }  // namespace waav::whisper

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/models/whisper/decoder_pool.h"
 #include "engine/models/whisper/vocabulary.h"
 #include "engine/models/whisper/whisper_model.h"
 
@@ -24,7 +25,8 @@ struct GreedyOptions {
   // Latest first timestamp, in 0.02 s steps. Default: 50 (1.0 s).
   int max_initial_timestamp_index = 50;
   // Called after the rules at every step with the step's logits (disabled entries −inf), before
-  // the token is chosen; for parity tests and diagnostics. Default: none.
+  // the token is chosen; for parity tests and diagnostics. DecodeGreedyBatch calls it for every
+  // row still decoding, in row order. Default: none.
   std::function<void(int step, absl::Span<const float> logits)> on_step;
 };
 
@@ -34,6 +36,7 @@ struct GreedyResult {
   double sum_logprob = 0;        // log-probabilities of every sampled token, <|endoftext|> too
   double avg_logprob = 0;        // sum_logprob / (tokens + 1), as faster-whisper reports it
   float no_speech_prob = 0;      // P(<|nospeech|>) at the <|startoftranscript|> position
+  int steps = 0;                 // single-token decoder steps (the prefill not counted)
 };
 
 // The logit rules on one row of logits (in place: disallowed entries become −inf).
@@ -54,6 +57,12 @@ class LogitRules {
   std::vector<int> suppress_begin_;
 };
 
+// Checks `prompt` as DecodeGreedy does before decoding (a <|startoftranscript|> token, room to
+// decode within min(options.max_length, n_text_ctx), a forced prefix only after
+// <|notimestamps|>), so that a batch can leave out a row that would fail.
+absl::Status CheckPrompt(const Vocabulary& vocabulary, const std::vector<int>& prompt,
+                         const GreedyOptions& options, int n_text_ctx);
+
 // Runs the decoder from `prompt` over the window already encoded into `state` (batch size 1).
 // The prompt is [<|startofprev|> context...] <|startoftranscript|> [task tokens]
 // [<|notimestamps|> [forced prefix...]]; a forced prefix is fed, never sampled, and is not part of
@@ -61,5 +70,25 @@ class LogitRules {
 absl::StatusOr<GreedyResult> DecodeGreedy(const WhisperModel& model, const Vocabulary& vocabulary,
                                           const std::vector<int>& prompt,
                                           const GreedyOptions& options, DecoderState& state);
+
+// Greedy decoding of prompts.size() windows in lockstep, window b in slot b of `pool`: its
+// cross-attention K/V must already be there (WhisperModel::EncodeOnDevice on pool.Row(b)).
+// Each row's prompt is prefilled on its own slot exactly as DecodeGreedy prefills it; then one
+// DecoderStep serves every row at its own position with its own rules, until each row samples
+// <|endoftext|> or reaches its length limit. A finished row stays in the batch, masked (fed a
+// dummy token at position 0, its logits ignored), until every row above it has finished too;
+// the batch then shrinks to the smallest bucket that still holds the highest row decoding
+// (DecoderStatePool::ForRows), so no cache is ever copied. Put the rows expected to run longest
+// first. The kernels treat rows independently, so on the CPU backend (batch ≤ 32, the
+// small-GEMM path) each row's tokens equal DecodeGreedy's on that window alone; the test
+// greedy_batch_test checks it. An invalid prompt (CheckPrompt) fails the whole call.
+// `on_row_done`, when given, gets each row's result as soon as that row is done (between
+// steps, on the calling thread), so that a caller can send it before the batch's longest row
+// ends; the returned vector holds the same results.
+absl::StatusOr<std::vector<GreedyResult>> DecodeGreedyBatch(
+    const WhisperModel& model, const Vocabulary& vocabulary,
+    absl::Span<const std::vector<int>> prompts, const GreedyOptions& options,
+    DecoderStatePool& pool,
+    const std::function<void(int row, const GreedyResult&)>& on_row_done = nullptr);
 
 }  // namespace waav::whisper

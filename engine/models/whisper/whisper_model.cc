@@ -261,6 +261,44 @@ absl::StatusOr<std::unique_ptr<DecoderState>> WhisperModel::NewDecoderState(int 
   return state;
 }
 
+absl::StatusOr<std::unique_ptr<DecoderState>> DecoderState::Rows(int begin, int end) const {
+  if (begin < 0 || end > batch_size_ || begin >= end) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rows [", begin, ", ", end, ") of a decoder state of batch ", batch_size_));
+  }
+  // Every tensor of the state has the batch in dimension 0, except `hidden`, which is flat
+  // (rows × the widest feed-forward layer) and is sliced by its per-row share.
+  auto rows = [&](const Tensor& t) { return t.Slice(begin, end); };
+  auto view = std::make_unique<DecoderState>();
+  view->batch_size_ = end - begin;
+  for (size_t i = 0; i < self_k_.size(); ++i) {
+    ASSIGN_OR_RETURN(Tensor ck, rows(cross_k_[i]));
+    ASSIGN_OR_RETURN(Tensor cv, rows(cross_v_[i]));
+    ASSIGN_OR_RETURN(Tensor sk, rows(self_k_[i]));
+    ASSIGN_OR_RETURN(Tensor sv, rows(self_v_[i]));
+    view->cross_k_.push_back(ck);
+    view->cross_v_.push_back(cv);
+    view->self_k_.push_back(sk);
+    view->self_v_.push_back(sv);
+  }
+  ASSIGN_OR_RETURN(view->positions_, rows(positions_));
+  ASSIGN_OR_RETURN(view->lengths_, rows(lengths_));
+  const StepBuffers& s = step_;
+  StepBuffers& v = view->step_;
+  ASSIGN_OR_RETURN(v.tokens, rows(s.tokens));
+  ASSIGN_OR_RETURN(v.x, rows(s.x));
+  ASSIGN_OR_RETURN(v.out, rows(s.out));
+  ASSIGN_OR_RETURN(v.h, rows(s.h));
+  ASSIGN_OR_RETURN(v.q, rows(s.q));
+  ASSIGN_OR_RETURN(v.k, rows(s.k));
+  ASSIGN_OR_RETURN(v.v, rows(s.v));
+  ASSIGN_OR_RETURN(v.attended, rows(s.attended));
+  ASSIGN_OR_RETURN(v.logits, rows(s.logits));
+  const int64_t hidden_per_row = s.hidden.numel() / batch_size_;
+  ASSIGN_OR_RETURN(v.hidden, s.hidden.Slice(begin * hidden_per_row, end * hidden_per_row));
+  return view;
+}
+
 absl::StatusOr<WhisperModel::Workspace> WhisperModel::NewWorkspace(const Shape& x_shape) const {
   const int64_t rows = x_shape.numel() / dims_.d_model;
   const int64_t n_ff =
@@ -362,6 +400,24 @@ absl::StatusOr<std::unique_ptr<EncoderBuffers>> WhisperModel::UploadMel(
   RETURN_IF_ERROR(backend_.CopyFromHost(time_major.data(), time_major.size() * sizeof(float),
                                         buffers->mel_));
   return buffers;
+}
+
+absl::Status WhisperModel::WriteMel(absl::Span<const float> mel, int row,
+                                    EncoderBuffers& buffers) const {
+  const int64_t frames = dims_.n_frames(), mels = dims_.n_mels;
+  if (static_cast<int64_t>(mel.size()) != mels * frames) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("log-mel window has ", mel.size(), " values; expected ", mels, " x ", frames));
+  }
+  if (row < 0 || row >= buffers.batch_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("row ", row, " of encoder buffers for batch ", buffers.batch_size()));
+  }
+  std::vector<float> time_major(mel.size());
+  for (int64_t m = 0; m < mels; ++m)
+    for (int64_t t = 0; t < frames; ++t) time_major[t * mels + m] = mel[m * frames + t];
+  ASSIGN_OR_RETURN(const Tensor dst, buffers.mel_.Slice(row, row + 1));
+  return backend_.CopyFromHost(time_major.data(), time_major.size() * sizeof(float), dst);
 }
 
 absl::Status WhisperModel::EncodeOnDevice(EncoderBuffers& buffers, DecoderState* state) const {

@@ -71,6 +71,13 @@ class DecoderState {
   const Tensor& cross_k(int layer) const { return cross_k_[static_cast<size_t>(layer)]; }
   const Tensor& cross_v(int layer) const { return cross_v_[static_cast<size_t>(layer)]; }
 
+  // Rows [begin, end) of this state as a state of batch end − begin that shares its memory:
+  // caches, step inputs, step activations and logits are views (Tensor::Slice), so creating one
+  // allocates nothing on the device. A step on the view reads and writes only its rows; the
+  // view keeps the memory alive. Used to run one row alone (encode into it, prefill its prompt)
+  // and to step a prefix of the rows at a smaller batch size.
+  absl::StatusOr<std::unique_ptr<DecoderState>> Rows(int begin, int end) const;
+
  private:
   friend class WhisperModel;
   // Activations of one step (T = 1), allocated with the state so that a step allocates nothing.
@@ -130,6 +137,10 @@ class WhisperModel {
   // allocates nothing, copies nothing to or from the host and does not wait, so it can be
   // captured into a graph like DecodeStep (the buffers and state must outlive the graph).
   absl::Status EncodeOnDevice(EncoderBuffers& buffers, DecoderState* state) const;
+
+  // Writes one log-mel window (host [n_mels, n_frames], the front end's layout) into row `row`
+  // of buffers.mel(), transposed to time-major. Copies to the device; allocates nothing there.
+  absl::Status WriteMel(absl::Span<const float> mel, int row, EncoderBuffers& buffers) const;
 
   // Encoder output only (host [B, n_audio_ctx, d_model]); for tests and parity checks.
   absl::StatusOr<std::vector<float>> EncoderOutput(absl::Span<const float> mel, int batch) const;

@@ -1,0 +1,58 @@
+#include "engine/models/whisper/decoder_pool.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "engine/runtime/status.h"
+
+namespace waav::whisper {
+
+absl::StatusOr<std::unique_ptr<DecoderStatePool>> DecoderStatePool::Create(
+    const WhisperModel& model, int max_batch) {
+  if (max_batch < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a decoder pool needs at least one slot; got ", max_batch));
+  }
+  auto pool = std::unique_ptr<DecoderStatePool>(new DecoderStatePool());
+  ASSIGN_OR_RETURN(pool->slots_, model.NewDecoderState(max_batch));
+  // Zeroed so that a row nobody has encoded into yet (a bucket's unused rows, which a step
+  // computes but nobody reads) holds finite values.
+  const DecoderState& s = *pool->slots_;
+  Backend& backend = model.backend();
+  std::vector<char> zeros;
+  for (int layer = 0; layer < model.dims().n_decoder_layers; ++layer) {
+    for (const Tensor* t :
+         {&s.cross_k(layer), &s.cross_v(layer), &s.self_k(layer), &s.self_v(layer)}) {
+      zeros.resize(std::max(zeros.size(), t->size_bytes()), 0);
+      RETURN_IF_ERROR(backend.CopyFromHost(zeros.data(), t->size_bytes(), *t));
+    }
+  }
+  for (int bucket = 1;; bucket *= 2) {
+    const int size = std::min(bucket, max_batch);
+    ASSIGN_OR_RETURN(auto view, pool->slots_->Rows(0, size));
+    pool->buckets_.push_back(std::move(view));
+    if (size == max_batch) break;
+  }
+  for (int row = 0; row < max_batch; ++row) {
+    ASSIGN_OR_RETURN(auto view, pool->slots_->Rows(row, row + 1));
+    pool->rows_.push_back(std::move(view));
+  }
+  RETURN_IF_ERROR(backend.Synchronize());
+  return pool;
+}
+
+int DecoderStatePool::BucketFor(int rows) const {
+  for (const auto& bucket : buckets_) {
+    if (bucket->batch_size() >= rows) return bucket->batch_size();
+  }
+  return max_batch();
+}
+
+DecoderState& DecoderStatePool::ForRows(int rows) {
+  for (const auto& bucket : buckets_) {
+    if (bucket->batch_size() >= rows) return *bucket;
+  }
+  return *buckets_.back();
+}
+
+}  // namespace waav::whisper

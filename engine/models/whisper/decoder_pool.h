@@ -1,0 +1,40 @@
+// Decoder states for batches of 1..max_batch windows, all over one set of max_batch cache slots.
+//
+// The slots (cross- and self-attention caches, step buffers) are allocated once. A batch of n
+// windows runs on the state of the smallest bucket (1, 2, 4, ..., max_batch) that holds n: the
+// view of slots [0, bucket), created once with the pool and reused, so nothing is allocated per
+// batch and a graph captured per bucket keeps its addresses. Row(b) is slot b alone (batch 1),
+// to encode a window into it and prefill its prompt.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/models/whisper/whisper_model.h"
+
+namespace waav::whisper {
+
+class DecoderStatePool {
+ public:
+  // max_batch slots for `model` (tiny.en: about 24 MB each in f32), zeroed.
+  static absl::StatusOr<std::unique_ptr<DecoderStatePool>> Create(const WhisperModel& model,
+                                                                  int max_batch);
+
+  int max_batch() const { return static_cast<int>(rows_.size()); }
+  // The batch size `rows` windows run at: the smallest bucket ≥ rows (1 ≤ rows ≤ max_batch).
+  int BucketFor(int rows) const;
+  // Slots [0, BucketFor(rows)) as one state.
+  DecoderState& ForRows(int rows);
+  // Slot `row` alone, batch 1 (0 ≤ row < max_batch).
+  DecoderState& Row(int row) { return *rows_[static_cast<size_t>(row)]; }
+
+ private:
+  DecoderStatePool() = default;
+
+  std::unique_ptr<DecoderState> slots_;
+  std::vector<std::unique_ptr<DecoderState>> buckets_;  // ascending batch sizes
+  std::vector<std::unique_ptr<DecoderState>> rows_;
+};
+
+}  // namespace waav::whisper

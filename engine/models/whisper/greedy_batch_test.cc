@@ -1,0 +1,242 @@
+// Batched greedy decoding (DecodeGreedyBatch over a DecoderStatePool) against decoding each
+// window alone (DecodeGreedy on a batch-1 state), with real tiny.en weights on real speech:
+// windows of different lengths, prompts of different lengths and kinds (timestamps, text only,
+// earlier text, a forced prefix), rows finishing at different steps.
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <random>
+
+#include "engine/audio/resampler.h"
+#include "engine/frontend/log_mel.h"
+#include "engine/models/whisper/decoder_pool.h"
+#include "engine/models/whisper/greedy_decoder.h"
+#include "engine/models/whisper/transcriber.h"
+#include "engine/runtime/backend_registry.h"
+#include "gtest/gtest.h"
+#include "tests/support/test_env.h"
+
+namespace waav::whisper {
+namespace {
+
+class GreedyBatchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto model = waav::testing::TinyEnModelDir();
+    if (!model) GTEST_SKIP() << "models/whisper-tiny.en absent: run scripts/setup";
+    const std::vector<std::string> names = {"jfk.wav",
+                                            "ljspeech/LJ001-0001.wav",
+                                            "ljspeech/LJ001-0002.wav",
+                                            "ljspeech/LJ001-0008.wav",
+                                            "ljspeech/LJ001-0015.wav",
+                                            "ljspeech/LJ001-0026.wav"};
+    for (const std::string& name : names) {
+      const auto path = waav::testing::SpeechFile(name);
+      if (!path)
+        GTEST_SKIP() << "shared speech data absent ($WAAV_SHARED_DATA/speech/" << name << ")";
+      auto audio = audio::LoadAudio16k(*path);
+      ASSERT_TRUE(audio.ok()) << audio.status();
+      clips_.push_back(std::move(audio->samples));
+    }
+    auto backend = CreateBackend("cpu", {});
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    backend_ = std::move(*backend);
+    auto transcriber = Transcriber::Load(*model, *backend_);
+    ASSERT_TRUE(transcriber.ok()) << transcriber.status();
+    transcriber_ = std::move(*transcriber);
+  }
+
+  const WhisperModel& model() const { return transcriber_->model(); }
+  const Vocabulary& vocabulary() const { return transcriber_->vocabulary(); }
+
+  // One zero-padded window of `samples` ([n_mels, n_frames]), as the streaming engine builds it.
+  std::vector<float> Window(const std::vector<float>& samples) const {
+    const frontend::LogMel::Features f = log_mel_.Compute(samples);
+    const int n_frames = model().dims().n_frames();
+    const int frames = std::min(n_frames, f.n_frames - 1);
+    std::vector<float> window(static_cast<size_t>(f.n_mels) * n_frames, 0.0f);
+    for (int m = 0; m < f.n_mels; ++m) {
+      std::copy(f.data.begin() + static_cast<std::ptrdiff_t>(m) * f.n_frames,
+                f.data.begin() + static_cast<std::ptrdiff_t>(m) * f.n_frames + frames,
+                window.begin() + static_cast<std::ptrdiff_t>(m) * n_frames);
+    }
+    return window;
+  }
+
+  // Prompts of every kind the decoders support, of different lengths.
+  std::vector<std::vector<int>> Prompts() const {
+    const SpecialTokens& s = vocabulary().special();
+    const std::vector<int> sot = vocabulary().SotSequence();
+    auto concat = [](std::vector<int> a, const std::vector<int>& b) {
+      a.insert(a.end(), b.begin(), b.end());
+      return a;
+    };
+    const std::vector<int> text_only = concat(sot, {s.no_timestamps});
+    std::vector<int> earlier = {s.sot_prev};
+    earlier =
+        concat(earlier,
+               vocabulary().tokenizer().Encode(" The printing press changed how books were made."));
+    return {
+        sot,                                                               // with timestamps
+        text_only,                                                         // text only
+        concat(concat(earlier, sot), {s.no_timestamps}),                   // earlier text
+        concat(text_only, vocabulary().tokenizer().Encode(" Printing,")),  // forced prefix
+        concat(concat({s.sot_prev}, vocabulary().tokenizer().Encode(" Hello.")), sot),
+        text_only,
+    };
+  }
+
+  GreedyResult DecodeAlone(const std::vector<float>& window, const std::vector<int>& prompt) {
+    auto state = model().NewDecoderState(1);
+    EXPECT_TRUE(state.ok()) << state.status();
+    EXPECT_TRUE(model().Encode(window, **state).ok());
+    auto result = DecodeGreedy(model(), vocabulary(), prompt, GreedyOptions{}, **state);
+    EXPECT_TRUE(result.ok()) << result.status();
+    return result.ok() ? *result : GreedyResult{};
+  }
+
+  // Encodes windows[order[b]] into slot b and decodes them with prompts[order[b]] as one batch.
+  std::vector<GreedyResult> DecodeBatched(DecoderStatePool& pool,
+                                          const std::vector<std::vector<float>>& windows,
+                                          const std::vector<std::vector<int>>& prompts,
+                                          const std::vector<int>& order) {
+    auto encoder = model().NewEncoderBuffers(1);
+    EXPECT_TRUE(encoder.ok()) << encoder.status();
+    std::vector<std::vector<int>> batch_prompts;
+    for (size_t b = 0; b < order.size(); ++b) {
+      const size_t i = static_cast<size_t>(order[b]);
+      EXPECT_TRUE(model().WriteMel(windows[i], 0, **encoder).ok());
+      EXPECT_TRUE(model().EncodeOnDevice(**encoder, &pool.Row(static_cast<int>(b))).ok());
+      batch_prompts.push_back(prompts[i]);
+    }
+    auto results = DecodeGreedyBatch(model(), vocabulary(), batch_prompts, GreedyOptions{}, pool);
+    EXPECT_TRUE(results.ok()) << results.status();
+    return results.ok() ? *results : std::vector<GreedyResult>{};
+  }
+
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Transcriber> transcriber_;
+  frontend::LogMel log_mel_;
+  std::vector<std::vector<float>> clips_;
+};
+
+void ExpectSame(const GreedyResult& batched, const GreedyResult& alone, const std::string& what) {
+  EXPECT_EQ(batched.tokens, alone.tokens) << what;
+  // The kernels treat rows independently, so not only the tokens but every log-probability is
+  // bit for bit the same.
+  EXPECT_EQ(batched.token_logprobs, alone.token_logprobs) << what;
+  EXPECT_EQ(batched.sum_logprob, alone.sum_logprob) << what;
+  EXPECT_EQ(batched.no_speech_prob, alone.no_speech_prob) << what;
+  EXPECT_EQ(batched.steps, alone.steps) << what;
+}
+
+TEST_F(GreedyBatchTest, EveryRowDecodesAsItDoesAlone) {
+  std::vector<std::vector<float>> windows;
+  for (const auto& clip : clips_) windows.push_back(Window(clip));
+  const std::vector<std::vector<int>> prompts = Prompts();
+  ASSERT_EQ(windows.size(), prompts.size());
+  std::vector<GreedyResult> alone;
+  for (size_t i = 0; i < windows.size(); ++i) alone.push_back(DecodeAlone(windows[i], prompts[i]));
+  int min_steps = 1 << 30, max_steps = 0;
+  for (const GreedyResult& r : alone) {
+    min_steps = std::min(min_steps, r.steps);
+    max_steps = std::max(max_steps, r.steps);
+  }
+  std::cout << "rows alone: " << min_steps << " to " << max_steps << " steps\n";
+  ASSERT_LT(min_steps, max_steps) << "the rows should finish at different steps";
+
+  // 6 windows in a pool of 8 slots (bucket 8: two idle rows); then the pool reused for the same
+  // windows in a fresh random order and for a subset of 3 (bucket 4), so that slots hold windows
+  // and caches of earlier batches.
+  auto pool = DecoderStatePool::Create(model(), 8);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  std::vector<int> order(windows.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  const unsigned seed = std::random_device{}();
+  std::mt19937 rng(seed);
+  std::vector<int> shuffled = order;
+  std::shuffle(shuffled.begin(), shuffled.end(), rng);
+  const std::vector<int> subset(shuffled.begin(), shuffled.begin() + 3);
+  for (const std::vector<int>& o : {order, shuffled, subset}) {
+    const std::vector<GreedyResult> batched = DecodeBatched(**pool, windows, prompts, o);
+    ASSERT_EQ(batched.size(), o.size());
+    for (size_t b = 0; b < o.size(); ++b) {
+      ExpectSame(batched[b], alone[static_cast<size_t>(o[b])],
+                 "window " + std::to_string(o[b]) + " in slot " + std::to_string(b) + " of " +
+                     std::to_string(o.size()) + " (shuffle seed " + std::to_string(seed) + ")");
+    }
+  }
+}
+
+TEST_F(GreedyBatchTest, BatchedEncoderMatchesOneWindowAtATime) {
+  // For the scheduler's choice of encoding windows one at a time or as a batch: how far the
+  // batched encoder's output is from the per-window one on the CPU backend.
+  const size_t n = 3;
+  std::vector<float> mels;
+  std::vector<std::vector<float>> alone;
+  for (size_t i = 0; i < n; ++i) {
+    const std::vector<float> w = Window(clips_[i]);
+    mels.insert(mels.end(), w.begin(), w.end());
+    auto out = model().EncoderOutput(w, 1);
+    ASSERT_TRUE(out.ok()) << out.status();
+    alone.push_back(std::move(*out));
+  }
+  auto batched = model().EncoderOutput(mels, static_cast<int>(n));
+  ASSERT_TRUE(batched.ok()) << batched.status();
+  const size_t per_row = alone[0].size();
+  ASSERT_EQ(batched->size(), n * per_row);
+  double max_abs = 0;
+  size_t differing = 0;
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < per_row; ++j) {
+      const double d = std::fabs((*batched)[i * per_row + j] - alone[i][j]);
+      max_abs = std::max(max_abs, d);
+      differing += d != 0;
+    }
+  }
+  std::cout << "batched encoder vs one window at a time: " << differing << " of " << n * per_row
+            << " values differ, max abs difference " << max_abs << "\n";
+  EXPECT_LT(max_abs, 1e-3);
+}
+
+TEST_F(GreedyBatchTest, BadBatchesAreRefused) {
+  auto pool = DecoderStatePool::Create(model(), 2);
+  ASSERT_TRUE(pool.ok());
+  EXPECT_EQ((*pool)->BucketFor(1), 1);
+  EXPECT_EQ((*pool)->BucketFor(2), 2);
+  const std::vector<int> good = vocabulary().SotSequence();
+  const std::vector<std::vector<int>> three = {good, good, good};
+  auto r = DecodeGreedyBatch(model(), vocabulary(), three, GreedyOptions{}, **pool);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::vector<std::vector<int>> no_sot = {good, {vocabulary().special().sot_prev, 1, 2}};
+  r = DecodeGreedyBatch(model(), vocabulary(), no_sot, GreedyOptions{}, **pool);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("batch row 1"), absl::string_view::npos) << r.status();
+  EXPECT_FALSE(CheckPrompt(vocabulary(), no_sot[1], GreedyOptions{}, 448).ok());
+  EXPECT_TRUE(CheckPrompt(vocabulary(), good, GreedyOptions{}, 448).ok());
+  auto empty = DecodeGreedyBatch(model(), vocabulary(), {}, GreedyOptions{}, **pool);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->empty());
+  EXPECT_FALSE(DecoderStatePool::Create(model(), 0).ok());
+
+  auto state = model().NewDecoderState(4);
+  ASSERT_TRUE(state.ok());
+  EXPECT_FALSE((*state)->Rows(-1, 2).ok());
+  EXPECT_FALSE((*state)->Rows(2, 2).ok());
+  EXPECT_FALSE((*state)->Rows(3, 5).ok());
+  auto view = (*state)->Rows(1, 3);
+  ASSERT_TRUE(view.ok());
+  EXPECT_EQ((*view)->batch_size(), 2);
+  EXPECT_EQ((*view)->self_k(0).dim(0), 2);
+  EXPECT_EQ((*view)->step_logits().dim(0), 2);
+
+  auto encoder = model().NewEncoderBuffers(2);
+  ASSERT_TRUE(encoder.ok());
+  EXPECT_FALSE(model().WriteMel(std::vector<float>(10), 0, **encoder).ok());
+  const std::vector<float> window(static_cast<size_t>(80 * 3000), 0.0f);
+  EXPECT_FALSE(model().WriteMel(window, 2, **encoder).ok());
+  EXPECT_TRUE(model().WriteMel(window, 1, **encoder).ok());
+}
+
+}  // namespace
+}  // namespace waav::whisper
