@@ -256,6 +256,7 @@ absl::Status PersistentWhisperDecoder::Step(const whisper::DecoderState& state) 
   p.self_split_keys = options_.self_split_keys;
   p.prefetch = options_.prefetch;
   p.logits_prefetch_layer = options_.logits_prefetch_layer;
+  p.profile_mode = options_.profile_mode;
   return ext_.LaunchRaw(
       "PersistentDecoderStep",
       [p](const cuda::LaunchContext& ctx) {
@@ -263,7 +264,7 @@ absl::Status PersistentWhisperDecoder::Step(const whisper::DecoderState& state) 
       },
       std::move(keep),
       {batch_, p.n_layers, p.cross_f16, p.prefetch, p.cross_split_keys, p.self_split_keys,
-       p.logits_prefetch_layer, p.logits != nullptr, p.suppress_bits != nullptr});
+       p.logits_prefetch_layer, p.logits != nullptr, p.suppress_bits != nullptr, p.profile_mode});
 }
 
 }  // namespace waav::bench

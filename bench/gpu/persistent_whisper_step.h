@@ -33,6 +33,8 @@ struct PersistentStepOptions {
   int self_split_keys = 32;
   // Also write the raw logits into state.step_logits(). Default: true.
   bool write_logits = true;
+  // Timing only, results wrong: cuda::kProfile* of kernels/cuda/persistent_decoder.cuh. 0: off.
+  int profile_mode = 0;
 };
 
 class PersistentWhisperDecoder {

@@ -39,6 +39,7 @@
 #include "engine/runtime/dtype.h"
 #include "engine/runtime/status.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/persistent_decoder.cuh"
 #include "tests/support/random_whisper.h"
 
 namespace waav {
@@ -393,6 +394,13 @@ int Main(int argc, char** argv) {
   add_persistent("f16 cross, cross split 64 keys", true, [](auto& o) { o.cross_split_keys = 64; });
   add_persistent("f16 cross, argmax only (no logits out)", true,
                  [](auto& o) { o.write_logits = false; });
+  // Attribution (wrong outputs, timing only): the same kernel with one part left out.
+  add_persistent("profile: grid barriers only", true,
+                 [](auto& o) { o.profile_mode = cuda::kProfileBarriersOnly; });
+  add_persistent("profile: no attention phases", true,
+                 [](auto& o) { o.profile_mode = cuda::kProfileNoAttention; });
+  add_persistent("profile: no logits phase", true,
+                 [](auto& o) { o.profile_mode = cuda::kProfileNoLogits; });
   std::erase_if(variants, [&](const BackendVariant& v) {
     return (!filter.empty() && v.name.find(filter) == std::string::npos) ||
            (!exclude.empty() && v.name.find(exclude) != std::string::npos);

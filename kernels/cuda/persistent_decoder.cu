@@ -35,6 +35,8 @@ constexpr int kFf = kPersistentFfn;
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / kWarp;
 constexpr int kPartial = kDh + 2;  // o[64], m, l
+constexpr int kVGroup = 16;        // value rows loaded together
+constexpr int kMaxSplits = 128;    // key splits per (row, head) the merge takes
 static_assert(kDh == 2 * kWarp, "attention keeps two dims per lane");
 
 size_t Round4(size_t n) { return (n + 3) / 4 * 4; }
@@ -61,32 +63,43 @@ Layout MakeLayout(int batch, int max_splits, int max_blocks) {
   return l;
 }
 
-// Sync words: [0] barrier arrivals, [1] barrier generation, [2] logits blocks done,
-// [8, 8 + 8·6) attention merge counters per (row, head).
-constexpr int kSyncCount = 0, kSyncGen = 1, kSyncDone = 2, kSyncHeads = 8;
+// Sync words: [0] barrier arrivals in this launch, [2] blocks done, [8, 8 + 8·6) attention merge
+// counters per (row, head).
+constexpr int kSyncCount = 0, kSyncDone = 2, kSyncHeads = 8;
 static_assert(kSyncHeads + kPersistentMaxBatch * kH <= kPersistentSyncWords, "sync area");
 
 // ---- Grid barrier -----------------------------------------------------------------------------
-// Self-resetting: the last block to arrive zeroes the count and bumps the generation that the
-// others wait on. Thread 0 reads the generation before arriving (it cannot move before this
-// block arrives); fences order each block's writes before its arrival and the others' reads
-// after the release.
-__device__ __forceinline__ void GridSync(unsigned* sync) {
+// One counter of arrivals that only grows during a launch: barrier i is passed when it reaches
+// i · blocks. Thread 0 arrives with a release reduction (no reply to wait for; cumulative over
+// the block's writes ordered before it by __syncthreads) and spins with acquire loads; the
+// target lives in its register. FinishLaunch() zeroes the counter once every block is past the
+// last barrier. (A first version with a generation word and a self-resetting count cost 2 µs per
+// barrier on an H200: three dependent L2 round trips.)
+__device__ __forceinline__ void GridSync(unsigned* sync, unsigned& target) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    const unsigned gen = gpu::LoadAcquire(sync + kSyncGen);
-    __threadfence();
-    const unsigned arrived = atomicAdd(sync + kSyncCount, 1u);
-    if (arrived == gridDim.x - 1) {
-      atomicExch(sync + kSyncCount, 0u);
-      gpu::StoreRelease(sync + kSyncGen, gen + 1);
-    } else {
-      while (gpu::LoadAcquire(sync + kSyncGen) == gen) {
-      }
+    target += gridDim.x;
+    gpu::RedAddRelease(sync + kSyncCount, 1u);
+    while (gpu::LoadAcquire(sync + kSyncCount) < target) {
     }
-    __threadfence();
   }
   __syncthreads();
+}
+
+// Called by every block after its last barrier: the last block to get here zeroes the barrier
+// counter for the next launch. Returns whether this block was the last (for all threads).
+__device__ __forceinline__ bool FinishLaunch(unsigned* sync, bool* last_block) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned done = atomicAdd(sync + kSyncDone, 1u);
+    *last_block = done == gridDim.x - 1;
+    if (*last_block) {
+      atomicExch(sync + kSyncCount, 0u);
+      atomicExch(sync + kSyncDone, 0u);
+    }
+  }
+  __syncthreads();
+  return *last_block;
 }
 
 // This block's share of [base, base + bytes) prefetched into L2 (bytes a multiple of 16).
@@ -122,15 +135,19 @@ struct Geom {
   static_assert(kChunks % kLanes == 0, "K must split evenly over the lane group");
 };
 
+// A lane's weights of one column pass, and the column's bias.
 template <int K>
 struct WeightRegs {
   uint4 v[Geom<K>::kPerLane];
+  float bias;
 };
 
 template <int K>
-__device__ __forceinline__ void LoadWeights(const __half* w, int n, int col, WeightRegs<K>& r) {
+__device__ __forceinline__ void LoadWeights(const __half* w, const float* bias, int n, int col,
+                                            WeightRegs<K>& r) {
   using G = Geom<K>;
   const int sub = threadIdx.x % G::kLanes;
+  r.bias = bias != nullptr && col < n ? bias[col] : 0.0f;
 #pragma unroll
   for (int j = 0; j < G::kPerLane; ++j) {
     r.v[j] = col < n ? *reinterpret_cast<const uint4*>(w + static_cast<size_t>(col) * K +
@@ -147,11 +164,11 @@ __device__ __forceinline__ int FirstColumn() {
   return gwarp * G::kCols + (threadIdx.x % kWarp) / G::kLanes;
 }
 
-// y[r, col] for every column of W [n, K] and row r < MaxB of xs [MaxB][K] (shared memory);
-// epi(r, col, value) runs on lane `r` of the column's lane group. `first` holds the weights of
-// the first pass (loaded before the barrier).
+// y[r, col] = W[col] · xs[r] + bias[col] for every column of W [n, K] and row r < MaxB of
+// xs [MaxB][K] (shared memory); epi(r, col, value) runs on lane `r` of the column's lane group.
+// `first` holds the weights of the first pass (loaded before the barrier).
 template <int K, int MaxB, typename Epi>
-__device__ __forceinline__ void Gemv(const __half* w, int n, const float* xs,
+__device__ __forceinline__ void Gemv(const __half* w, const float* bias, int n, const float* xs,
                                      const WeightRegs<K>& first, Epi&& epi) {
   using G = Geom<K>;
   const int lane = threadIdx.x % kWarp;
@@ -197,16 +214,31 @@ __device__ __forceinline__ void Gemv(const __half* w, int n, const float* xs,
     if (col < n) {
 #pragma unroll
       for (int r = 0; r < MaxB; ++r) {
-        if (sub == r) epi(r, col, acc[r]);
+        if (sub == r) epi(r, col, acc[r] + wr.bias);
       }
     }
   };
+  // Passes after the first (the logits' 51864 columns): kDepth passes' weights in flight, each
+  // slot refilled with the pass kDepth ahead as soon as it has been used.
+  // (Fewer with more rows: the accumulators of 8 rows leave no registers for a deeper ring.)
+  constexpr int kDepth = K > 384 ? 1 : MaxB <= 2 ? 4 : 1;
   const int group = lane / G::kLanes;
-  if (warp_base < n) process(first, warp_base + group);
-  for (int base = warp_base + stride; base < n; base += stride) {
-    WeightRegs<K> wr;
-    LoadWeights<K>(w, n, base + group, wr);
-    process(wr, base + group);
+  WeightRegs<K> ring[kDepth];
+  ring[0] = first;
+#pragma unroll
+  for (int d = 1; d < kDepth; ++d) {
+    if (warp_base + d * stride < n) {
+      LoadWeights<K>(w, bias, n, warp_base + d * stride + group, ring[d]);
+    }
+  }
+  for (int base = warp_base; base < n; base += kDepth * stride) {
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) {
+      const int b = base + d * stride;
+      if (b >= n) break;
+      process(ring[d], b + group);
+      if (b + kDepth * stride < n) LoadWeights<K>(w, bias, n, b + kDepth * stride + group, ring[d]);
+    }
   }
 }
 
@@ -219,13 +251,31 @@ struct Rows {
   bool ok[kPersistentMaxBatch];
 };
 
+// A LayerNorm's gain and bias as the lanes of warps 0 .. MaxB − 1 use them (lane + 32·i), read
+// before the barrier that starts the phase.
+constexpr int kPer = kD / kWarp;  // 12
+struct NormRegs {
+  float g[kPer], b[kPer];
+};
+template <int MaxB>
+__device__ __forceinline__ NormRegs LoadNorm(const float* gamma, const float* beta) {
+  NormRegs n;
+  const int lane = threadIdx.x % kWarp;
+  const bool used = threadIdx.x / kWarp < MaxB;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    n.g[i] = used ? gamma[lane + i * kWarp] : 0.0f;
+    n.b[i] = used ? beta[lane + i * kWarp] : 0.0f;
+  }
+  return n;
+}
+
 // xs[r][0, 384) = LayerNorm(x[r]) for r < B, zeros for B <= r < MaxB. With `embed`, x[r] is the
 // token embedding plus the position encoding, and block 0 stores it into x.
 template <int MaxB>
 __device__ void NormRows(const PersistentDecoderParams& p, const Rows& rows, float* x,
-                         const float* gamma, const float* beta, bool embed, float* xs) {
+                         const NormRegs& norm, bool embed, float* xs) {
   const int lane = threadIdx.x % kWarp, r = threadIdx.x / kWarp;
-  constexpr int kPer = kD / kWarp;  // 12
   if (r < MaxB) {
     float* out = xs + r * kD;
     if (r < rows.batch) {
@@ -251,7 +301,7 @@ __device__ void NormRows(const PersistentDecoderParams& p, const Rows& rows, flo
 #pragma unroll
       for (int i = 0; i < kPer; ++i) {
         const int c = lane + i * kWarp;
-        out[c] = (v[i] - mean) * rstd * gamma[c] + beta[c];
+        out[c] = (v[i] - mean) * rstd * norm.g[i] + norm.b[i];
       }
     } else {
 #pragma unroll
@@ -321,7 +371,8 @@ struct KvAccess<__half> {
 template <int MaxB, typename T>
 __device__ void AttentionPhase(const PersistentDecoderParams& p, const Rows& rows, const T* k,
                                const T* v, int cache_rows, bool self, int split, int max_splits,
-                               const float* q, float* att, float* partials, float* xs) {
+                               const float* q, float* att, float* partials, float* xs,
+                               float* merge_weights) {
   CopyRows<MaxB>(q, rows.batch, kD, xs);  // queries, read by all lanes (broadcast)
   unsigned* counters = p.sync + kSyncHeads;
   const int lane = threadIdx.x % kWarp;
@@ -355,6 +406,16 @@ __device__ void AttentionPhase(const PersistentDecoderParams& p, const Rows& row
     float m = -INFINITY, l = 0.0f, o0 = 0.0f, o1 = 0.0f;
     for (int t0 = k_begin; t0 < k_end; t0 += kWarp) {
       const int key = t0 + lane;
+      // The first group of value rows is requested before the keys' loads are consumed (its
+      // addresses do not depend on the scores): one memory latency for both.
+      const int count = min(kWarp, k_end - t0);
+      const T* vrow = v + row_base + static_cast<size_t>(t0) * kD + 2 * lane;
+      float2 v_first[kVGroup];
+#pragma unroll
+      for (int u = 0; u < kVGroup; ++u) {
+        v_first[u] = u < count ? KvAccess<T>::Load2(vrow + static_cast<size_t>(u) * kD)
+                               : make_float2(0.0f, 0.0f);
+      }
       float score = -INFINITY;
       if (key < k_end) {
         score = KvAccess<T>::Dot64(k + row_base + static_cast<size_t>(key) * kD, qh) * p.scale;
@@ -366,13 +427,26 @@ __device__ void AttentionPhase(const PersistentDecoderParams& p, const Rows& row
       o0 *= corr;
       o1 *= corr;
       m = m_new;
-      const int count = min(kWarp, k_end - t0);
-      const T* vrow = v + row_base + static_cast<size_t>(t0) * kD + 2 * lane;
-      for (int j = 0; j < count; ++j) {
-        const float pj = __shfl_sync(kFullMask, pk, j);
-        const float2 vv = KvAccess<T>::Load2(vrow + static_cast<size_t>(j) * kD);
-        o0 = fmaf(pj, vv.x, o0);
-        o1 = fmaf(pj, vv.y, o1);
+      // P·V: the value rows in groups of 16, each group's loads issued together.
+#pragma unroll
+      for (int g = 0; g < kWarp; g += kVGroup) {
+        if (g >= count) break;
+        float2 vv[kVGroup];
+#pragma unroll
+        for (int u = 0; u < kVGroup; ++u) {
+          if (g == 0) {
+            vv[u] = v_first[u];
+          } else {
+            vv[u] = g + u < count ? KvAccess<T>::Load2(vrow + static_cast<size_t>(g + u) * kD)
+                                  : make_float2(0.0f, 0.0f);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kVGroup; ++u) {
+          const float pj = __shfl_sync(kFullMask, pk, g + u);
+          o0 = fmaf(pj, vv[u].x, o0);
+          o1 = fmaf(pj, vv[u].y, o1);
+        }
       }
     }
     float* group = partials + static_cast<size_t>(r * kH + h) * max_splits * kPartial;
@@ -389,21 +463,47 @@ __device__ void AttentionPhase(const PersistentDecoderParams& p, const Rows& row
     if (lane == 0) arrived = atomicAdd(counters + r * kH + h, 1u);
     arrived = __shfl_sync(kFullMask, arrived, 0);
     if (arrived == static_cast<unsigned>(row_splits - 1)) {
-      // The last of this (row, head): merge every split.
+      // The last of this (row, head): merge every split. Lanes take the splits' (m, l) and
+      // leave the weights exp(m − M) in shared memory; then each lane sums its two dims over
+      // the splits, 8 partials' loads in flight at a time.
       __threadfence();
+      float* weights = merge_weights + (threadIdx.x / kWarp) * kMaxSplits;
+      float ms[kMaxSplits / kWarp], ls[kMaxSplits / kWarp];
       float m_max = -INFINITY;
-      for (int sp = lane; sp < row_splits; sp += kWarp) {
-        m_max = fmaxf(m_max, __ldcg(group + sp * kPartial + kDh));
+#pragma unroll
+      for (int i = 0; i < kMaxSplits / kWarp; ++i) {
+        const int sp = lane + i * kWarp;
+        ms[i] = sp < row_splits ? __ldcg(group + sp * kPartial + kDh) : -INFINITY;
+        ls[i] = sp < row_splits ? __ldcg(group + sp * kPartial + kDh + 1) : 0.0f;
+        m_max = fmaxf(m_max, ms[i]);
       }
       m_max = WarpMax(m_max);
-      float l_sum = 0.0f, a0 = 0.0f, a1 = 0.0f;
-      for (int sp = 0; sp < row_splits; ++sp) {
-        const float* ps = group + sp * kPartial;
-        const float w = expf(__ldcg(ps + kDh) - m_max);
-        l_sum = fmaf(__ldcg(ps + kDh + 1), w, l_sum);
-        a0 = fmaf(__ldcg(ps + 2 * lane), w, a0);
-        a1 = fmaf(__ldcg(ps + 2 * lane + 1), w, a1);
+      float l_sum = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kMaxSplits / kWarp; ++i) {
+        const float w = expf(ms[i] - m_max);  // 0 for the unused (−inf)
+        l_sum = fmaf(ls[i], w, l_sum);
+        weights[lane + i * kWarp] = w;
       }
+      l_sum = WarpSum(l_sum);
+      __syncwarp();
+      float a0 = 0.0f, a1 = 0.0f;
+      for (int sp0 = 0; sp0 < row_splits; sp0 += 8) {
+        float2 ov[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+          const float* ps = group + (sp0 + u) * kPartial + 2 * lane;
+          ov[u] = sp0 + u < row_splits ? make_float2(__ldcg(ps), __ldcg(ps + 1))
+                                       : make_float2(0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+          const float w = sp0 + u < row_splits ? weights[sp0 + u] : 0.0f;
+          a0 = fmaf(ov[u].x, w, a0);
+          a1 = fmaf(ov[u].y, w, a1);
+        }
+      }
+      __syncwarp();
       att[r * kD + h * kDh + 2 * lane] = a0 / l_sum;
       att[r * kD + h * kDh + 2 * lane + 1] = a1 / l_sum;
       if (lane == 0) atomicExch(counters + r * kH + h, 0u);
@@ -411,13 +511,23 @@ __device__ void AttentionPhase(const PersistentDecoderParams& p, const Rows& row
   }
 }
 
-// x[r, col] += acc + bias[col]: the residual epilogue (each column has one owner).
+// x[r, col] += value: the residual epilogue (each column has one owner). The value of x that
+// a lane adds to in the first pass is read when the phase starts, beside the phase's inputs.
+template <int K>
 struct Residual {
   float* x;
-  const float* bias;
   int batch;
-  __device__ __forceinline__ void operator()(int r, int col, float acc) const {
-    if (r < batch) x[r * kD + col] = __ldcg(x + r * kD + col) + acc + bias[col];
+  int first_col;
+  float first_x;
+  __device__ __forceinline__ Residual(float* x_in, int batch_in, int n) : x(x_in), batch(batch_in) {
+    first_col = FirstColumn<K>();
+    const int r = threadIdx.x % Geom<K>::kLanes;
+    first_x = r < batch && first_col < n ? __ldcg(x + r * kD + first_col) : 0.0f;
+  }
+  __device__ __forceinline__ void operator()(int r, int col, float value) const {
+    if (r >= batch) return;
+    const float base = col == first_col ? first_x : __ldcg(x + r * kD + col);
+    x[r * kD + col] = base + value;
   }
 };
 
@@ -464,6 +574,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   __shared__ Rows rows;
   __shared__ Best warp_best[kWarps][MaxB];
   __shared__ bool last_block;
+  __shared__ float merge_weights[kWarps * kMaxSplits];
+  unsigned target = 0;  // barrier arrivals awaited (thread 0)
 
   float* x = p.workspace + lay.x;
   float* q = p.workspace + lay.q;
@@ -500,14 +612,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     PrefetchShare(p.cross_v[0], cross_bytes);
   }
   __syncthreads();
+  if (p.profile_mode == kProfileBarriersOnly) {
+    for (int i = 0; i < 8 * p.n_layers + 1; ++i) GridSync(p.sync, target);
+    FinishLaunch(p.sync, &last_block);
+    return;
+  }
+  const bool attention = p.profile_mode != kProfileNoAttention;
 
   for (int layer = 0; layer < p.n_layers; ++layer) {
     const PersistentDecoderLayer& w = p.layers[layer];
     // -- LN1 + QKV, K and V appended to the self caches.
     {
       WeightRegs<kD> first;
-      LoadWeights<kD>(w.qkv_w, 3 * kD, FirstColumn<kD>(), first);
-      if (layer > 0) GridSync(p.sync);
+      LoadWeights<kD>(w.qkv_w, w.qkv_b, 3 * kD, FirstColumn<kD>(), first);
+      const NormRegs norm = LoadNorm<MaxB>(w.ln1_g, w.ln1_b);
+      if (layer > 0) GridSync(p.sync, target);
       if (p.prefetch) {
         if (layer + 1 < p.n_layers) PrefetchLayer(p.layers[layer + 1]);
         if (layer > 0) {
@@ -518,12 +637,12 @@ __global__ void __launch_bounds__(kThreads, 1)
           PrefetchShare(p.token_embedding, static_cast<size_t>(p.vocab) * kD * 2);
         }
       }
-      NormRows<MaxB>(p, rows, x, w.ln1_g, w.ln1_b, layer == 0, xs);
+      NormRows<MaxB>(p, rows, x, norm, layer == 0, xs);
       float* kc = p.self_k[layer];
       float* vc = p.self_v[layer];
-      Gemv<kD, MaxB>(w.qkv_w, 3 * kD, xs, first, [&](int r, int col, float acc) {
+      Gemv<kD, MaxB>(w.qkv_w, w.qkv_b, 3 * kD, xs, first, [&](int r, int col, float acc) {
         if (r >= rows.batch) return;
-        const float value = acc + w.qkv_b[col];
+        const float value = acc;
         const int part = col / kD, c = col % kD;
         if (part == 0) {
           q[r * kD + c] = value;
@@ -534,68 +653,82 @@ __global__ void __launch_bounds__(kThreads, 1)
       });
     }
     // -- Self-attention over keys [0, length).
-    GridSync(p.sync);
-    AttentionPhase<MaxB, float>(p, rows, p.self_k[layer], p.self_v[layer], p.text_ctx, true,
-                                p.self_split_keys, max_splits, q, att, partials, xs);
+    GridSync(p.sync, target);
+    if (attention)
+      AttentionPhase<MaxB, float>(p, rows, p.self_k[layer], p.self_v[layer], p.text_ctx, true,
+                                  p.self_split_keys, max_splits, q, att, partials, xs,
+                                  merge_weights);
     // -- Output projection + residual.
     {
       WeightRegs<kD> first;
-      LoadWeights<kD>(w.out_w, kD, FirstColumn<kD>(), first);
-      GridSync(p.sync);
+      LoadWeights<kD>(w.out_w, w.out_b, kD, FirstColumn<kD>(), first);
+      GridSync(p.sync, target);
+      const Residual<kD> res(x, rows.batch, kD);
       CopyRows<MaxB>(att, rows.batch, kD, xs);
-      Gemv<kD, MaxB>(w.out_w, kD, xs, first, Residual{x, w.out_b, rows.batch});
+      Gemv<kD, MaxB>(w.out_w, w.out_b, kD, xs, first, res);
     }
     // -- LN2 + cross-attention query.
     {
       WeightRegs<kD> first;
-      LoadWeights<kD>(w.cq_w, kD, FirstColumn<kD>(), first);
-      GridSync(p.sync);
-      NormRows<MaxB>(p, rows, x, w.ln2_g, w.ln2_b, false, xs);
-      Gemv<kD, MaxB>(w.cq_w, kD, xs, first, [&](int r, int col, float acc) {
-        if (r < rows.batch) q[r * kD + col] = acc + w.cq_b[col];
+      LoadWeights<kD>(w.cq_w, w.cq_b, kD, FirstColumn<kD>(), first);
+      const NormRegs norm = LoadNorm<MaxB>(w.ln2_g, w.ln2_b);
+      GridSync(p.sync, target);
+      NormRows<MaxB>(p, rows, x, norm, false, xs);
+      Gemv<kD, MaxB>(w.cq_w, w.cq_b, kD, xs, first, [&](int r, int col, float acc) {
+        if (r < rows.batch) q[r * kD + col] = acc;
       });
     }
     // -- Cross-attention over the encoder's keys.
-    GridSync(p.sync);
-    AttentionPhase<MaxB, Cross>(p, rows, static_cast<const Cross*>(p.cross_k[layer]),
-                                static_cast<const Cross*>(p.cross_v[layer]), p.audio_ctx, false,
-                                p.cross_split_keys, max_splits, q, att, partials, xs);
+    GridSync(p.sync, target);
+    if (attention)
+      AttentionPhase<MaxB, Cross>(p, rows, static_cast<const Cross*>(p.cross_k[layer]),
+                                  static_cast<const Cross*>(p.cross_v[layer]), p.audio_ctx, false,
+                                  p.cross_split_keys, max_splits, q, att, partials, xs,
+                                  merge_weights);
     // -- Output projection + residual.
     {
       WeightRegs<kD> first;
-      LoadWeights<kD>(w.cout_w, kD, FirstColumn<kD>(), first);
-      GridSync(p.sync);
+      LoadWeights<kD>(w.cout_w, w.cout_b, kD, FirstColumn<kD>(), first);
+      GridSync(p.sync, target);
+      const Residual<kD> res(x, rows.batch, kD);
       CopyRows<MaxB>(att, rows.batch, kD, xs);
-      Gemv<kD, MaxB>(w.cout_w, kD, xs, first, Residual{x, w.cout_b, rows.batch});
+      Gemv<kD, MaxB>(w.cout_w, w.cout_b, kD, xs, first, res);
     }
     // -- LN3 + FFN1 + GELU.
     {
       WeightRegs<kD> first;
-      LoadWeights<kD>(w.ff1_w, kFf, FirstColumn<kD>(), first);
-      GridSync(p.sync);
-      NormRows<MaxB>(p, rows, x, w.ln3_g, w.ln3_b, false, xs);
-      Gemv<kD, MaxB>(w.ff1_w, kFf, xs, first, [&](int r, int col, float acc) {
-        if (r < rows.batch) hidden[r * kFf + col] = GeluExact(acc + w.ff1_b[col]);
+      LoadWeights<kD>(w.ff1_w, w.ff1_b, kFf, FirstColumn<kD>(), first);
+      const NormRegs norm = LoadNorm<MaxB>(w.ln3_g, w.ln3_b);
+      GridSync(p.sync, target);
+      NormRows<MaxB>(p, rows, x, norm, false, xs);
+      Gemv<kD, MaxB>(w.ff1_w, w.ff1_b, kFf, xs, first, [&](int r, int col, float acc) {
+        if (r < rows.batch) hidden[r * kFf + col] = GeluExact(acc);
       });
     }
     // -- FFN2 + residual.
     {
       WeightRegs<kFf> first;
-      LoadWeights<kFf>(w.ff2_w, kD, FirstColumn<kFf>(), first);
-      GridSync(p.sync);
+      LoadWeights<kFf>(w.ff2_w, w.ff2_b, kD, FirstColumn<kFf>(), first);
+      GridSync(p.sync, target);
+      const Residual<kFf> res(x, rows.batch, kD);
       CopyRows<MaxB>(hidden, rows.batch, kFf, xs);
-      Gemv<kFf, MaxB>(w.ff2_w, kD, xs, first, Residual{x, w.ff2_b, rows.batch});
+      Gemv<kFf, MaxB>(w.ff2_w, w.ff2_b, kD, xs, first, res);
     }
   }
 
   // -- Final LayerNorm + logits + suppression, argmax, log-sum-exp.
   {
     WeightRegs<kD> first;
-    LoadWeights<kD>(p.token_embedding, p.vocab, FirstColumn<kD>(), first);
-    GridSync(p.sync);
-    NormRows<MaxB>(p, rows, x, p.final_g, p.final_b, false, xs);
+    LoadWeights<kD>(p.token_embedding, nullptr, p.vocab, FirstColumn<kD>(), first);
+    const NormRegs norm = LoadNorm<MaxB>(p.final_g, p.final_b);
+    GridSync(p.sync, target);
+    NormRows<MaxB>(p, rows, x, norm, false, xs);
+    if (p.profile_mode == kProfileNoLogits) {
+      FinishLaunch(p.sync, &last_block);
+      return;
+    }
     Best best{-INFINITY, 0.0f, INT_MAX};  // of row (lane % 16) on the lanes where that is < B
-    Gemv<kD, MaxB>(p.token_embedding, p.vocab, xs, first, [&](int r, int col, float v) {
+    Gemv<kD, MaxB>(p.token_embedding, nullptr, p.vocab, xs, first, [&](int r, int col, float v) {
       if (r >= rows.batch) return;
       if (p.logits != nullptr) p.logits[static_cast<size_t>(r) * p.vocab + col] = v;
       if (p.suppress_bits != nullptr && ((p.suppress_bits[col >> 5] >> (col & 31)) & 1u)) return;
@@ -623,13 +756,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       st[2] = __int_as_float(b.index);
       __threadfence();
     }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      const unsigned done = atomicAdd(p.sync + kSyncDone, 1u);
-      last_block = done == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (last_block) {
+    if (FinishLaunch(p.sync, &last_block)) {
       __threadfence();
       if (warp < rows.batch) {
         const int r = warp;
@@ -647,7 +774,6 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (p.logsumexp != nullptr) p.logsumexp[r] = lse;
         }
       }
-      if (threadIdx.x == 0) atomicExch(p.sync + kSyncDone, 0u);
     }
   }
 }
@@ -707,7 +833,8 @@ bool PersistentDecoderSupported(int batch, int n_layers, int d_model, int n_head
 
 cudaError_t LaunchPersistentDecoder(const LaunchContext& ctx, const PersistentDecoderParams& p) {
   if (!PersistentDecoderSupported(p.batch, p.n_layers, kD, kH, kFf) || p.cross_split_keys < 1 ||
-      p.self_split_keys < 1) {
+      p.self_split_keys < 1 ||
+      MaxSplits(p.audio_ctx, p.text_ctx, p.cross_split_keys, p.self_split_keys) > kMaxSplits) {
     return cudaErrorInvalidValue;
   }
   if (p.batch == 1) return LaunchForBatch<1>(ctx, p);

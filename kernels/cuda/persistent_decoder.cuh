@@ -90,7 +90,15 @@ struct PersistentDecoderParams {
   bool prefetch = true;           // L2 prefetch of the next layer's weights and cross K/V
   int logits_prefetch_layer = 3;  // prefetch the logits weights from this layer's start (-1: never)
   unsigned long long* error_word = nullptr;  // set by the launcher from the context
+  // For timing only (outputs are wrong): kProfile* below, 0 for the real step.
+  int profile_mode = 0;
 };
+
+// Profile modes: leave out one part of the step and keep the rest (its barriers included), so
+// that the benchmark can attribute time by differences.
+inline constexpr int kProfileBarriersOnly = 1;  // only the grid barriers of a step
+inline constexpr int kProfileNoAttention = 2;   // skip the self- and cross-attention phases
+inline constexpr int kProfileNoLogits = 3;      // skip the logits GEMV and its reduction
 
 // Floats of workspace the step needs for `batch` rows on a grid of `max_blocks` blocks (the launch
 // uses one block per multiprocessor: LaunchContext::sm_count).

@@ -25,6 +25,9 @@ __device__ __forceinline__ unsigned LoadAcquire(const unsigned* p) {
 __device__ __forceinline__ void StoreRelease(unsigned* p, unsigned v) {
   asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
+__device__ __forceinline__ void RedAddRelease(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
 // `bytes` a multiple of 16, `p` 16-byte aligned.
 __device__ __forceinline__ void PrefetchL2(const void* p, unsigned bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

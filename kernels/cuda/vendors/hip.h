@@ -111,6 +111,9 @@ __device__ __forceinline__ unsigned LoadAcquire(const unsigned* p) {
 __device__ __forceinline__ void StoreRelease(unsigned* p, unsigned v) {
   __hip_atomic_store(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_AGENT);
 }
+__device__ __forceinline__ void RedAddRelease(unsigned* p, unsigned v) {
+  __hip_atomic_fetch_add(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_AGENT);
+}
 __device__ __forceinline__ void PrefetchL2(const void*, unsigned) {}
 __device__ __forceinline__ float4 LoadCg4(const float4* p) {
   const float* f = reinterpret_cast<const float*>(p);
