@@ -8,11 +8,9 @@
 #include "engine/runtime/status.h"
 
 namespace waav::bench {
-namespace {
 
-// A whole CTranslate2 variable (f16 or f32) as a backend tensor of `dtype`.
-absl::StatusOr<Tensor> Load(Backend& backend, const ct2::ModelFile& file, const std::string& name,
-                            DType dtype) {
+absl::StatusOr<Tensor> LoadVariable(Backend& backend, const ct2::ModelFile& file,
+                                    const std::string& name, DType dtype) {
   ASSIGN_OR_RETURN(const ct2::Variable* var, file.Get(name));
   const bool f16 = var->type == ct2::VarType::kF16;
   if (!f16 && var->type != ct2::VarType::kF32) {
@@ -39,8 +37,6 @@ absl::StatusOr<Tensor> Load(Backend& backend, const ct2::ModelFile& file, const 
   return Upload(backend, Shape(var->shape), dtype, host.data());
 }
 
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<FusedWhisperDecoder>> FusedWhisperDecoder::Load(
     const std::string& model_dir, Backend& backend) {
   CudaExtensions* ext = GetCudaExtensions(backend);
@@ -53,7 +49,7 @@ absl::StatusOr<std::unique_ptr<FusedWhisperDecoder>> FusedWhisperDecoder::Load(
   dec->n_heads_ = static_cast<int>(heads);
   const DType f16 = DType::kF16, f32 = DType::kF32;
   auto load = [&](const std::string& name, DType dtype) {
-    return bench::Load(backend, file, name, dtype);
+    return LoadVariable(backend, file, name, dtype);
   };
   ASSIGN_OR_RETURN(dec->token_embedding_, load("decoder/embeddings/weight", f16));
   dec->d_model_ = static_cast<int>(dec->token_embedding_.dim(1));

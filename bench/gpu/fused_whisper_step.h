@@ -15,7 +15,15 @@
 #include "engine/runtime/backend.h"
 #include "kernels/cuda/cuda_backend.h"
 
+namespace waav::ct2 {
+class ModelFile;
+}
+
 namespace waav::bench {
+
+// A whole CTranslate2 variable (f16 or f32 in the file) as a new tensor of `dtype` on `backend`.
+absl::StatusOr<Tensor> LoadVariable(Backend& backend, const ct2::ModelFile& file,
+                                    const std::string& name, DType dtype);
 
 class FusedWhisperDecoder {
  public:

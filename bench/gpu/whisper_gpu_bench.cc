@@ -11,7 +11,14 @@
 // Decoder steps run at position 64 (65 keys in the self-attention cache of 448) against a cross
 // cache of 1500 encoder positions, with f16 weights and f32 activations and caches.
 //
-// Usage: whisper_gpu_bench [--out results.tsv] [--quick]
+// The persistent step (bench/gpu/persistent_whisper_step.h, one cooperative launch per step,
+// batches 1 to 8) also reduces the greedy token and log-sum-exp on the device; its variants
+// differ in one knob each (f16 or f32 cross K/V, L2 prefetch, graph or direct launch, ...).
+//
+// Usage: whisper_gpu_bench [--out results.tsv] [--quick] [--filter SUBSTRING]
+//                          [--exclude SUBSTRING] [--no-ops]
+//   --filter / --exclude: only the variants whose name contains / lacks SUBSTRING;
+//   --no-ops: skip the op profile.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -27,10 +34,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/gpu/fused_whisper_step.h"
+#include "bench/gpu/persistent_whisper_step.h"
 #include "engine/models/whisper/whisper_model.h"
 #include "engine/runtime/dtype.h"
 #include "engine/runtime/status.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/persistent_decoder.cuh"
 #include "tests/support/random_whisper.h"
 
 namespace waav {
@@ -43,6 +52,8 @@ struct BackendVariant {
   CudaBackendOptions options;
   bool capture;  // replay a captured graph; false: issue the kernels each time
   bool fused;    // decoder step from the fused kernels (bench/gpu/fused_whisper_step.h); no encoder
+  bool persistent = false;  // the persistent step (bench/gpu/persistent_whisper_step.h); no encoder
+  bench::PersistentStepOptions persistent_options = {};
 };
 
 struct Row {
@@ -106,10 +117,14 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
   if (variant.fused) {
     ASSIGN_OR_RETURN(fused, bench::FusedWhisperDecoder::Load(model_dir, *backend));
   }
+  std::unique_ptr<bench::PersistentWhisperDecoder> persistent;
+  if (variant.persistent) {
+    ASSIGN_OR_RETURN(persistent, bench::PersistentWhisperDecoder::Load(model_dir, *backend));
+  }
 
   // ---- Encoder ----------------------------------------------------------------------------------
   for (int batch : {1, 16}) {
-    if (variant.fused) break;
+    if (variant.fused || variant.persistent) break;
     ASSIGN_OR_RETURN(std::unique_ptr<whisper::EncoderBuffers> buffers,
                      model->NewEncoderBuffers(batch));
     ASSIGN_OR_RETURN(std::unique_ptr<whisper::DecoderState> state, model->NewDecoderState(batch));
@@ -140,7 +155,9 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
 
   // ---- Decoder step
   // -------------------------------------------------------------------------------
-  for (int batch : {1, 8, 64, 256}) {
+  const std::vector<int> batches =
+      variant.persistent ? std::vector<int>{1, 2, 4, 8} : std::vector<int>{1, 8, 64, 256};
+  for (int batch : batches) {
     ASSIGN_OR_RETURN(std::unique_ptr<whisper::DecoderState> state, model->NewDecoderState(batch));
     {
       // Cross-attention K/V of B random windows.
@@ -165,6 +182,12 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
     if (fused) {
       RETURN_IF_ERROR(fused->Prepare(*state));
       run = [&] { return fused->Step(*state); };
+    }
+    if (persistent) {
+      RETURN_IF_ERROR(persistent->Prepare(*state, variant.persistent_options));
+      RETURN_IF_ERROR(persistent->RefreshCross(*state));
+      RETURN_IF_ERROR(backend->Synchronize());
+      run = [&] { return persistent->Step(*state); };
     }
     if (variant.capture) {
       RETURN_IF_ERROR(backend->BeginCapture());
@@ -317,15 +340,22 @@ absl::Status ProfileOps(const CudaBackendOptions& options, std::vector<Row>* row
 }
 
 int Main(int argc, char** argv) {
-  std::string out_path;
-  bool quick = false;
+  std::string out_path, filter, exclude;
+  bool quick = false, ops = true;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
       out_path = argv[++i];
     } else if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
+    } else if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc) {
+      filter = argv[++i];
+    } else if (std::strcmp(argv[i], "--exclude") == 0 && i + 1 < argc) {
+      exclude = argv[++i];
+    } else if (std::strcmp(argv[i], "--no-ops") == 0) {
+      ops = false;
     } else {
-      std::cerr << "usage: whisper_gpu_bench [--out results.tsv] [--quick]\n";
+      std::cerr << "usage: whisper_gpu_bench [--out results.tsv] [--quick] [--filter SUBSTRING] "
+                   "[--exclude SUBSTRING] [--no-ops]\n";
       return 2;
     }
   }
@@ -347,9 +377,37 @@ int Main(int argc, char** argv) {
   add("fast, CUDA graph + PDL", CudaMath::kFast, true, true, false);
   add("accurate, CUDA graph + PDL", CudaMath::kAccurate, true, true, false);
   add("fused step, CUDA graph + PDL", CudaMath::kFast, true, true, true);
+  auto add_persistent = [&](const std::string& name, bool capture,
+                            const std::function<void(bench::PersistentStepOptions&)>& set) {
+    add("persistent, " + name, CudaMath::kFast, true, capture, false);
+    variants.back().persistent = true;
+    set(variants.back().persistent_options);
+  };
+  add_persistent("f16 cross, CUDA graph", true, [](auto&) {});
+  add_persistent("f16 cross, direct launch", false, [](auto&) {});
+  add_persistent("f32 cross, CUDA graph", true, [](auto& o) { o.f16_cross = false; });
+  add_persistent("f16 cross, no L2 prefetch", true, [](auto& o) { o.prefetch = false; });
+  add_persistent("f16 cross, logits prefetch from layer 2", true,
+                 [](auto& o) { o.logits_prefetch_layer = 2; });
+  add_persistent("f16 cross, no logits prefetch", true,
+                 [](auto& o) { o.logits_prefetch_layer = -1; });
+  add_persistent("f16 cross, cross split 64 keys", true, [](auto& o) { o.cross_split_keys = 64; });
+  add_persistent("f16 cross, argmax only (no logits out)", true,
+                 [](auto& o) { o.write_logits = false; });
+  // Attribution (wrong outputs, timing only): the same kernel with one part left out.
+  add_persistent("profile: grid barriers only", true,
+                 [](auto& o) { o.profile_mode = cuda::kProfileBarriersOnly; });
+  add_persistent("profile: no attention phases", true,
+                 [](auto& o) { o.profile_mode = cuda::kProfileNoAttention; });
+  add_persistent("profile: no logits phase", true,
+                 [](auto& o) { o.profile_mode = cuda::kProfileNoLogits; });
+  std::erase_if(variants, [&](const BackendVariant& v) {
+    return (!filter.empty() && v.name.find(filter) == std::string::npos) ||
+           (!exclude.empty() && v.name.find(exclude) != std::string::npos);
+  });
 
   std::vector<Row> rows;
-  {
+  if (ops) {
     CudaBackendOptions o;  // fast, CUDA graphs, PDL
     const absl::Status status = ProfileOps(o, &rows);
     if (!status.ok()) {

@@ -85,7 +85,8 @@ enum class SigOp : int64_t {
   kEmbed,
   kLogSoftmax,
   kCopy,
-  kFusedLinear
+  kFusedLinear,
+  kRaw
 };
 
 absl::StatusOr<cuda::Epilogue> ToEpilogue(const char* op, Activation act) {
@@ -489,6 +490,18 @@ class CudaBackend final : public Backend, public CudaExtensions {
       return GpuStatus("FusedLinear",
                        cuda::LaunchQkvScatter(state->ctx, result.data_as<float>(), p.m, p.n / 3,
                                               p.q, p.k_cache, p.v_cache, p.positions, p.capacity));
+    });
+  }
+
+  absl::Status LaunchRaw(const std::string& what, RawLaunch launch, std::vector<Tensor> keep,
+                         std::vector<int64_t> signature) override {
+    if (!launch) return absl::InvalidArgumentError("LaunchRaw: no launch function");
+    if (capturing_) {
+      Sign({static_cast<int64_t>(SigOp::kRaw), static_cast<int64_t>(signature.size())});
+      for (int64_t v : signature) signature_ = cuda::HashCombine(signature_, &v, sizeof(v));
+    }
+    return Submit([state = state_, what, launch = std::move(launch), keep = std::move(keep)]() {
+      return GpuStatus(what.c_str(), static_cast<cudaError_t>(launch(state->ctx)));
     });
   }
 

@@ -37,12 +37,18 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/runtime/backend.h"
 
 namespace waav {
+namespace cuda {
+struct LaunchContext;  // kernels/cuda/launch.h
+}
 
 enum class CudaMath : uint8_t { kAccurate, kFast };
 
@@ -94,6 +100,15 @@ class CudaExtensions {
   // for up to 16 rows (K a multiple of 8, K <= 1024 with LayerNorm), else the same ops composed.
   // A position outside the caches is reported by the next Synchronize() like WriteRows's.
   virtual absl::Status FusedLinear(const FusedLinearArgs& args) = 0;
+
+  // Runs `launch` on the backend's stream as one call, like an op: at once, or into the graph
+  // being captured. For kernels that live outside the backend (the persistent decoder step of
+  // bench/gpu/). `launch` gets the backend's launch context and returns a cudaError_t (as int);
+  // `keep` holds the tensors it uses, alive as long as a graph that captured the call;
+  // `signature` describes the call's shape for the graph cache (graph.h).
+  using RawLaunch = std::function<int(const cuda::LaunchContext&)>;
+  virtual absl::Status LaunchRaw(const std::string& what, RawLaunch launch,
+                                 std::vector<Tensor> keep, std::vector<int64_t> signature) = 0;
 };
 
 // The CUDA extensions of `backend`, or null when it is not this CUDA backend.

@@ -9,13 +9,15 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build/ci}
 dest=${2:-.device}
-cmake --build "$build" --target cuda_backend_test fused_whisper_step_test whisper_gpu_bench -j2
+cmake --build "$build" --target cuda_backend_test fused_whisper_step_test \
+  persistent_whisper_step_test whisper_gpu_bench -j2
 # Binaries and libraries travel as one xz archive (the device tool carries at most 64 MiB).
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
 cp "$build/kernels/cuda/cuda_backend_test" "$build/bench/gpu/fused_whisper_step_test" \
-  "$build/bench/gpu/whisper_gpu_bench" "$stage/bin/"
+  "$build/bench/gpu/persistent_whisper_step_test" "$build/bench/gpu/whisper_gpu_bench" \
+  "$stage/bin/"
 strip "$stage/bin/"*
 # Every shared library outside the C runtime (the GPU machine runs another distribution): the
 # CUDA runtime is linked in statically and cuBLAS is loaded from the machine's CUDA install.

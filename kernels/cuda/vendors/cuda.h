@@ -11,3 +11,30 @@
 // mma.sync / ldmatrix / cp.async tensor-core paths (PTX, sm_80 and later).
 #define WAAV_GPU_HAS_MMA 1
 #define WAAV_GPU_NAME "cuda"
+
+// Device primitives of the persistent kernels (persistent_decoder.cu): GPU-scope acquire/release
+// for the grid barrier, and L2 prefetch of a whole byte range by one instruction (Hopper's bulk
+// copy engine; a no-op before sm_90). Device code only.
+#if defined(__CUDACC__)
+namespace waav::gpu {
+__device__ __forceinline__ unsigned LoadAcquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void StoreRelease(unsigned* p, unsigned v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void RedAddRelease(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+// `bytes` a multiple of 16, `p` 16-byte aligned.
+__device__ __forceinline__ void PrefetchL2(const void* p, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
+// Four floats through L2 only (data other blocks of the same kernel wrote).
+__device__ __forceinline__ float4 LoadCg4(const float4* p) { return __ldcg(p); }
+}  // namespace waav::gpu
+#endif

@@ -91,5 +91,32 @@
 // shuffles below stay inside each 32-lane half, so the same code computes the same result
 // (with half-filled wavefronts where a kernel would rather use 64).
 #define __shfl_xor_sync(mask, var, lane_mask) __shfl_xor(var, lane_mask, 32)
+#define __shfl_sync(mask, var, src_lane) __shfl(var, src_lane, 32)
+// A wavefront's lanes run in lock step: nothing to wait for within one.
+#define __syncwarp() ((void)0)
 // L2-coherent load of data other blocks wrote before a __threadfence() (SplitAttention's merge).
 #define __ldcg(ptr) __hip_atomic_load(ptr, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT)
+#define cudaLaunchCooperativeKernel hipLaunchCooperativeKernel
+#define cudaOccupancyMaxActiveBlocksPerMultiprocessor hipOccupancyMaxActiveBlocksPerMultiprocessor
+#define cudaFuncAttributeMaxDynamicSharedMemorySize hipFuncAttributeMaxDynamicSharedMemorySize
+#define cudaDevAttrCooperativeLaunch hipDeviceAttributeCooperativeLaunch
+#define cudaErrorInvalidValue hipErrorInvalidValue
+
+// Device primitives of the persistent kernels (see vendors/cuda.h): agent-scope atomics, and no
+// bulk L2 prefetch.
+namespace waav::gpu {
+__device__ __forceinline__ unsigned LoadAcquire(const unsigned* p) {
+  return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_AGENT);
+}
+__device__ __forceinline__ void StoreRelease(unsigned* p, unsigned v) {
+  __hip_atomic_store(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_AGENT);
+}
+__device__ __forceinline__ void RedAddRelease(unsigned* p, unsigned v) {
+  __hip_atomic_fetch_add(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_AGENT);
+}
+__device__ __forceinline__ void PrefetchL2(const void*, unsigned) {}
+__device__ __forceinline__ float4 LoadCg4(const float4* p) {
+  const float* f = reinterpret_cast<const float*>(p);
+  return make_float4(__ldcg(f), __ldcg(f + 1), __ldcg(f + 2), __ldcg(f + 3));
+}
+}  // namespace waav::gpu

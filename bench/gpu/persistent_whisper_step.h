@@ -1,0 +1,90 @@
+// The Whisper decoder step as one persistent kernel (kernels/cuda/persistent_decoder.cuh): a
+// single cooperative launch per step for up to 8 rows of Whisper tiny (d_model 384, 6 heads,
+// FFN 1536, <= 4 layers), with the greedy token, its log-probability and the log-sum-exp reduced
+// on the device. Like FusedWhisperDecoder it reads the weights from the model file and works on a
+// WhisperModel's DecoderState (inputs, self caches, cross K/V, logits), so both steps can run on
+// the same state; persistent_whisper_step_test checks it against the CPU backend.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/models/whisper/whisper_model.h"
+#include "engine/runtime/backend.h"
+#include "kernels/cuda/cuda_backend.h"
+
+namespace waav::bench {
+
+struct PersistentStepOptions {
+  // Attend over f16 copies of the cross-attention K/V (RefreshCross() makes them from the
+  // state's f32 caches): half the bytes of the largest read of a step. Default: true.
+  bool f16_cross = true;
+  // L2 prefetch of the next layer's weights and cross K/V (sm_90). Default: true.
+  bool prefetch = true;
+  // Prefetch the logits weights (40 MB) from the start of this layer; -1: never, default: the
+  // last layer.
+  int logits_prefetch_layer = -2;
+  // Keys per warp item of the cross- and self-attention phases.
+  int cross_split_keys = 32;
+  int self_split_keys = 32;
+  // Also write the raw logits into state.step_logits(). Default: true.
+  bool write_logits = true;
+  // Timing only, results wrong: cuda::kProfile* of kernels/cuda/persistent_decoder.cuh. 0: off.
+  int profile_mode = 0;
+};
+
+class PersistentWhisperDecoder {
+ public:
+  static constexpr int kMaxBatch = 8;
+
+  // Loads the decoder weights of `model_dir`/model.bin onto `backend` (a CUDA backend that must
+  // outlive this object). Unimplemented for models other than Whisper tiny's decoder shapes.
+  static absl::StatusOr<std::unique_ptr<PersistentWhisperDecoder>> Load(
+      const std::string& model_dir, Backend& backend);
+
+  // Allocates the workspace and outputs for `state`'s batch (1 ..= kMaxBatch); call before
+  // capturing Step() or RefreshCross(). Not while capturing.
+  absl::Status Prepare(const whisper::DecoderState& state, const PersistentStepOptions& options);
+  // f16 copies of the state's cross K/V (with f16_cross): after every encoder pass into `state`.
+  // Capturable.
+  absl::Status RefreshCross(const whisper::DecoderState& state);
+  // Tokens that the greedy choice and the log-sum-exp skip (the logits keep them). Replaces the
+  // previous set; empty: none. Not while capturing.
+  absl::Status SetSuppressedTokens(absl::Span<const int32_t> tokens);
+  // One decoder step with WhisperModel::DecodeStep's inputs (step_tokens, positions, lengths),
+  // K/V appended to the self caches, logits into step_logits (with write_logits), and the
+  // outputs below. One kernel launch; capturable.
+  absl::Status Step(const whisper::DecoderState& state);
+
+  // i32 [B]: argmax of each row's logits over the tokens not suppressed (lowest id on ties).
+  const Tensor& best_token() const { return best_token_; }
+  // f32 [B]: its log-softmax value; f32 [B]: log Σ exp over the tokens not suppressed.
+  const Tensor& best_logprob() const { return best_logprob_; }
+  const Tensor& logsumexp() const { return logsumexp_; }
+
+ private:
+  struct Layer {
+    Tensor ln1_g, ln1_b, qkv_w, qkv_b, out_w, out_b;
+    Tensor ln2_g, ln2_b, cq_w, cq_b, cout_w, cout_b;
+    Tensor ln3_g, ln3_b, ff1_w, ff1_b, ff2_w, ff2_b;
+  };
+  PersistentWhisperDecoder(Backend& backend, CudaExtensions& ext) : backend_(backend), ext_(ext) {}
+
+  Backend& backend_;
+  CudaExtensions& ext_;
+  int n_heads_ = 0, vocab_ = 0, text_ctx_ = 0;
+  float scale_ = 0.125f;
+  Tensor token_embedding_, positions_, final_g_, final_b_;
+  std::vector<Layer> layers_;
+  // Per batch (Prepare).
+  int batch_ = 0, audio_ctx_ = 0, sm_count_ = 0;
+  PersistentStepOptions options_;
+  Tensor workspace_, sync_, suppress_bits_, best_token_, best_logprob_, logsumexp_;
+  std::vector<Tensor> cross_k16_, cross_v16_;
+};
+
+}  // namespace waav::bench

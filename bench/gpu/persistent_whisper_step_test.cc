@@ -1,0 +1,236 @@
+// The persistent decoder step (persistent_whisper_step.h) against the CPU backend's DecodeStep on
+// a fresh random tiny.en-shaped model, batches 1, 2 and 8 with a different position per row
+// (self caches filled with the same random history on both sides), eagerly and replayed from a
+// graph. Checked per step:
+//  * the K/V rows the step appended to every layer's self cache (layer 0's depend on nothing
+//    but the step's inputs; later layers' show where an error starts);
+//  * the logits, relative L2 error <= 1e-5 with f32 cross K/V (f32 arithmetic throughout; the
+//    GPU encoder in accurate math feeds it), <= 3e-3 with f16 cross K/V (K and V rounded to
+//    f16, ~2.4e-4 relative each);
+//  * the greedy token: identical to the CPU's argmax unless the CPU's top two are closer than
+//    four times the largest logit error (then it must be one of them);
+//  * its log-softmax value and the log-sum-exp, within 1e-4 + 4 x the largest logit error;
+//  * suppression (every row's CPU argmax suppressed: the best of the rest must win) and a bad
+//    token id
+//    (reported as InvalidArgument by the next Synchronize()).
+// Skips without a GPU.
+#include "bench/gpu/persistent_whisper_step.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "tests/support/random_whisper.h"
+#include "tests/support/test_env.h"
+
+namespace waav::bench {
+namespace {
+
+double RelativeError(const float* got, const float* want, size_t n) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    diff += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    norm += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+class PersistentStepTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(PersistentStepTest, MatchesCpuDecodeStep) {
+  const bool f16_cross = GetParam();
+  CudaBackendOptions options;
+  options.math = CudaMath::kAccurate;
+  auto gpu = CreateCudaBackend(options);
+  if (!gpu.ok()) GTEST_SKIP() << "no usable GPU, CUDA test skipped: " << gpu.status().message();
+  std::unique_ptr<Backend> cpu = CreateCpuBackend({});
+  const uint32_t seed = std::random_device{}();
+  std::mt19937 rng(seed);
+  const auto dir = waav::testing::MakeTempDir("waav-persistent-step");
+  ASSERT_TRUE(waav::testing::WriteRandomWhisperModel(dir.string(), seed));
+  auto cpu_model = whisper::WhisperModel::Load(dir.string(), *cpu);
+  ASSERT_TRUE(cpu_model.ok()) << cpu_model.status();
+  whisper::WhisperModelOptions gpu_options;
+  gpu_options.weight_dtype = DType::kF16;
+  auto gpu_model = whisper::WhisperModel::Load(dir.string(), **gpu, gpu_options);
+  ASSERT_TRUE(gpu_model.ok()) << gpu_model.status();
+  auto persistent = PersistentWhisperDecoder::Load(dir.string(), **gpu);
+  ASSERT_TRUE(persistent.ok()) << persistent.status();
+  std::filesystem::remove_all(dir);
+  Backend& g = **gpu;
+  const whisper::WhisperDims& d = (*cpu_model)->dims();
+  const double logits_tolerance = f16_cross ? 3e-3 : 1e-5;
+
+  for (int batch : {1, 2, 8}) {
+    SCOPED_TRACE(absl::StrCat("batch ", batch, ", f16 cross ", f16_cross, ", seed ", seed));
+    std::uniform_real_distribution<float> dist(-1.5f, 1.5f);
+    std::vector<float> mel(static_cast<size_t>(batch) * d.n_mels * d.n_frames());
+    for (float& v : mel) v = dist(rng);
+    auto cpu_state = (*cpu_model)->NewDecoderState(batch);
+    auto gpu_state = (*gpu_model)->NewDecoderState(batch);
+    ASSERT_TRUE(cpu_state.ok() && gpu_state.ok());
+    ASSERT_TRUE((*cpu_model)->Encode(mel, **cpu_state).ok());
+    ASSERT_TRUE((*gpu_model)->Encode(mel, **gpu_state).ok());
+    // The same random history in both self caches.
+    const size_t cache_n = static_cast<size_t>(batch) * d.n_text_ctx * d.d_model;
+    for (int layer = 0; layer < d.n_decoder_layers; ++layer) {
+      for (int kv = 0; kv < 2; ++kv) {
+        std::vector<float> history(cache_n);
+        for (float& v : history) v = dist(rng);
+        const Tensor& c = kv == 0 ? (*cpu_state)->self_k(layer) : (*cpu_state)->self_v(layer);
+        const Tensor& t = kv == 0 ? (*gpu_state)->self_k(layer) : (*gpu_state)->self_v(layer);
+        ASSERT_TRUE(cpu->CopyFromHost(history.data(), cache_n * 4, c).ok());
+        ASSERT_TRUE(g.CopyFromHost(history.data(), cache_n * 4, t).ok());
+      }
+    }
+    PersistentStepOptions step_options;
+    step_options.f16_cross = f16_cross;
+    ASSERT_TRUE((*persistent)->Prepare(**gpu_state, step_options).ok());
+    ASSERT_TRUE((*persistent)->RefreshCross(**gpu_state).ok());
+
+    std::vector<int32_t> start(static_cast<size_t>(batch));
+    for (int32_t& s : start) s = static_cast<int32_t>(rng() % 400);
+    std::unique_ptr<Graph> graph;
+    for (int step = 0; step < 5; ++step) {
+      SCOPED_TRACE(absl::StrCat("step ", step));
+      const bool suppress = step == 4;
+      std::vector<int32_t> tokens(static_cast<size_t>(batch)), positions(tokens.size()),
+          lengths(tokens.size());
+      for (size_t b = 0; b < tokens.size(); ++b) {
+        tokens[b] = static_cast<int32_t>(rng() % static_cast<uint32_t>(d.n_vocab));
+        positions[b] = start[b] + step;
+        lengths[b] = positions[b] + 1;
+      }
+      auto want = (*cpu_model)->Decode(tokens, 1, positions, **cpu_state);
+      ASSERT_TRUE(want.ok()) << want.status();
+      const whisper::DecoderState& s = **gpu_state;
+      ASSERT_TRUE(g.CopyFromHost(tokens.data(), tokens.size() * 4, s.step_tokens()).ok());
+      ASSERT_TRUE(g.CopyFromHost(positions.data(), positions.size() * 4, s.positions()).ok());
+      ASSERT_TRUE(g.CopyFromHost(lengths.data(), lengths.size() * 4, s.lengths()).ok());
+      // The CPU's argmax of each row, suppressed in the last step.
+      std::vector<int32_t> cpu_best(tokens.size());
+      for (size_t b = 0; b < tokens.size(); ++b) {
+        const float* row = want->data() + b * d.n_vocab;
+        cpu_best[b] = static_cast<int32_t>(std::max_element(row, row + d.n_vocab) - row);
+      }
+      // Suppression is one set for all rows: every row's CPU argmax.
+      auto suppressed = [&](int token) {
+        return std::find(cpu_best.begin(), cpu_best.end(), token) != cpu_best.end();
+      };
+      if (suppress) {
+        ASSERT_TRUE((*persistent)->SetSuppressedTokens(cpu_best).ok());
+        ASSERT_TRUE((*persistent)->Step(s).ok());
+      } else if (step < 2) {
+        ASSERT_TRUE((*persistent)->Step(s).ok());
+      } else {
+        if (!graph) {
+          ASSERT_TRUE(g.BeginCapture().ok());
+          ASSERT_TRUE((*persistent)->Step(s).ok());
+          auto captured = g.EndCapture();
+          ASSERT_TRUE(captured.ok()) << captured.status();
+          graph = std::move(*captured);
+        }
+        ASSERT_TRUE(graph->Replay().ok());
+      }
+      ASSERT_TRUE(g.Synchronize().ok());
+      // Appended K/V, per layer.
+      for (int layer = 0; layer < d.n_decoder_layers; ++layer) {
+        for (int kv = 0; kv < 2; ++kv) {
+          const Tensor& c = kv == 0 ? (*cpu_state)->self_k(layer) : (*cpu_state)->self_v(layer);
+          const Tensor& t = kv == 0 ? s.self_k(layer) : s.self_v(layer);
+          auto cw = Download<float>(*cpu, c);
+          auto gw = Download<float>(g, t);
+          ASSERT_TRUE(cw.ok() && gw.ok());
+          std::vector<float> cr, gr;
+          for (size_t b = 0; b < tokens.size(); ++b) {
+            const size_t off = (b * d.n_text_ctx + static_cast<size_t>(positions[b])) * d.d_model;
+            cr.insert(cr.end(), cw->begin() + off, cw->begin() + off + d.d_model);
+            gr.insert(gr.end(), gw->begin() + off, gw->begin() + off + d.d_model);
+          }
+          const double error = RelativeError(gr.data(), cr.data(), cr.size());
+          if (step == 0 || error > logits_tolerance) {
+            std::cout << "parity: persistent step batch " << batch << " layer " << layer
+                      << (kv == 0 ? " K" : " V") << " appended: relative L2 error " << error
+                      << "\n";
+          }
+          EXPECT_LE(error, layer == 0 ? 1e-5 : logits_tolerance) << "layer " << layer;
+        }
+      }
+      auto logits = Download<float>(g, s.step_logits());
+      auto best = Download<int32_t>(g, (*persistent)->best_token());
+      auto logprob = Download<float>(g, (*persistent)->best_logprob());
+      auto lse = Download<float>(g, (*persistent)->logsumexp());
+      ASSERT_TRUE(logits.ok() && best.ok() && logprob.ok() && lse.ok());
+      const double error = RelativeError(logits->data(), want->data(), want->size());
+      std::cout << "parity: persistent step batch " << batch << (f16_cross ? " f16" : " f32")
+                << " cross, step " << step << (suppress ? " (suppressed argmax)" : "")
+                << ": logits relative L2 error " << error << " (tolerance " << logits_tolerance
+                << ")\n";
+      EXPECT_LE(error, logits_tolerance);
+      for (size_t b = 0; b < tokens.size(); ++b) {
+        const float* w = want->data() + b * d.n_vocab;
+        const float* got = logits->data() + b * d.n_vocab;
+        double max_err = 0, m = -INFINITY;
+        for (int i = 0; i < d.n_vocab; ++i) {
+          max_err = std::max(max_err, std::abs(static_cast<double>(got[i]) - w[i]));
+          if (!(suppress && suppressed(i))) m = std::max(m, static_cast<double>(w[i]));
+        }
+        double sum = 0;
+        int first = -1, second = -1;  // the CPU's top two (outside the suppressed one)
+        for (int i = 0; i < d.n_vocab; ++i) {
+          if (suppress && suppressed(i)) continue;
+          sum += std::exp(static_cast<double>(w[i]) - m);
+          if (first < 0 || w[i] > w[first]) {
+            second = first;
+            first = i;
+          } else if (second < 0 || w[i] > w[second]) {
+            second = i;
+          }
+        }
+        const double want_lse = m + std::log(sum);
+        const int32_t token = (*best)[b];
+        if (w[first] - w[second] > 4 * max_err) {
+          EXPECT_EQ(token, first) << "row " << b;
+        } else {
+          std::cout << "row " << b << ": CPU top two " << first << ", " << second
+                    << " within 4x the logit error; GPU chose " << token << "\n";
+          EXPECT_TRUE(token == first || token == second) << "row " << b;
+        }
+        if (suppress) {
+          EXPECT_FALSE(suppressed(token))
+              << "row " << b << ": suppressed token " << token << " won";
+        }
+        const double tol = 1e-4 + 4 * max_err;
+        EXPECT_NEAR((*lse)[b], want_lse, tol) << "row " << b;
+        if (token >= 0 && token < d.n_vocab) {
+          EXPECT_NEAR((*logprob)[b], w[token] - want_lse, tol) << "row " << b;
+        }
+      }
+    }
+    ASSERT_TRUE((*persistent)->SetSuppressedTokens({}).ok());
+    // A token outside the vocabulary is reported by the next Synchronize().
+    graph.reset();
+    std::vector<int32_t> bad(static_cast<size_t>(batch), 3);
+    bad[0] = d.n_vocab + 5;
+    ASSERT_TRUE(g.CopyFromHost(bad.data(), bad.size() * 4, (*gpu_state)->step_tokens()).ok());
+    ASSERT_TRUE((*persistent)->Step(**gpu_state).ok());
+    const absl::Status status = g.Synchronize();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_NE(status.message().find("Embed"), absl::string_view::npos) << status;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(CrossKv, PersistentStepTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("F16Cross") : std::string("F32Cross");
+                         });
+
+}  // namespace
+}  // namespace waav::bench

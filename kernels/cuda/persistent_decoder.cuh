@@ -1,0 +1,119 @@
+// The persistent Whisper decoder step: one cooperative launch that runs a whole decoder step of
+// Whisper tiny (d_model 384, 6 heads of 64, FFN 1536, up to 4 layers) for up to 8 rows, with
+// grid-wide barriers between its phases instead of kernel boundaries:
+//
+//   per layer: LN1 + QKV (K, V appended to the self cache)  | self-attention (split keys, merged
+//   by the last warp of each (row, head))  | out-proj + residual  | LN2 + cross Q  |
+//   cross-attention over the precomputed cross K/V (f32 or f16)  | out-proj + residual  | LN3 +
+//   FFN1 + GELU  | FFN2 + residual;  then final LN + logits (tied embedding) with suppression,
+//   argmax and log-sum-exp reduced on the device (the last block to finish merges the blocks'
+//   partials).
+//
+// Every block recomputes the LayerNorms it needs (a few rows of 384) instead of a phase of their
+// own. Each GEMV phase loads its first weight chunks into registers before the barrier that
+// precedes it (weights never depend on the previous phase), and the blocks prefetch the next
+// layer's weights and cross K/V into L2 (cp.async.bulk.prefetch, sm_90) a layer ahead.
+// Arithmetic: f16 weights widened exactly, f32 accumulation and activations, exact GELU and exp.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/gpu.h"
+#include "kernels/cuda/launch.h"
+
+namespace waav::cuda {
+
+inline constexpr int kPersistentMaxBatch = 8;
+inline constexpr int kPersistentMaxLayers = 4;
+inline constexpr int kPersistentDModel = 384;
+inline constexpr int kPersistentHeads = 6;
+inline constexpr int kPersistentFfn = 1536;
+// Words of the zero-initialised synchronisation area (barrier, attention merge and logits
+// counters); every launch leaves them as it found them.
+inline constexpr int kPersistentSyncWords = 64;
+
+struct PersistentDecoderLayer {
+  const float *ln1_g, *ln1_b;
+  const __half* qkv_w;  // [3·384, 384]
+  const float* qkv_b;
+  const __half* out_w;  // [384, 384]
+  const float* out_b;
+  const float *ln2_g, *ln2_b;
+  const __half* cq_w;  // [384, 384]
+  const float* cq_b;
+  const __half* cout_w;  // [384, 384]
+  const float* cout_b;
+  const float *ln3_g, *ln3_b;
+  const __half* ff1_w;  // [1536, 384]
+  const float* ff1_b;
+  const __half* ff2_w;  // [384, 1536]
+  const float* ff2_b;
+};
+
+struct PersistentDecoderParams {
+  int batch = 0;  // 1 ..= kPersistentMaxBatch
+  int n_layers = 0;
+  int vocab = 0;
+  int text_ctx = 0;   // self cache rows per batch row
+  int audio_ctx = 0;  // cross keys per batch row
+  float scale = 0.125f;
+  float eps = 1e-5f;
+  // Step inputs, i32 [B]: token, position (where K/V go), length (keys attended, position + 1).
+  const int32_t* tokens = nullptr;
+  const int32_t* positions = nullptr;
+  const int32_t* lengths = nullptr;
+  const __half* token_embedding = nullptr;  // [vocab, 384], also the output projection
+  const float* position_table = nullptr;    // [text_ctx, 384]
+  PersistentDecoderLayer layers[kPersistentMaxLayers] = {};
+  const float* final_g = nullptr;
+  const float* final_b = nullptr;
+  float* self_k[kPersistentMaxLayers] = {};  // f32 [B, text_ctx, 384]
+  float* self_v[kPersistentMaxLayers] = {};
+  const void* cross_k[kPersistentMaxLayers] = {};  // [B, audio_ctx, 384], f16 or f32
+  const void* cross_v[kPersistentMaxLayers] = {};
+  bool cross_f16 = false;
+  // Workspace (PersistentWorkspaceFloats floats, 16-byte aligned) and the sync words.
+  float* workspace = nullptr;
+  size_t workspace_floats = 0;
+  unsigned* sync = nullptr;
+  // Outputs. logits may be null (then only the reductions are written).
+  float* logits = nullptr;  // f32 [B, vocab], raw (before suppression)
+  int32_t* best_token =
+      nullptr;  // i32 [B]: argmax over the tokens not suppressed (lowest id on ties)
+  float* best_logprob = nullptr;  // f32 [B]: its log-softmax value
+  float* logsumexp = nullptr;     // f32 [B]: log Σ exp(logits) over the tokens not suppressed
+  const uint32_t* suppress_bits = nullptr;  // bit t set: token t suppressed; null: none
+  // Tuning (kept as knobs so that the benchmark can measure each).
+  int cross_split_keys = 32;      // keys per warp item of the cross-attention
+  int self_split_keys = 32;       // keys per warp item of the self-attention
+  bool prefetch = true;           // L2 prefetch of the next layer's weights and cross K/V
+  int logits_prefetch_layer = 3;  // prefetch the logits weights from this layer's start (-1: never)
+  unsigned long long* error_word = nullptr;  // set by the launcher from the context
+  // For timing only (outputs are wrong): kProfile* below, 0 for the real step.
+  int profile_mode = 0;
+};
+
+// Profile modes: leave out one part of the step and keep the rest (its barriers included), so
+// that the benchmark can attribute time by differences.
+inline constexpr int kProfileBarriersOnly = 1;  // only the grid barriers of a step
+inline constexpr int kProfileNoAttention = 2;   // skip the self- and cross-attention phases
+inline constexpr int kProfileNoLogits = 3;      // skip the logits GEMV and its reduction
+
+// Floats of workspace the step needs for `batch` rows on a grid of `max_blocks` blocks (the launch
+// uses one block per multiprocessor: LaunchContext::sm_count).
+size_t PersistentWorkspaceFloats(int batch, int audio_ctx, int text_ctx, int cross_split_keys,
+                                 int self_split_keys, int max_blocks);
+
+// Whether the kernel takes these shapes (else callers use the fused or unfused step).
+bool PersistentDecoderSupported(int batch, int n_layers, int d_model, int n_heads, int ffn);
+
+// One decoder step: one cooperative launch on ctx.stream (capturable). Bad index values are
+// reported through ctx.error_word (tokens as Embed, positions as WriteRows, lengths as
+// Attention); such a row's outputs are not meaningful and its caches are not written.
+cudaError_t LaunchPersistentDecoder(const LaunchContext& ctx, const PersistentDecoderParams& p);
+
+// dst[i] = f16(src[i]) (the cross K/V copies of the f16 variant).
+cudaError_t LaunchFloatToHalf(const LaunchContext& ctx, const float* src, __half* dst, int64_t n);
+
+}  // namespace waav::cuda
