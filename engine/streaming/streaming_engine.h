@@ -21,8 +21,9 @@
 #include "engine/streaming/voice_activity.h"
 
 namespace waav::metrics {
+class BatchMetrics;
 class StageMetrics;
-}
+}  // namespace waav::metrics
 
 namespace waav::streaming {
 
@@ -33,6 +34,9 @@ struct EngineOptions {
   int ingest_ring_slots = 4096;
   // Stage timings go here when set (not owned). Default: none.
   metrics::StageMetrics* stage_metrics = nullptr;
+  // Batch sizes go here when set (not owned): the VAD's per frontend round ("vad"), and the
+  // encoder and decoder steps of each decode. Default: none.
+  metrics::BatchMetrics* batch_metrics = nullptr;
 
   [[nodiscard]] absl::Status Validate() const;
 };
@@ -66,6 +70,9 @@ class StreamingEngine {
   int active_streams() const;
   size_t ingest_depth() const;
   size_t ingest_capacity() const;
+  // Streams with work waiting in the scheduler's ready queue (not yet picked up). Lock-free,
+  // for the queue-depth gauge.
+  size_t scheduler_depth() const;
 
  private:
   class Impl;
