@@ -1,9 +1,13 @@
 // Hot-path cost of the metrics: what one Counter::Inc, Histogram::Observe or StageTimer stamp
 // adds to a pipeline stage. Single-threaded, and contended: two threads updating the same
-// series (the worst case: one cache line bouncing between cores). docs/metrics.md has numbers.
+// series (the worst case: one cache line bouncing between cores). And what a backend's
+// dispatch counters (Backend::stats()) add to a kernel call: one relaxed atomic add, measured
+// alone and next to the cheapest kernel call and graph replay of the CPU backend.
+// docs/metrics.md has numbers.
 //
 //   build/ci/bench/metrics_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -15,6 +19,8 @@
 #include "engine/metrics/registry.h"
 #include "engine/metrics/stage_metrics.h"
 #include "engine/metrics/stage_timer.h"
+#include "engine/runtime/backend.h"
+#include "kernels/cpu/cpu_backend.h"
 
 namespace waav::metrics {
 namespace {
@@ -93,6 +99,63 @@ void BM_Serialize(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(f.registry.Serialize());
 }
 BENCHMARK(BM_Serialize);
+
+// ---- Backend dispatch counters ------------------------------------------------------------------
+
+// What Submit() and Graph::Replay() add per call: one relaxed add on a counter that the
+// sampling thread reads (the sampler reads every 200 ms, so the line stays in this core's cache).
+void BM_DispatchCounterAdd(benchmark::State& state) {
+  static std::atomic<uint64_t> launches{0};
+  for (auto _ : state) launches.fetch_add(1, std::memory_order_relaxed);
+  benchmark::DoNotOptimize(launches.load(std::memory_order_relaxed));
+}
+BENCHMARK(BM_DispatchCounterAdd);
+
+// The cheapest whole kernel call of the CPU backend (Add of 16 floats, on one thread): checks,
+// a closure, the one-thread-at-a-time guard, the counter and the kernel.
+struct TinyKernel {
+  std::unique_ptr<Backend> backend;
+  Tensor a, b, y;
+  explicit TinyKernel(int64_t elements) {
+    BackendOptions options;
+    options.num_threads = 1;
+    backend = CreateCpuBackend(options);
+    std::vector<float> values(static_cast<size_t>(elements), 1.0f);
+    a = *Upload(*backend, Shape{elements}, DType::kF32, values.data());
+    b = *Upload(*backend, Shape{elements}, DType::kF32, values.data());
+    y = *backend->Allocate(Shape{elements}, DType::kF32);
+  }
+};
+
+void BM_CpuKernelCall(benchmark::State& state) {
+  TinyKernel k(state.range(0));
+  for (auto _ : state) {
+    if (!k.backend->Add(k.a, k.b, k.y).ok()) state.SkipWithError("Add failed");
+  }
+  state.counters["launches"] = static_cast<double>(k.backend->stats().kernel_launches);
+}
+BENCHMARK(BM_CpuKernelCall)->Arg(16)->Arg(4096);
+
+// A captured graph of one such call, replayed: the counter is one add per replay.
+void BM_CpuGraphReplay(benchmark::State& state) {
+  TinyKernel k(16);
+  if (!k.backend->BeginCapture().ok() || !k.backend->Add(k.a, k.b, k.y).ok()) {
+    state.SkipWithError("capture failed");
+    return;
+  }
+  std::unique_ptr<Graph> graph = *k.backend->EndCapture();
+  for (auto _ : state) {
+    if (!graph->Replay().ok()) state.SkipWithError("Replay failed");
+  }
+}
+BENCHMARK(BM_CpuGraphReplay);
+
+// The sampler's read (every 200 ms in waavd): two atomic loads and the pool's lock.
+void BM_BackendStats(benchmark::State& state) {
+  TinyKernel k(16);
+  for (auto _ : state) benchmark::DoNotOptimize(k.backend->stats());
+}
+BENCHMARK(BM_BackendStats);
 
 }  // namespace
 }  // namespace waav::metrics

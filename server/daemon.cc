@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/metrics/batch_metrics.h"
 #include "engine/metrics/latency_budgets.h"
 #include "engine/metrics/registry.h"
 #include "engine/metrics/stage_metrics.h"
@@ -39,6 +40,10 @@ constexpr char kServiceName[] = "waav.v1.Recognizer";
 // After the grace period: how long gRPC gets to deliver the last statuses before it cancels
 // what is left. gRPC also waits this long for clients to close idle connections.
 constexpr auto kShutdownDeadline = std::chrono::seconds(2);
+// The watchdog ticks streams this often; queue depths are sampled on every round, the backends'
+// statistics (a pool lock each) every kBackendSampleRounds rounds, so every 200 ms.
+constexpr auto kWatchdogPeriod = std::chrono::milliseconds(20);
+constexpr int kBackendSampleRounds = 10;
 
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -105,9 +110,8 @@ class Daemon {
     RETURN_IF_ERROR(
         metrics_->SetBuildInfo(kVersion, kRevision, absl::StrJoin(RegisteredBackends(), ",")));
     admission_ = std::make_unique<Admission>(config_.max_streams, &metrics_->streams_active());
-    watchdog_ = std::make_unique<StreamWatchdog>(std::chrono::milliseconds(20), [this] {
-      if (state_.loaded()) metrics_->ingest_queue_depth().Set(engine_->ingest_depth());
-    });
+    ASSIGN_OR_RETURN(batch_metrics_, metrics::BatchMetrics::Create(&registry_));
+    watchdog_ = std::make_unique<StreamWatchdog>(kWatchdogPeriod, [this] { SampleMetrics(); });
 
     BackendOptions backend_options;
     backend_options.num_threads = config_.threads;
@@ -169,23 +173,34 @@ class Daemon {
   absl::Status LoadModels() {
     const auto start = Clock::now();
     ASSIGN_OR_RETURN(transcriber_, whisper::Transcriber::Load(config_.model_dir, *backend_));
+    // One load of the Whisper model (the offline workers' copies take as long again each).
+    RETURN_IF_ERROR(
+        metrics_->SetModelLoadSeconds(model_.name, model_.backend, SecondsSince(start)));
     // The VAD runs on the engine's frontend worker thread while Whisper runs on its scheduler:
     // a backend serves one thread at a time, so the VAD gets its own single-threaded CPU one.
+    const auto vad_start = Clock::now();
     BackendOptions vad_options;
     vad_options.num_threads = 1;
     ASSIGN_OR_RETURN(vad_backend_, CreateBackend("cpu", vad_options));
     ASSIGN_OR_RETURN(vad_, CreateVad(config_, *vad_backend_));
+    RETURN_IF_ERROR(metrics_->SetModelLoadSeconds(absl::StrCat(VadName(config_), "_vad"),
+                                                  std::string(vad_backend_->name()),
+                                                  SecondsSince(vad_start)));
     streaming::EngineOptions options;
     options.max_streams = config_.max_streams;
     options.ingest_ring_slots = config_.ingest_ring_slots;
     options.max_batch = config_.max_batch;
     options.stage_metrics = stage_metrics_.get();
+    options.batch_metrics = batch_metrics_.get();
     ASSIGN_OR_RETURN(auto engine,
                      streaming::StreamingEngine::Create(options, *transcriber_, *vad_));
     engine_ = WrapStreamingEngine(std::move(engine));
     ASSIGN_OR_RETURN(offline_, OfflineRecognizer::Create(config_));
     const double seconds = SecondsSince(start);
-    RETURN_IF_ERROR(metrics_->SetModelLoadSeconds(model_.name, model_.backend, seconds));
+    RETURN_IF_ERROR(metrics_->AddBackend(backend_.get()));
+    RETURN_IF_ERROR(metrics_->AddBackend(vad_backend_.get()));
+    for (const Backend* b : offline_->backends()) RETURN_IF_ERROR(metrics_->AddBackend(b));
+    metrics_->SampleBackends();
     runtime_.engine = engine_.get();
     runtime_.offline = offline_.get();
     state_.SetLoaded();  // publishes runtime_.engine and runtime_.offline to the handlers
@@ -195,6 +210,14 @@ class Daemon {
         "{} streams",
         model_.name, VadName(config_), config_.offline_workers, seconds, config_.max_streams);
     return absl::OkStatus();
+  }
+
+  // On the watchdog's thread, once per round.
+  void SampleMetrics() {
+    if (!state_.loaded()) return;  // the engine and backends are published with `loaded`
+    metrics_->ingest_queue_depth().Set(static_cast<double>(engine_->ingest_depth()));
+    metrics_->scheduler_queue_depth().Set(static_cast<double>(engine_->scheduler_depth()));
+    if (++sample_round_ % kBackendSampleRounds == 0) metrics_->SampleBackends();
   }
 
   void Drain(const sigset_t& signals, int sig) {
@@ -239,6 +262,8 @@ class Daemon {
   metrics::Registry registry_;
   std::unique_ptr<metrics::StageMetrics> stage_metrics_;
   std::unique_ptr<ServerMetrics> metrics_;
+  std::unique_ptr<metrics::BatchMetrics> batch_metrics_;
+  int sample_round_ = 0;  // the watchdog's thread only
   ServerState state_;
   std::unique_ptr<Admission> admission_;
   ModelDescription model_;

@@ -65,6 +65,12 @@ absl::StatusOr<std::unique_ptr<OfflineRecognizer>> OfflineRecognizer::Create(
 
 OfflineRecognizer::~OfflineRecognizer() { Shutdown(); }
 
+std::vector<const Backend*> OfflineRecognizer::backends() const {
+  std::vector<const Backend*> result;
+  for (const Worker& worker : workers_) result.push_back(worker.backend.get());
+  return result;
+}
+
 bool OfflineRecognizer::Submit(Job job) {
   absl::MutexLock lock(&mu_);
   // Room: a worker for each idle one, plus max_queued_ waiting.

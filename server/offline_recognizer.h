@@ -38,6 +38,9 @@ class OfflineRecognizer {
   bool Submit(Job job) ABSL_LOCKS_EXCLUDED(mu_);
   // Jobs waiting or running.
   int outstanding() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The workers' backends (alive as long as this object), for their statistics only: they
+  // belong to the workers' threads (Backend::stats() is the one call safe from another thread).
+  std::vector<const Backend*> backends() const;
   // Refuses new jobs, runs the waiting ones with nullptr, and joins the workers once their
   // current job is done. Idempotent.
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);

@@ -19,6 +19,7 @@ class StreamingEngineAdapter final : public StreamEngine {
   void CancelStream(uint64_t id) override { engine_->CancelStream(id); }
   void StopAccepting() override { engine_->StopAccepting(); }
   size_t ingest_depth() const override { return engine_->ingest_depth(); }
+  size_t scheduler_depth() const override { return engine_->scheduler_depth(); }
 
  private:
   std::unique_ptr<streaming::StreamingEngine> engine_;

@@ -29,6 +29,8 @@ class StreamEngine {
   virtual void StopAccepting() = 0;
   // Chunks waiting in the ingest ring, for the queue-depth gauge.
   virtual size_t ingest_depth() const = 0;
+  // Streams waiting for the scheduler, for the queue-depth gauge.
+  virtual size_t scheduler_depth() const = 0;
 };
 
 // The real engine behind the interface.

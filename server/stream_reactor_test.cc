@@ -59,6 +59,7 @@ class FakeEngine final : public StreamEngine {
   }
   void StopAccepting() override {}
   size_t ingest_depth() const override { return 0; }
+  size_t scheduler_depth() const override { return 0; }
 
   void JoinAll() {
     std::vector<std::thread> threads;

@@ -165,7 +165,7 @@ inline constexpr MetricDef kKernelLaunchesTotal = {
     .type = MetricType::kCounter,
     .labels = {"backend"},
     .unit = "",
-    .help = "Kernels launched one by one (outside graph replays).",
+    .help = "Kernel calls dispatched one by one (outside graph replays).",
 };
 inline constexpr MetricDef kGraphReplaysTotal = {
     .name = "waav_graph_replays_total",
@@ -179,7 +179,7 @@ inline constexpr MetricDef kDeviceMemoryUsedBytes = {
     .type = MetricType::kGauge,
     .labels = {"backend", "device"},
     .unit = "bytes",
-    .help = "Device memory held by waav now.",
+    .help = "Device memory held by waav now: tensors in use and its pools' caches.",
 };
 inline constexpr MetricDef kDeviceMemoryCapacityBytes = {
     .name = "waav_device_memory_capacity_bytes",
@@ -236,8 +236,9 @@ inline constexpr std::array<absl::string_view, 4> kRejectionReasons = {"capacity
                                                                        "rate_limited", "draining"};
 inline constexpr std::array<absl::string_view, 4> kQueues = {"ingest", "scheduler", "tts_text",
                                                              "results"};
-inline constexpr std::array<absl::string_view, 3> kBatchModels = {"whisper_encoder",
-                                                                  "whisper_decoder", "vits"};
+// "vad": the voice-activity model, batched over the streams of one frontend round.
+inline constexpr std::array<absl::string_view, 4> kBatchModels = {"whisper_encoder",
+                                                                  "whisper_decoder", "vits", "vad"};
 inline constexpr std::array<absl::string_view, 4> kBackends = {"cpu", "cuda", "hip", "vulkan"};
 
 // Registers `def` in `registry` (or returns the family already there). FailedPrecondition when

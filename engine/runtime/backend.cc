@@ -35,6 +35,8 @@ absl::StatusOr<std::unique_ptr<Graph>> Backend::EndCapture() {
   return absl::UnimplementedError(absl::StrCat("backend '", std::string(name()), "' cannot capture graphs"));
 }
 
+BackendStats Backend::stats() const { return {}; }
+
 absl::StatusOr<Tensor> Upload(Backend& backend, const Shape& shape, DType dtype, const void* src) {
   ASSIGN_OR_RETURN(Tensor t, backend.Allocate(shape, dtype));
   RETURN_IF_ERROR(backend.CopyFromHost(src, t.size_bytes(), t));

@@ -6,7 +6,8 @@
 //
 // Threads: a Backend is used by one thread at a time (kernel submission is not synchronised).
 // Code that submits from several threads (the streaming engine's frontend worker and scheduler)
-// creates one backend per thread; tensors belong to the backend that allocated them.
+// creates one backend per thread; tensors belong to the backend that allocated them. The one
+// exception is stats(), which any thread may call at any time (for metrics).
 //
 // Conventions for every kernel:
 //  * All tensors are row-major and contiguous, and live on this backend's device.
@@ -68,6 +69,25 @@ class Graph {
   virtual absl::Status Replay() = 0;
   // Number of kernel calls captured (for metrics and tests).
   virtual int num_nodes() const = 0;
+};
+
+// Counters a backend keeps about its own work, read by the daemon for its metrics
+// (waav_kernel_launches_total, waav_graph_replays_total, waav_device_memory_*_bytes).
+// Totals count from the backend's creation; memory is a level.
+struct BackendStats {
+  // Kernel calls (ops, including Copy) executed eagerly, one submission each. Calls recorded
+  // during a capture and the calls inside graph replays are not counted; one call may issue a
+  // few device kernels (e.g. im2col + GEMM), so this counts dispatches, not device kernels.
+  uint64_t kernel_launches = 0;
+  // Graph::Replay() calls on graphs captured from this backend (after it is gone, too).
+  uint64_t graph_replays = 0;
+  // Device memory in tensors now (pool blocks handed out, at their size-class size).
+  uint64_t memory_in_use_bytes = 0;
+  // Device memory the backend holds from the system or driver: in use plus the blocks its pool
+  // caches for reuse. What competes with other processes for the device.
+  uint64_t memory_held_bytes = 0;
+  // Total memory of the device (host RAM for the CPU); 0 when unknown.
+  uint64_t memory_capacity_bytes = 0;
 };
 
 class Backend {
@@ -162,6 +182,14 @@ class Backend {
   // Copy are not capturable. Default: Unimplemented.
   virtual absl::Status BeginCapture();
   virtual absl::StatusOr<std::unique_ptr<Graph>> EndCapture();
+
+  // ---- Statistics (optional) ---------------------------------------------------------------
+  // A snapshot of the counters above. Unlike everything else here it may be called from any
+  // thread while another one submits work: counters are relaxed atomics (a snapshot may miss
+  // the calls in flight), memory figures take the pool's lock (in use and held are read apart,
+  // so a block changing hands meanwhile may be missing from one of them). Counting costs one
+  // relaxed atomic add per call or replay, never anything per element. Default: all zeros.
+  virtual BackendStats stats() const;
 };
 
 // Uploads host data into a new tensor on `backend`.

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
+#include "engine/metrics/batch_metrics.h"
 #include "engine/metrics/stage_metrics.h"
 #include "engine/models/whisper/decoder_pool.h"
 #include "engine/runtime/status.h"
@@ -137,6 +138,7 @@ class StreamingEngine::Impl {
   }
   size_t IngestDepth() const { return ring_.depth(); }
   size_t IngestCapacity() const { return ring_.capacity(); }
+  size_t SchedulerDepth() const { return ready_depth_.load(std::memory_order_relaxed); }
 
  private:
   struct Job {
@@ -214,6 +216,7 @@ class StreamingEngine::Impl {
     if (schedule) {
       std::lock_guard lock(ready_mu_);
       ready_.push_back(stream);
+      ready_depth_.store(ready_.size(), std::memory_order_relaxed);
       ready_cv_.notify_one();
     }
   }
@@ -252,10 +255,17 @@ class StreamingEngine::Impl {
         s.ingest_wait_ms = NsToMs(now - c.enqueue_ns);
         max_wait_ms = std::max(max_wait_ms, s.ingest_wait_ms);
       }
-      if (options_.stage_metrics != nullptr) {
-        options_.stage_metrics->Observe(metrics::Stage::kIngestWait, max_wait_ms / 1e3);
-      }
       RunVad(touched);
+      // Per round: ingest_wait is how long its oldest chunk waited in the ring; preprocessing
+      // runs from that chunk's publication to the end of the round's VAD (features and speech
+      // probabilities ready), so it is ingest_wait plus the round's frontend work. One clock
+      // read per round, none per chunk.
+      if (options_.stage_metrics != nullptr) {
+        const double round_ms = NsToMs(NowNs() - now);
+        options_.stage_metrics->Observe(metrics::Stage::kIngestWait, max_wait_ms / 1e3);
+        options_.stage_metrics->Observe(metrics::Stage::kPreprocessing,
+                                        (max_wait_ms + round_ms) / 1e3);
+      }
       for (auto& [id, stream] : touched) {
         if (stream->end_of_stream && !stream->frontend_done && !stream->cancelled.load()) {
           EndOfStream(stream);
@@ -295,6 +305,9 @@ class StreamingEngine::Impl {
               .count();
       if (options_.stage_metrics != nullptr) {
         options_.stage_metrics->Observe(metrics::Stage::kFrontend, vad_ms / 1e3);
+      }
+      if (options_.batch_metrics != nullptr) {
+        options_.batch_metrics->Observe(metrics::BatchModel::kVad, static_cast<int>(batch.size()));
       }
       for (size_t i = 0; i < batch.size(); ++i) {
         Stream& s = *batch[i];
@@ -446,6 +459,7 @@ class StreamingEngine::Impl {
           taken.push_back(std::move(ready_.front()));
           ready_.pop_front();
         }
+        ready_depth_.store(ready_.size(), std::memory_order_relaxed);
       }
       rows.clear();
       for (std::shared_ptr<Stream>& stream : taken) {
@@ -618,6 +632,16 @@ class StreamingEngine::Impl {
     for (const whisper::GreedyResult& r : *decoded) batch_steps = std::max(batch_steps, r.steps);
     // One observation per batch: every row of it shared each step.
     if (m != nullptr) m->Observe(metrics::Stage::kDecoderStep, decoder_ms / 1e3 / batch_steps);
+    if (metrics::BatchMetrics* b = options_.batch_metrics) {
+      // The encoder runs one window at a time (see DecodeBatch); a decoder step serves the rows
+      // still decoding at it.
+      b->Observe(metrics::BatchModel::kWhisperEncoder, 1, batch);
+      for (int step = 0; step < batch_steps; ++step) {
+        int live = 0;
+        for (const whisper::GreedyResult& r : *decoded) live += r.steps > step ? 1 : 0;
+        b->Observe(metrics::BatchModel::kWhisperDecoder, std::max(live, 1));
+      }
+    }
   }
 
   void Close(const std::shared_ptr<Stream>& stream, const absl::Status& status) {
@@ -647,6 +671,7 @@ class StreamingEngine::Impl {
   std::mutex ready_mu_;
   std::condition_variable ready_cv_;
   std::deque<std::shared_ptr<Stream>> ready_;
+  std::atomic<size_t> ready_depth_{0};  // ready_.size(), readable without the lock
 
   std::thread frontend_;
   std::thread scheduler_;
@@ -679,5 +704,6 @@ void StreamingEngine::StopAccepting() { impl_->StopAccepting(); }
 int StreamingEngine::active_streams() const { return impl_->Active(); }
 size_t StreamingEngine::ingest_depth() const { return impl_->IngestDepth(); }
 size_t StreamingEngine::ingest_capacity() const { return impl_->IngestCapacity(); }
+size_t StreamingEngine::scheduler_depth() const { return impl_->SchedulerDepth(); }
 
 }  // namespace waav::streaming

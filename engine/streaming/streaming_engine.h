@@ -23,8 +23,9 @@
 #include "engine/streaming/voice_activity.h"
 
 namespace waav::metrics {
+class BatchMetrics;
 class StageMetrics;
-}
+}  // namespace waav::metrics
 
 namespace waav::streaming {
 
@@ -43,6 +44,9 @@ struct EngineOptions {
   // Called on the scheduler thread after each batch is decoded, with the number of windows in
   // it (1..max_batch); for the batch-size metric. Must not block. Default: none.
   std::function<void(int batch_size)> batch_observer;
+  // Batch sizes go here when set (not owned): the VAD's per frontend round ("vad"), and the
+  // encoder and decoder steps of each decode. Default: none.
+  metrics::BatchMetrics* batch_metrics = nullptr;
 
   [[nodiscard]] absl::Status Validate() const;
 };
@@ -76,6 +80,9 @@ class StreamingEngine {
   int active_streams() const;
   size_t ingest_depth() const;
   size_t ingest_capacity() const;
+  // Streams with work waiting in the scheduler's ready queue (not yet picked up). Lock-free,
+  // for the queue-depth gauge.
+  size_t scheduler_depth() const;
 
  private:
   class Impl;

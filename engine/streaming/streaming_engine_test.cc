@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
+#include <cstdlib>
 #include <iostream>
 #include <mutex>
 #include <random>
@@ -15,6 +16,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "engine/audio/resampler.h"
+#include "engine/metrics/batch_metrics.h"
+#include "engine/metrics/registry.h"
+#include "engine/metrics/stage_metrics.h"
 #include "engine/runtime/backend_registry.h"
 #include "engine/streaming/silero_voice_activity.h"
 #include "gtest/gtest.h"
@@ -389,6 +393,101 @@ TEST_F(StreamingEngineTest, BadOptionsAreRefused) {
     ASSERT_FALSE(engine.ok());
     EXPECT_NE(engine.status().message().find("max_batch"), absl::string_view::npos);
   }
+}
+
+// A series' value in the exposition, or NaN (and a failure) when it is not there.
+double Sample(const metrics::Registry& registry, const std::string& series) {
+  const std::string text = registry.Serialize();
+  const std::string prefix = series + " ";
+  const size_t at = text.find("\n" + prefix);
+  EXPECT_NE(at, std::string::npos) << series << " not in\n" << text;
+  if (at == std::string::npos) return std::nan("");
+  return std::strtod(text.c_str() + at + 1 + prefix.size(), nullptr);
+}
+double StageCount(const metrics::Registry& r, const std::string& stage) {
+  return Sample(r, "waav_stage_latency_seconds_count{stage=\"" + stage + "\"}");
+}
+double StageSum(const metrics::Registry& r, const std::string& stage) {
+  return Sample(r, "waav_stage_latency_seconds_sum{stage=\"" + stage + "\"}");
+}
+
+// The engine stamps its stages and batch sizes once per unit of work: per frontend round
+// (ingest_wait, preprocessing, frontend = one VAD batch) and per decode (queue, encoder,
+// decoder_step, stt, end to end), and the counts agree with the work the sink saw.
+TEST_F(StreamingEngineTest, StagesAndBatchesCountTheWork) {
+  metrics::Registry registry;
+  auto stages = metrics::StageMetrics::Create(&registry, metrics::LatencyBudgets{});
+  ASSERT_TRUE(stages.ok()) << stages.status();
+  auto batches = metrics::BatchMetrics::Create(&registry);
+  ASSERT_TRUE(batches.ok()) << batches.status();
+  EngineOptions options;
+  options.stage_metrics = stages->get();
+  options.batch_metrics = batches->get();
+  auto engine = MakeEngine(options);
+
+  // Two streams at once, of random lengths of silence around the speech.
+  std::mt19937 rng(std::random_device{}());
+  const uint32_t seed = rng();
+  rng.seed(seed);
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  std::vector<uint64_t> ids;
+  int64_t frames = 0;
+  std::vector<std::vector<float>> audio;
+  for (int i = 0; i < 2; ++i) {
+    std::vector<float> a(std::uniform_int_distribution<size_t>(0, 16000)(rng), 0.0f);
+    a.insert(a.end(), jfk_.begin(), jfk_.end());
+    a.resize(a.size() + std::uniform_int_distribution<size_t>(8000, 24000)(rng), 0.0f);
+    frames += static_cast<int64_t>(a.size()) / vad_.frame_samples();
+    audio.push_back(std::move(a));
+    sinks.push_back(std::make_shared<RecordingSink>());
+    auto id = engine->OpenStream(StreamOptions{}, sinks.back());
+    ASSERT_TRUE(id.ok());
+    ids.push_back(*id);
+  }
+  for (int i = 0; i < 2; ++i) {
+    PushAll(*engine, ids[i], audio[i]);
+    ASSERT_TRUE(engine->FinishStream(ids[i]).ok());
+  }
+  int results = 0;
+  for (auto& sink : sinks) {
+    ASSERT_TRUE(sink->Wait().ok());
+    for (const Event& e : sink->events()) results += e.kind == "partial" || e.kind == "final";
+  }
+  ASSERT_GE(results, 2) << "seed " << seed;
+
+  // Per decode: a decode with an empty transcript sends nothing, so decodes >= results.
+  const double decodes = StageCount(registry, "encoder");
+  EXPECT_GE(decodes, results) << "seed " << seed;
+  for (const char* stage : {"stt", "queue"}) {
+    EXPECT_EQ(StageCount(registry, stage), decodes) << stage << ", seed " << seed;
+  }
+  // decoder_step: one observation per batch of windows (the per-step time of the batch).
+  EXPECT_GE(StageCount(registry, "decoder_step"), 1) << "seed " << seed;
+  EXPECT_LE(StageCount(registry, "decoder_step"), decodes) << "seed " << seed;
+  EXPECT_EQ(Sample(registry, "waav_end_to_end_latency_seconds_count"), decodes);
+  EXPECT_EQ(Sample(registry, "waav_batch_size_count{model=\"whisper_encoder\"}"), decodes);
+  EXPECT_GE(Sample(registry, "waav_batch_size_count{model=\"whisper_decoder\"}"), decodes);
+  EXPECT_GT(StageSum(registry, "stt"), 0);
+  EXPECT_LE(StageSum(registry, "encoder"), StageSum(registry, "stt"));
+
+  // Per frontend round: preprocessing spans ingest_wait and the round's VAD batches.
+  const double rounds = StageCount(registry, "ingest_wait");
+  EXPECT_GE(rounds, 1);
+  EXPECT_EQ(StageCount(registry, "preprocessing"), rounds);
+  EXPECT_GE(StageSum(registry, "preprocessing"), StageSum(registry, "ingest_wait"));
+  EXPECT_GE(StageSum(registry, "preprocessing"), StageSum(registry, "frontend"));
+  EXPECT_GT(StageSum(registry, "preprocessing"), 0);
+  // Every full VAD frame of both streams went through the VAD once, in batches of <= 2.
+  const double vad_batches = Sample(registry, "waav_batch_size_count{model=\"vad\"}");
+  EXPECT_EQ(vad_batches, StageCount(registry, "frontend"));
+  EXPECT_EQ(Sample(registry, "waav_batch_size_sum{model=\"vad\"}"), static_cast<double>(frames))
+      << "seed " << seed;
+  EXPECT_EQ(Sample(registry, "waav_batch_size_bucket{model=\"vad\",le=\"2\"}"), vad_batches);
+  // Nothing here feeds these stages.
+  for (const char* stage : {"capture", "processing", "tts", "output"}) {
+    EXPECT_EQ(StageCount(registry, stage), 0) << stage;
+  }
+  EXPECT_EQ(engine->scheduler_depth(), 0u);
 }
 
 // With Silero VAD, as the daemon runs: white noise and silence give no transcript, speech does.

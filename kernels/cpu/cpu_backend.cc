@@ -5,6 +5,7 @@
 #include "kernels/cpu/cpu_backend.h"
 
 #include <cblas.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -49,10 +50,19 @@ struct ExecState {
 
 using Node = std::function<absl::Status()>;
 
+// BackendStats' counters, shared with the graphs (which may outlive the backend). Relaxed: they
+// order nothing, and a reader on another thread only needs each value eventually.
+struct DispatchCounters {
+  std::atomic<uint64_t> kernel_launches{0};
+  std::atomic<uint64_t> graph_replays{0};
+};
+
 class CpuGraph final : public Graph {
  public:
-  explicit CpuGraph(std::vector<Node> nodes) : nodes_(std::move(nodes)) {}
+  CpuGraph(std::vector<Node> nodes, std::shared_ptr<DispatchCounters> counters)
+      : nodes_(std::move(nodes)), counters_(std::move(counters)) {}
   absl::Status Replay() override {
+    counters_->graph_replays.fetch_add(1, std::memory_order_relaxed);
     for (size_t i = 0; i < nodes_.size(); ++i) {
       absl::Status status = nodes_[i]();
       if (!status.ok()) {
@@ -66,7 +76,16 @@ class CpuGraph final : public Graph {
 
  private:
   std::vector<Node> nodes_;
+  std::shared_ptr<DispatchCounters> counters_;
 };
+
+// Physical memory of the host, or 0 when the system does not say.
+uint64_t HostMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_size <= 0) return 0;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
+}
 
 // ---- Validation helpers -----------------------------------------------------------------------
 
@@ -635,7 +654,20 @@ class CpuBackend final : public Backend {
   absl::StatusOr<std::unique_ptr<Graph>> EndCapture() override {
     if (!capturing_) return absl::FailedPreconditionError("EndCapture: no capture in progress");
     capturing_ = false;
-    return std::unique_ptr<Graph>(std::make_unique<CpuGraph>(std::exchange(captured_, {})));
+    return std::unique_ptr<Graph>(
+        std::make_unique<CpuGraph>(std::exchange(captured_, {}), counters_));
+  }
+
+  // ---- Statistics -----------------------------------------------------------------------------
+
+  BackendStats stats() const override {
+    BackendStats s;
+    s.kernel_launches = counters_->kernel_launches.load(std::memory_order_relaxed);
+    s.graph_replays = counters_->graph_replays.load(std::memory_order_relaxed);
+    s.memory_in_use_bytes = memory_->in_use_bytes();
+    s.memory_held_bytes = s.memory_in_use_bytes + memory_->cached_bytes();
+    s.memory_capacity_bytes = memory_capacity_bytes_;
+    return s;
   }
 
  private:
@@ -653,6 +685,7 @@ class CpuBackend final : public Backend {
           "the CPU backend was used from two threads at once; create one backend per thread "
           "that submits work");
     }
+    counters_->kernel_launches.fetch_add(1, std::memory_order_relaxed);
     absl::Status status = node();
     busy_.store(false, std::memory_order_release);
     return status;
@@ -683,6 +716,8 @@ class CpuBackend final : public Backend {
 
   std::shared_ptr<ExecState> state_;
   std::shared_ptr<CpuMemoryPool> memory_;
+  std::shared_ptr<DispatchCounters> counters_ = std::make_shared<DispatchCounters>();
+  const uint64_t memory_capacity_bytes_ = HostMemoryBytes();
   bool capturing_ = false;
   std::atomic<bool> busy_{false};
   std::vector<Node> captured_;

@@ -8,14 +8,17 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <iostream>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -760,6 +763,65 @@ TEST_F(CpuBackendTest, CaptureMisuseIsFailedPrecondition) {
   EXPECT_EQ((*graph)->num_nodes(), 1);
   EXPECT_EQ(backend_->EndCapture().status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(backend_->Synchronize().ok());
+}
+
+// ---- Statistics --------------------------------------------------------------------------------
+
+TEST_F(CpuBackendTest, StatsCountCallsReplaysAndMemory) {
+  const BackendStats fresh = backend_->stats();
+  EXPECT_EQ(fresh.kernel_launches, 0u);
+  EXPECT_EQ(fresh.graph_replays, 0u);
+  EXPECT_EQ(fresh.memory_in_use_bytes, 0u);
+  EXPECT_EQ(fresh.memory_held_bytes, 0u);
+  EXPECT_GT(fresh.memory_capacity_bytes, uint64_t{1} << 28);  // some host RAM
+
+  const int64_t n = RandomInt(1, 100000);
+  const uint64_t block = cpu::CpuMemoryPool::SizeClass(static_cast<size_t>(n) * 4);
+  Tensor a = F32({n}, Random(n)), b = F32({n}, Random(n));
+  std::optional<Tensor> y = Poisoned({n});
+  EXPECT_EQ(backend_->stats().memory_in_use_bytes, 3 * block);
+  EXPECT_EQ(backend_->stats().memory_held_bytes, 3 * block);
+  EXPECT_EQ(backend_->stats().kernel_launches, 0u);  // copies from the host are not kernels
+
+  const int calls = RandomInt(1, 20);
+  for (int i = 0; i < calls; ++i) ASSERT_TRUE(backend_->Add(a, b, *y).ok());
+  EXPECT_EQ(backend_->stats().kernel_launches, static_cast<uint64_t>(calls));
+  // A call refused by validation launches nothing.
+  EXPECT_FALSE(backend_->Add(a, F32({n + 1}, Random(n + 1)), *y).ok());
+  EXPECT_EQ(backend_->stats().kernel_launches, static_cast<uint64_t>(calls));
+
+  // Captured calls are not launches; each replay counts once, whatever its size.
+  ASSERT_TRUE(backend_->BeginCapture().ok());
+  ASSERT_TRUE(backend_->Add(a, b, *y).ok());
+  ASSERT_TRUE(backend_->Gelu(*y, *y).ok());
+  auto graph = backend_->EndCapture();
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const int replays = RandomInt(1, 10);
+  for (int i = 0; i < replays; ++i) ASSERT_TRUE((*graph)->Replay().ok());
+  EXPECT_EQ(backend_->stats().kernel_launches, static_cast<uint64_t>(calls));
+  EXPECT_EQ(backend_->stats().graph_replays, static_cast<uint64_t>(replays));
+
+  // A released block stops being in use but stays held by the pool's cache.
+  graph->reset();
+  y.reset();
+  EXPECT_EQ(backend_->stats().memory_in_use_bytes, 2 * block);
+  EXPECT_GE(backend_->stats().memory_held_bytes, 3 * block);
+
+  // Another thread may read the statistics while this one submits: totals only grow.
+  std::atomic<bool> stop{false};
+  std::thread reader([&] {
+    uint64_t last = 0;
+    while (!stop.load()) {
+      const uint64_t now = backend_->stats().kernel_launches;
+      EXPECT_GE(now, last);
+      last = now;
+    }
+  });
+  Tensor out = Poisoned({n});
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(backend_->Add(a, b, out).ok());
+  stop.store(true);
+  reader.join();
+  EXPECT_EQ(backend_->stats().kernel_launches, static_cast<uint64_t>(calls + 200));
 }
 
 // ---- Validation --------------------------------------------------------------------------------

@@ -32,16 +32,20 @@ void* CpuMemoryPool::Acquire(size_t bytes) {
       void* block = it->second.back();
       it->second.pop_back();
       cached_bytes_ -= size;
+      in_use_bytes_.fetch_add(size, std::memory_order_relaxed);
       return block;
     }
     ++system_allocations_;
   }
-  return std::aligned_alloc(kCpuAlignment, size);
+  void* block = std::aligned_alloc(kCpuAlignment, size);
+  if (block != nullptr) in_use_bytes_.fetch_add(size, std::memory_order_relaxed);
+  return block;
 }
 
 void CpuMemoryPool::Release(void* block, size_t bytes) {
   if (block == nullptr) return;
   const size_t size = SizeClass(bytes);
+  in_use_bytes_.fetch_sub(size, std::memory_order_relaxed);
   std::lock_guard lock(mu_);
   free_[size].push_back(block);
   cached_bytes_ += size;

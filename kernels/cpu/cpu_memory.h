@@ -5,6 +5,7 @@
 // blocks when the last of them is gone.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -36,15 +37,18 @@ class CpuMemoryPool {
   // Returns a block obtained from Acquire(bytes) with the same `bytes`.
   void Release(void* block, size_t bytes);
 
-  // Statistics, for tests and logs.
+  // Statistics, for tests, logs and Backend::stats(); callable from any thread.
   size_t cached_bytes() const;
   size_t system_allocations() const;
+  // Bytes in blocks handed out and not yet released (size-class sizes).
+  size_t in_use_bytes() const { return in_use_bytes_.load(std::memory_order_relaxed); }
 
  private:
   mutable std::mutex mu_;
   std::unordered_map<size_t, std::vector<void*>> free_ ABSL_GUARDED_BY(mu_);
   size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   size_t system_allocations_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<size_t> in_use_bytes_{0};
 };
 
 class CpuBuffer final : public Buffer {

@@ -546,10 +546,25 @@ class CudaBackend final : public Backend, public CudaExtensions {
     return std::unique_ptr<Graph>(std::move(result));
   }
 
+  // ---- Statistics -----------------------------------------------------------------------------
+
+  BackendStats stats() const override {
+    BackendStats s;
+    s.kernel_launches = state_->graphs->kernel_launches.load(std::memory_order_relaxed);
+    s.graph_replays = state_->graphs->graph_replays.load(std::memory_order_relaxed);
+    s.memory_in_use_bytes = state_->pool->in_use_bytes();
+    s.memory_held_bytes = s.memory_in_use_bytes + state_->pool->cached_bytes();
+    s.memory_capacity_bytes = memory_capacity_bytes_;
+    return s;
+  }
+
  private:
   CudaBackend(const CudaBackendOptions& options, std::shared_ptr<DeviceState> state,
-              std::string description)
-      : options_(options), state_(std::move(state)), description_(std::move(description)) {}
+              std::string description, uint64_t memory_capacity_bytes)
+      : options_(options),
+        state_(std::move(state)),
+        description_(std::move(description)),
+        memory_capacity_bytes_(memory_capacity_bytes) {}
 
   cudaStream_t stream() const { return state_->graphs->stream; }
 
@@ -557,7 +572,10 @@ class CudaBackend final : public Backend, public CudaExtensions {
   // graphs disabled, a capture only records it.
   template <typename F>
   absl::Status Submit(F&& node) {
-    if (!capturing_) return node();
+    if (!capturing_) {
+      state_->graphs->kernel_launches.fetch_add(1, std::memory_order_relaxed);
+      return node();
+    }
     if (!options_.use_graphs) {
       captured_.emplace_back(std::forward<F>(node));
       return absl::OkStatus();
@@ -591,6 +609,7 @@ class CudaBackend final : public Backend, public CudaExtensions {
   CudaBackendOptions options_;
   std::shared_ptr<DeviceState> state_;
   std::string description_;
+  const uint64_t memory_capacity_bytes_;
   bool capturing_ = false;
   absl::Status capture_error_;
   std::vector<cuda::Node> captured_;
@@ -675,7 +694,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const CudaBackendOp
       static_cast<double>(props.totalGlobalMem) / (1 << 30), gemm,
       options.math == CudaMath::kFast ? "fast (f16/TF32 tensor cores)" : "accurate (f32)",
       options.use_graphs ? "CUDA graphs" : "eager graphs", pdl ? "on" : "off");
-  return std::unique_ptr<Backend>(new CudaBackend(options, std::move(state), description));
+  return std::unique_ptr<Backend>(
+      new CudaBackend(options, std::move(state), description, props.totalGlobalMem));
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateRegistered(const BackendOptions& options) {

@@ -96,6 +96,7 @@ CudaGraph::~CudaGraph() {
 }
 
 absl::Status CudaGraph::Replay() {
+  runtime_->graph_replays.fetch_add(1, std::memory_order_relaxed);
   if (exec_ != nullptr) {
     if (cudaError_t err = cudaGraphLaunch(exec_, runtime_->stream); err != cudaSuccess) {
       return GpuError("cudaGraphLaunch", err);

@@ -25,6 +25,7 @@
 // stream and caches through a shared_ptr.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -71,6 +72,9 @@ struct GraphRuntime {
   }
   cudaStream_t stream = nullptr;  // owned
   ExecCache exec_cache;
+  // BackendStats' counters (relaxed: they order nothing): eager kernel calls, and replays.
+  std::atomic<uint64_t> kernel_launches{0};
+  std::atomic<uint64_t> graph_replays{0};
 };
 
 class CudaGraph final : public Graph {

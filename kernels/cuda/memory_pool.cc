@@ -40,6 +40,7 @@ void* DevicePool::Acquire(size_t bytes) {
     void* block = it->second.back();
     it->second.pop_back();
     cached_bytes_ -= size;
+    in_use_bytes_.fetch_add(size, std::memory_order_relaxed);
     return block;
   }
   (void)cudaSetDevice(device_);
@@ -53,12 +54,14 @@ void* DevicePool::Acquire(size_t bytes) {
     }
   }
   ++system_allocations_;
+  in_use_bytes_.fetch_add(size, std::memory_order_relaxed);
   return block;
 }
 
 void DevicePool::Release(void* block, size_t bytes) {
   if (block == nullptr) return;
   const size_t size = SizeClass(bytes);
+  in_use_bytes_.fetch_sub(size, std::memory_order_relaxed);
   std::lock_guard lock(mu_);
   free_[size].push_back(block);
   cached_bytes_ += size;

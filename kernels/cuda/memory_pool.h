@@ -10,6 +10,7 @@
 // may outlive the backend; the pool frees its cached blocks when the last of them is gone.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -49,6 +50,8 @@ class DevicePool {
 
   size_t cached_bytes() const;
   size_t system_allocations() const;
+  // Bytes in blocks handed out and not yet released (size-class sizes); any thread.
+  size_t in_use_bytes() const { return in_use_bytes_.load(std::memory_order_relaxed); }
 
  private:
   void FreeCachedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -58,6 +61,7 @@ class DevicePool {
   std::unordered_map<size_t, std::vector<void*>> free_ ABSL_GUARDED_BY(mu_);
   size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   size_t system_allocations_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<size_t> in_use_bytes_{0};
 };
 
 class DeviceBuffer final : public Buffer {

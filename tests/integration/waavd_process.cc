@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -39,20 +40,27 @@ std::unique_ptr<WaavdProcess> WaavdProcess::Start(const std::string& binary,
                                    "127.0.0.1:0", "--port-file", port_file};
   argv.insert(argv.end(), args.begin(), args.end());
 
+  // Made before fork: between fork and exec a child of a threaded process may only make
+  // async-signal-safe calls (no malloc).
+  std::vector<char*> cargs;
+  for (std::string& a : argv) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
     *error = "fork failed";
     return nullptr;
   }
   if (pid == 0) {
+    // Dies with the test (a ctest timeout kills it with SIGKILL, which runs no destructor).
+    // The signal comes when the forking thread ends: tests start daemons on their main thread.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
     const int fd = open(log_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
       dup2(fd, STDOUT_FILENO);
       dup2(fd, STDERR_FILENO);
     }
-    std::vector<char*> cargs;
-    for (std::string& a : argv) cargs.push_back(a.data());
-    cargs.push_back(nullptr);
     execv(binary.c_str(), cargs.data());
     _exit(127);
   }

@@ -59,6 +59,23 @@ std::string SendAndReadAll(int fd, const std::string& data, std::chrono::millise
   return out;
 }
 
+int FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t length = sizeof(addr);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
 std::string RawRequest(const std::string& address, const std::string& request,
                        std::chrono::milliseconds timeout) {
   const int fd = ConnectTcp(address);

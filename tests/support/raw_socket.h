@@ -15,6 +15,10 @@ int ConnectTcp(const std::string& address);
 std::string SendAndReadAll(int fd, const std::string& data, std::chrono::milliseconds timeout,
                            bool* timed_out = nullptr);
 
+// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then closed), or 0. For
+// programs that cannot bind port 0 and report it; the caller retries if someone else took it.
+int FreeLoopbackPort();
+
 // Connects, sends `request`, reads the whole answer, closes. "" when it cannot connect.
 std::string RawRequest(const std::string& address, const std::string& request,
                        std::chrono::milliseconds timeout = std::chrono::milliseconds(5000));

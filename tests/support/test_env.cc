@@ -1,5 +1,7 @@
 #include "tests/support/test_env.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <random>
 
@@ -48,6 +50,20 @@ std::optional<std::string> PythonWith(const std::string& modules) {
   if (python.empty() || !std::filesystem::exists(python)) return std::nullopt;
   if (RunCommand(python + " -c 'import " + modules + "' >/dev/null 2>&1") != 0) return std::nullopt;
   return python;
+}
+
+std::optional<std::string> FindProgram(const std::string& name) {
+  const std::string path = Env("PATH");
+  size_t begin = 0;
+  while (begin <= path.size()) {
+    size_t end = path.find(':', begin);
+    if (end == std::string::npos) end = path.size();
+    const std::filesystem::path candidate =
+        std::filesystem::path(path.substr(begin, end - begin)) / name;
+    if (end > begin && access(candidate.c_str(), X_OK) == 0) return candidate.string();
+    begin = end + 1;
+  }
+  return std::nullopt;
 }
 
 std::string SourceDir() { return Env("WAAV_SOURCE_DIR"); }

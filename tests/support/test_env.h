@@ -23,6 +23,8 @@ std::optional<std::string> ReferencePython();
 // $WAAV_PYTHON when it exists and can import `modules` (comma-separated, e.g. "numpy,
 // onnxruntime"), else nullopt.
 std::optional<std::string> PythonWith(const std::string& modules);
+// The absolute path of executable `name` found on $PATH, or nullopt.
+std::optional<std::string> FindProgram(const std::string& name);
 // $WAAV_SOURCE_DIR.
 std::string SourceDir();
 // A fresh empty directory under the system temp dir, removed by the caller if wanted.
