@@ -29,8 +29,10 @@ namespace {
 namespace fs = std::filesystem;
 
 // Two computations of the same probabilities that differ only in GEMM blocking (batched vs
-// one row, sequence vs streamed) agree to float rounding carried through the LSTM.
-constexpr double kPathTolerance = 2e-5;
+// one row, sequence vs streamed) agree to float rounding carried through the LSTM. Seen: up to
+// 2.06e-5 (once, on random signals); a real mistake (a wrong row, a lost state) moves
+// probabilities by 1e-2 and more, so 1e-4 leaves room for rounding without hiding one.
+constexpr double kPathTolerance = 1e-4;
 
 bool Contains(const absl::Status& status, const std::string& text) {
   return std::string(status.message()).find(text) != std::string::npos;
