@@ -474,6 +474,20 @@ class StreamingEngine::Impl {
         }
       }
       if (rows.empty()) continue;
+      // Finals first: an utterance's final is what its client waits for (and what keeping up
+      // is judged on), partials are best effort. A round that has finals leaves its partials
+      // for the next round, so a final never waits behind other streams' partial encodes.
+      const bool has_final = std::any_of(rows.begin(), rows.end(), [](const Row& r) {
+        return r.job.kind == Job::kFinal;
+      });
+      if (has_final) {
+        std::erase_if(rows, [this](Row& row) {
+          if (row.job.kind != Job::kPartial) return false;
+          row.rest.push_front(std::move(row.job));
+          Requeue(row.stream, std::move(row.rest));
+          return true;
+        });
+      }
       DecodeBatch(rows, log_mel);
       for (Row& row : rows) {
         if (std::optional<Job> next = RunUntilDecode(row.stream, row.rest)) {
@@ -486,12 +500,15 @@ class StreamingEngine::Impl {
 
   // Runs `jobs` from the front until a decode job, which it removes and returns (std::nullopt
   // when the queue ran out or the stream is closed). Of consecutive partials only the newest is
-  // decoded: a backlog would only add latency.
+  // decoded, and none just before a final: a backlog would only add latency.
   std::optional<Job> RunUntilDecode(const std::shared_ptr<Stream>& stream, std::deque<Job>& jobs) {
     while (!jobs.empty() && !stream->done) {
       Job job = std::move(jobs.front());
       jobs.pop_front();
-      if (job.kind == Job::kPartial && !jobs.empty() && jobs.front().kind == Job::kPartial) {
+      // A partial followed by another partial, or by its utterance's final, would only be
+      // overtaken at once.
+      if (job.kind == Job::kPartial && !jobs.empty() &&
+          (jobs.front().kind == Job::kPartial || jobs.front().kind == Job::kFinal)) {
         continue;
       }
       if (stream->cancelled.load() && job.kind != Job::kCancelled) continue;

@@ -283,6 +283,73 @@ TEST_F(StreamingEngineTest, CancelledStreamEndsWithCancelledAndRejectsAudio) {
 // Several streams speaking at once are decoded in shared batches (the batch observer and the
 // results' batch_size see it), and every stream's finals are exactly those of an engine that
 // decodes one window at a time.
+// Scheduling under load: a final is decoded in a round of its own rather than alongside other
+// streams' partials, and a stream's partials queued before its final are never decoded.
+TEST_F(StreamingEngineTest, FinalsGoFirstAndPartialsBeforeAFinalAreSkipped) {
+  const auto short_clip = waav::testing::SpeechFile("ljspeech/LJ001-0002.wav");
+  if (!short_clip) GTEST_SKIP() << "shared speech data absent (ljspeech/LJ001-0002.wav)";
+  auto clip = audio::LoadAudio16k(*short_clip);
+  ASSERT_TRUE(clip.ok()) << clip.status();
+
+  Gate gate;  // outlives the engine, whose sinks point to it
+  auto engine = MakeEngine();
+  // The scheduler takes the blocker's first job and is held at its speech start while the
+  // others queue everything: the next round finds the blocker's and `talking`'s partials and
+  // `ending`'s partials, final and speech end all ready at once.
+  auto blocker = std::make_shared<GatedSink>(&gate);
+  auto talking = std::make_shared<RecordingSink>();
+  auto ending = std::make_shared<RecordingSink>();
+  std::vector<float> speech(jfk_.begin(), jfk_.begin() + 3 * 16000);  // no endpoint in it
+  std::vector<float> utterance = clip->samples;
+  utterance.resize(utterance.size() + 24000, 0.0f);  // 1.5 s of silence: an endpoint
+  StreamOptions no_endpoint;
+  no_endpoint.endpoint.silence_ms = 3000;  // jfk pauses after "Americans"; not an end here
+  auto blocker_id = engine->OpenStream(no_endpoint, blocker);
+  ASSERT_TRUE(blocker_id.ok());
+  PushAll(*engine, *blocker_id, speech);
+  WaitDrained(*engine);
+  auto talking_id = engine->OpenStream(no_endpoint, talking);
+  auto ending_id = engine->OpenStream(StreamOptions{}, ending);
+  ASSERT_TRUE(talking_id.ok() && ending_id.ok());
+  PushAll(*engine, *talking_id, speech);
+  PushAll(*engine, *ending_id, utterance);
+  WaitDrained(*engine);
+  auto quiet = std::make_shared<RecordingSink>();  // see ConcurrentStreamsShareBatches...
+  auto quiet_id = engine->OpenStream(StreamOptions{}, quiet);
+  ASSERT_TRUE(quiet_id.ok());
+  ASSERT_TRUE(engine->PushAudio(*quiet_id, std::vector<float>(1600, 0.0f)).ok());
+  WaitDrained(*engine);
+  gate.Open();
+  // The others end only after `ending`'s final: their end-of-audio finals would share its round.
+  auto has_final = [&] {
+    for (const Event& e : ending->events()) {
+      if (e.kind == "final") return true;
+    }
+    return false;
+  };
+  for (int i = 0; i < 120000 && !has_final(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  for (uint64_t id : {*blocker_id, *talking_id, *ending_id, *quiet_id}) {
+    ASSERT_TRUE(engine->FinishStream(id).ok());
+  }
+  for (RecordingSink* sink : {static_cast<RecordingSink*>(blocker.get()), talking.get(),
+                              ending.get(), quiet.get()}) {
+    ASSERT_TRUE(sink->Wait().ok());
+  }
+
+  int finals = 0;
+  for (const Event& e : ending->events()) {
+    EXPECT_NE(e.kind, "partial") << "a partial queued before the final was decoded: '"
+                                 << e.result.transcript << "'";
+    if (e.kind != "final" || e.result.utterance_index != 0) continue;
+    ++finals;
+    EXPECT_EQ(e.result.latency.batch_size, 1) << "the final shared its round with partials";
+    EXPECT_EQ(Normalize(e.result.transcript), "in being comparatively modern");
+  }
+  EXPECT_EQ(finals, 1);
+}
+
 TEST_F(StreamingEngineTest, ConcurrentStreamsShareBatchesAndMatchUnbatched) {
   std::vector<std::vector<float>> clips = {jfk_};
   for (const char* name :
