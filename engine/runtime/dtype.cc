@@ -30,6 +30,28 @@ float HalfToFloat(uint16_t half) {
   return std::bit_cast<float>(bits);
 }
 
+void HalfToFloatArray(const void* halves, float* out, size_t count) {
+  const auto* bytes = static_cast<const uint8_t*>(halves);
+  constexpr uint32_t kShiftedExponent = 0x7c00u << 13;  // a half's exponent field, as in a float
+  for (size_t i = 0; i < count; ++i) {
+    uint16_t half;
+    std::memcpy(&half, bytes + 2 * i, 2);
+    // Move exponent and mantissa into place and rebias the exponent; then fix the two ends of
+    // the range: all-ones exponents (inf/NaN) take the float's all-ones exponent, and
+    // subnormals are renormalised exactly by one float subtraction.
+    uint32_t bits = static_cast<uint32_t>(half & 0x7fffu) << 13;
+    const uint32_t exponent = bits & kShiftedExponent;
+    bits += (127u - 15u) << 23;
+    if (exponent == kShiftedExponent) {
+      bits += (128u - 16u) << 23;
+    } else if (exponent == 0) {
+      bits += 1u << 23;
+      bits = std::bit_cast<uint32_t>(std::bit_cast<float>(bits) - std::bit_cast<float>(113u << 23));
+    }
+    out[i] = std::bit_cast<float>(bits | (static_cast<uint32_t>(half & 0x8000u) << 16));
+  }
+}
+
 uint16_t FloatToHalf(float value) {
   const uint32_t bits = std::bit_cast<uint32_t>(value);
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);

@@ -46,5 +46,8 @@ constexpr std::string_view DeviceKindName(DeviceKind kind) {
 // IEEE half <-> float conversions for host code (exact in the f16 -> f32 direction).
 float HalfToFloat(uint16_t half);
 uint16_t FloatToHalf(float value);  // round to nearest even
+// `count` halves (raw little-endian bytes, any alignment) to floats; the same values as
+// HalfToFloat, in a branch-light loop the compiler vectorises (model loading converts millions).
+void HalfToFloatArray(const void* halves, float* out, size_t count);
 
 }  // namespace waav

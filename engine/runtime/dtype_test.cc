@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <vector>
+#include <bit>
 
 #include "gtest/gtest.h"
 
@@ -16,6 +18,27 @@ TEST(DTypeTest, HalfRoundTripIsExactForEveryHalf) {
     const float f = HalfToFloat(half);
     if (std::isnan(f)) continue;
     EXPECT_EQ(FloatToHalf(f), half) << "half bits " << h;
+  }
+}
+
+TEST(DTypeTest, HalfArrayConversionEqualsTheScalarOneForEveryHalf) {
+  // Every bit pattern, at an odd byte offset (model files need not align their f16 data).
+  std::vector<uint8_t> bytes(1 + 2 * 0x10000u);
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    bytes[1 + 2 * h] = static_cast<uint8_t>(h & 0xffu);
+    bytes[2 + 2 * h] = static_cast<uint8_t>(h >> 8);
+  }
+  std::vector<float> out(0x10000u);
+  HalfToFloatArray(bytes.data() + 1, out.data(), out.size());
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    const float want = HalfToFloat(static_cast<uint16_t>(h));
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(out[h])) << "half bits " << h;
+      EXPECT_EQ(std::signbit(out[h]), std::signbit(want)) << "half bits " << h;
+    } else {
+      EXPECT_EQ(std::bit_cast<uint32_t>(out[h]), std::bit_cast<uint32_t>(want))
+          << "half bits " << h;
+    }
   }
 }
 

@@ -33,20 +33,22 @@ absl::StatusOr<Tensor> UploadRows(Backend& backend, const ct2::Variable& var, in
   }
   const size_t src_size = is_f16 ? 2 : 4;
   const uint8_t* src = var.data() + static_cast<size_t>(row_begin * row_elements) * src_size;
+  if (dtype != DType::kF16 && dtype != DType::kF32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("variable ", var.name, " cannot be loaded as ", std::string(DTypeName(dtype))));
+  }
+  // Same type: the file's bytes as they are (little-endian, as the backends). Otherwise convert.
+  if (is_f16 == (dtype == DType::kF16) && (is_f16 || dtype == DType::kF32)) {
+    return Upload(backend, shape, dtype, src);
+  }
   std::vector<uint8_t> host(static_cast<size_t>(count) * SizeOf(dtype));
-  for (int64_t i = 0; i < count; ++i) {
-    float value;
-    if (is_f16) {
-      uint16_t half;
-      std::memcpy(&half, src + i * 2, 2);
-      value = HalfToFloat(half);
-    } else {
+  if (is_f16 && dtype == DType::kF32) {
+    HalfToFloatArray(src, reinterpret_cast<float*>(host.data()), static_cast<size_t>(count));
+  } else {
+    for (int64_t i = 0; i < count; ++i) {
+      float value;
       std::memcpy(&value, src + i * 4, 4);
-    }
-    if (dtype == DType::kF32) {
-      std::memcpy(host.data() + i * 4, &value, 4);
-    } else {
-      const uint16_t half = FloatToHalf(value);  // exact when the source is f16
+      const uint16_t half = FloatToHalf(value);
       std::memcpy(host.data() + i * 2, &half, 2);
     }
   }
