@@ -85,20 +85,21 @@ std::string DescribeReference(const RampReport& ramp) {
 // Columns: N, streams, ok, errors, first partial and final latency (p50/p95/p99 ms), the
 // slowest final after its utterance's end, the largest backlog and send delay (ms), median RTF,
 // verdict.
-constexpr char kRowFormat[] = "%6s %7s %5s  %-22s %-19s %-19s %9s %8s %8s %6s  %s\n";
+constexpr char kRowFormat[] = "%6s %7s %5s  %-22s %-19s %-19s %-19s %9s %8s %8s %6s  %s\n";
 
 std::string StepTableHeader() {
-  return absl::StrFormat(kRowFormat, "N", "streams", "ok", "errors", "first partial ms", "final ms",
-                         "slowest", "max", "max send", "RTF", "keeps") +
+  return absl::StrFormat(kRowFormat, "N", "streams", "ok", "errors", "first partial ms",
+                         "stable ms", "final ms", "slowest", "max", "max send", "RTF", "keeps") +
          absl::StrFormat(kRowFormat, "", "", "", "", "p50 / p95 / p99", "p50 / p95 / p99",
-                         "final ms", "backlog", "delay", "p50", "up");
+                         "p50 / p95 / p99", "final ms", "backlog", "delay", "p50", "up");
 }
 
 std::string StepTableRow(const StepReport& step) {
   return absl::StrFormat(kRowFormat, absl::StrCat(step.concurrency), absl::StrCat(step.streams),
                          absl::StrCat(step.streams_ok), Errors(step), Triple(step.first_partial_ms),
-                         Triple(step.final_ms), MaxOrDash(step.utterance_final_ms),
-                         MaxOrDash(step.backlog_ms), MaxOrDash(step.send_delay_ms),
+                         Triple(step.first_stable_ms), Triple(step.final_ms),
+                         MaxOrDash(step.utterance_final_ms), MaxOrDash(step.backlog_ms),
+                         MaxOrDash(step.send_delay_ms),
                          step.rtf.count ? absl::StrFormat("%.3f", step.rtf.p50) : "-",
                          !step.paced     ? "n/a"
                          : step.keeps_up ? "yes"
@@ -156,6 +157,7 @@ nlohmann::json StepJson(const StepReport& step) {
           {"finals", step.finals},
           {"words", step.words},
           {"first_partial_ms", SummaryJson(step.first_partial_ms)},
+          {"first_stable_ms", SummaryJson(step.first_stable_ms)},
           {"final_ms", SummaryJson(step.final_ms)},
           {"utterance_final_ms", SummaryJson(step.utterance_final_ms)},
           {"rtf", SummaryJson(step.rtf)},

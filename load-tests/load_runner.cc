@@ -189,7 +189,7 @@ StepReport Aggregate(int concurrency, const std::vector<StreamRecord>& records,
   report.streams = static_cast<int>(records.size());
   report.wall_s = wall_s;
   report.paced = options.stream.speed > 0;
-  std::vector<double> first, final, utterance_final, rtf, backlog, send_delay;
+  std::vector<double> first, stable, final, utterance_final, rtf, backlog, send_delay;
   std::map<std::string, std::vector<double>> stages;
   for (const StreamRecord& record : records) {
     report.audio_s += static_cast<double>(record.audio_us) / 1e6;
@@ -210,6 +210,7 @@ StepReport Aggregate(int concurrency, const std::vector<StreamRecord>& records,
                                                      : report.streams_utterance_reference);
     }
     first.insert(first.end(), latencies.first_partial_ms.begin(), latencies.first_partial_ms.end());
+    stable.insert(stable.end(), latencies.first_stable_ms.begin(), latencies.first_stable_ms.end());
     final.insert(final.end(), latencies.final_ms.begin(), latencies.final_ms.end());
     utterance_final.insert(utterance_final.end(), latencies.utterance_final_ms.begin(),
                            latencies.utterance_final_ms.end());
@@ -228,6 +229,7 @@ StepReport Aggregate(int concurrency, const std::vector<StreamRecord>& records,
     }
   }
   report.first_partial_ms = Summarize(std::move(first));
+  report.first_stable_ms = Summarize(std::move(stable));
   report.final_ms = Summarize(std::move(final));
   report.utterance_final_ms = Summarize(std::move(utterance_final));
   report.rtf = Summarize(std::move(rtf));

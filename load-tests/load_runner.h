@@ -67,6 +67,7 @@ struct StepReport {
   size_t finals = 0;
   size_t words = 0;
   Summary first_partial_ms;
+  Summary first_stable_ms;  // word-end reference only: when each word became stable
   Summary final_ms;
   Summary utterance_final_ms;  // per final: arrival minus its end_ms
   Summary rtf;                 // per stream

@@ -16,10 +16,13 @@ double LatencyMs(double received_s, uint32_t ms, double speed) {
   return (received_s - SpokenAt(ms, speed)) * 1000.0;
 }
 
-bool HasWord(const ObservedResult& result, const ObservedWord& word, uint32_t slack_ms) {
+bool HasWord(const ObservedResult& result, const ObservedWord& word, uint32_t slack_ms,
+             bool stable_only = false) {
   for (const ObservedWord& w : result.words) {
     const int64_t gap = static_cast<int64_t>(w.end_ms) - static_cast<int64_t>(word.end_ms);
-    if (w.text == word.text && std::llabs(gap) <= slack_ms) return true;
+    if (w.text == word.text && std::llabs(gap) <= slack_ms && (w.stable || !stable_only)) {
+      return true;
+    }
   }
   return false;
 }
@@ -51,7 +54,7 @@ ObservedResult ObserveResult(const v1::StreamingRecognitionResult& result, doubl
     observed.has_text = !top.transcript().empty();
     observed.words.reserve(static_cast<size_t>(top.words_size()));
     for (const v1::WordInfo& w : top.words()) {
-      observed.words.push_back({NormalizeWord(w.word()), w.end_ms()});
+      observed.words.push_back({NormalizeWord(w.word()), w.end_ms(), w.stable()});
     }
   }
   observed.latency = result.latency();
@@ -87,6 +90,10 @@ StreamLatencies AnalyzeStream(const StreamRecord& record, uint32_t match_slack_m
         const double first =
             earliest([&](const ObservedResult& r) { return HasWord(r, word, match_slack_ms); });
         out.first_partial_ms.push_back(LatencyMs(first, word.end_ms, speed));
+        const double stable = earliest([&](const ObservedResult& r) {
+          return r.is_final || HasWord(r, word, match_slack_ms, /*stable_only=*/true);
+        });
+        out.first_stable_ms.push_back(LatencyMs(stable, word.end_ms, speed));
         out.final_ms.push_back(LatencyMs(final.received_s, word.end_ms, speed));
       }
       continue;

@@ -34,6 +34,7 @@ namespace waav::load {
 struct ObservedWord {
   std::string text;  // NormalizeWord of the word
   uint32_t end_ms = 0;
+  bool stable = false;  // part of the result's stable prefix (always, in a final)
 };
 
 struct ObservedResult {
@@ -84,6 +85,9 @@ enum class Reference { kWordEnds, kUtteranceEnds };
 struct StreamLatencies {
   Reference reference = Reference::kUtteranceEnds;
   std::vector<double> first_partial_ms;  // one per word (kWordEnds) or per final (kUtteranceEnds)
+  // kWordEnds only: the earliest result (the final at the latest) in which the word is marked
+  // stable, i.e. committed by the server's streaming policy and never to change.
+  std::vector<double> first_stable_ms;
   std::vector<double> final_ms;          // same points
   // Per final result: its arrival minus its end_ms (the keep-up criterion's measure).
   std::vector<double> utterance_final_ms;

@@ -64,6 +64,25 @@ TEST(AnalyzeStreamTest, WordEndsFromFinalWordsAndEarliestMatchingPartial) {
   EXPECT_NEAR(tight.first_partial_ms[1], 300, 1e-9);
 }
 
+TEST(AnalyzeStreamTest, StableLatencyIsTheFirstResultMarkingTheWordStable) {
+  StreamRecord record;
+  record.speed = 1;
+  record.results = {
+      Result(0.9, 0, false, 850, {{"hello", 600, false}}),
+      Result(1.2, 0, false, 1150, {{"hello", 610, true}, {"world", 1000, false}}),
+      Result(1.6, 0, true, 1000, {{"hello", 600, true}, {"world", 1000, true}}),
+  };
+  const StreamLatencies l = AnalyzeStream(record, 500);
+  ASSERT_EQ(l.first_stable_ms.size(), 2u);
+  EXPECT_NEAR(l.first_stable_ms[0], 600, 1e-9);  // 1.2 s - 0.6 s: stable in the 2nd partial
+  EXPECT_NEAR(l.first_stable_ms[1], 600, 1e-9);  // 1.6 s - 1.0 s: only the final has it
+  EXPECT_NEAR(l.first_partial_ms[0], 300, 1e-9);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_LE(l.first_partial_ms[i], l.first_stable_ms[i]);
+    EXPECT_LE(l.first_stable_ms[i], l.final_ms[i]);
+  }
+}
+
 TEST(AnalyzeStreamTest, WordSeenOnlyInTheFinalHasEqualLatenciesAndSpeedScalesReference) {
   StreamRecord record;
   record.speed = 2;  // stream time 1000 ms is spoken 0.5 s after t0
