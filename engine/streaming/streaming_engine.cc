@@ -597,7 +597,7 @@ class StreamingEngine::Impl {
       const auto start = std::chrono::steady_clock::now();
       status = model.WriteMel(rows[i].input.mel, 0, *encoder_);
       if (status.ok()) {
-        status = model.EncodeOnDevice(*encoder_, &decoders_->Row(static_cast<int>(i)));
+        status = model.RunEncoder(*encoder_, &decoders_->Row(static_cast<int>(i)));
       }
       if (status.ok()) status = model.backend().Synchronize();
       rows[i].encoder_ms += MsSince(start);

@@ -151,6 +151,11 @@ absl::StatusOr<std::unique_ptr<WhisperModel>> WhisperModel::FromModelFile(
   }
 
   auto model = std::unique_ptr<WhisperModel>(new WhisperModel(backend, dims));
+  switch (options.graphs) {
+    case GraphUse::kAuto: model->use_graphs_ = backend.device() != DeviceKind::kCpu; break;
+    case GraphUse::kAlways: model->use_graphs_ = true; break;
+    case GraphUse::kNever: model->use_graphs_ = false; break;
+  }
   model->attention_scale_ = 1.0f / std::sqrt(static_cast<float>(d_model / n_heads));
   WeightLoader loader(file, backend);
   const int64_t d = d_model;
@@ -423,12 +428,41 @@ absl::Status WhisperModel::WriteMel(absl::Span<const float> mel, int row,
 }
 
 absl::Status WhisperModel::EncodeOnDevice(EncoderBuffers& buffers, DecoderState* state) const {
-  const int64_t b = buffers.batch_size();
   if (state != nullptr && state->batch_size() != buffers.batch_size()) {
     return absl::InvalidArgumentError(absl::StrCat("EncodeOnDevice: encoder buffers for batch ",
-                                                   b, " and a decoder state for batch ",
+                                                   buffers.batch_size(),
+                                                   " and a decoder state for batch ",
                                                    state->batch_size()));
   }
+  RETURN_IF_ERROR(EncoderPass(buffers));
+  if (state == nullptr) return absl::OkStatus();
+  return ProjectCross(buffers.x_, *state);
+}
+
+absl::Status WhisperModel::RunEncoder(EncoderBuffers& buffers, DecoderState* state) const {
+  if (state != nullptr && state->batch_size() != buffers.batch_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("RunEncoder: encoder buffers for batch ",
+                                                   buffers.batch_size(),
+                                                   " and a decoder state for batch ",
+                                                   state->batch_size()));
+  }
+  const EncoderBuffers& b = buffers;
+  const Tensor* pass[] = {&b.mel_, &b.conv1_, &b.x_, &b.scratch_, &b.h_,
+                          &b.q_,   &b.k_,     &b.v_, &b.attended_, &b.hidden_};
+  RETURN_IF_ERROR(buffers.graph_.Run(backend_, use_graphs_, pass,
+                                     [&] { return EncoderPass(buffers); }));
+  if (state == nullptr) return absl::OkStatus();
+  std::vector<const Tensor*> cross = {&b.x_};
+  for (int i = 0; i < dims_.n_decoder_layers; ++i) {
+    cross.push_back(&state->cross_k_[static_cast<size_t>(i)]);
+    cross.push_back(&state->cross_v_[static_cast<size_t>(i)]);
+  }
+  return state->cross_graphs_.Run(backend_, use_graphs_, cross,
+                                  [&] { return ProjectCross(buffers.x_, *state); });
+}
+
+absl::Status WhisperModel::EncoderPass(EncoderBuffers& buffers) const {
+  const int64_t b = buffers.batch_size();
   const Tensor& x = buffers.x_;
   RETURN_IF_ERROR(
       backend_.Conv1d(buffers.mel_, conv1_w_, conv1_b_, 1, 1, Activation::kGelu, buffers.conv1_));
@@ -445,12 +479,16 @@ absl::Status WhisperModel::EncodeOnDevice(EncoderBuffers& buffers, DecoderState*
                                  /*causal=*/false, buffers.scratch_, ws));
     RETURN_IF_ERROR(RunFeedForward(layer.ffn, x, ws));
   }
-  RETURN_IF_ERROR(backend_.LayerNorm(x, encoder_norm_gamma_, encoder_norm_beta_, 1e-5f, x));
-  if (state == nullptr) return absl::OkStatus();
+  return backend_.LayerNorm(x, encoder_norm_gamma_, encoder_norm_beta_, 1e-5f, x);
+}
+
+absl::Status WhisperModel::ProjectCross(const Tensor& encoded, DecoderState& state) const {
   for (int i = 0; i < dims_.n_decoder_layers; ++i) {
     const AttentionWeights& w = decoder_layers_[static_cast<size_t>(i)].cross_attention;
-    RETURN_IF_ERROR(backend_.Linear(x, w.k_w, &w.k_b, Activation::kNone, state->cross_k_[i]));
-    RETURN_IF_ERROR(backend_.Linear(x, w.v_w, &w.v_b, Activation::kNone, state->cross_v_[i]));
+    RETURN_IF_ERROR(
+        backend_.Linear(encoded, w.k_w, &w.k_b, Activation::kNone, state.cross_k_[i]));
+    RETURN_IF_ERROR(
+        backend_.Linear(encoded, w.v_w, &w.v_b, Activation::kNone, state.cross_v_[i]));
   }
   return absl::OkStatus();
 }
@@ -497,7 +535,7 @@ absl::StatusOr<std::vector<float>> WhisperModel::Decode(absl::Span<const int32_t
   RETURN_IF_ERROR(backend_.CopyFromHost(lengths.data(), lengths.size() * 4, state.lengths_));
   if (t == 1) {
     RETURN_IF_ERROR(backend_.CopyFromHost(tokens.data(), tokens.size() * 4, state.step_.tokens));
-    RETURN_IF_ERROR(DecodeStep(state));
+    RETURN_IF_ERROR(RunDecodeStep(state));
     return Download<float>(backend_, state.step_.logits);
   }
   ASSIGN_OR_RETURN(Tensor token_ids, Upload(backend_, {b, t}, DType::kI32, tokens.data()));
@@ -551,6 +589,23 @@ absl::Status WhisperModel::DecodeStep(DecoderState& state) const {
   RETURN_IF_ERROR(backend_.LayerNorm(s.x, decoder_norm_gamma_, decoder_norm_beta_, 1e-5f, s.x));
   ASSIGN_OR_RETURN(const Tensor last, s.x.Reshape({state.batch_size(), dims_.d_model}));
   return backend_.Linear(last, token_embedding_, nullptr, Activation::kNone, s.logits);
+}
+
+absl::Status WhisperModel::RunDecodeStep(DecoderState& state) const {
+  const DecoderState::StepBuffers& s = state.step_;
+  std::vector<const Tensor*> tensors = {&s.tokens, &s.x,        &s.out,    &s.h,
+                                        &s.q,      &s.k,        &s.v,      &s.attended,
+                                        &s.hidden, &s.logits,   &state.positions_,
+                                        &state.lengths_};
+  for (int i = 0; i < dims_.n_decoder_layers; ++i) {
+    const size_t l = static_cast<size_t>(i);
+    for (const Tensor* t :
+         {&state.self_k_[l], &state.self_v_[l], &state.cross_k_[l], &state.cross_v_[l]}) {
+      tensors.push_back(t);
+    }
+  }
+  return state.step_graph_.Run(backend_, use_graphs_, tensors,
+                               [&] { return DecodeStep(state); });
 }
 
 }  // namespace waav::whisper

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/runtime/backend.h"
+#include "engine/runtime/graph_cache.h"
 
 namespace waav::ct2 {
 class ModelFile;
@@ -36,6 +37,16 @@ struct WhisperDims {
   int n_frames() const { return 2 * n_audio_ctx; }  // mel frames per window (stride-2 conv)
 };
 
+// Whether RunDecodeStep and RunEncoder replay captured graphs (Backend::BeginCapture).
+enum class GraphUse {
+  // On backends that capture and whose device is not the CPU. On the CPU a replay saves only the
+  // dispatch (microseconds against milliseconds of kernels) while every graph keeps scratch of
+  // its own, so the CPU stays eager.
+  kAuto,
+  kAlways,  // wherever the backend captures, the CPU too (tests)
+  kNever,   // eager calls everywhere
+};
+
 struct WhisperModelOptions {
   // Element type the large projection weights are kept in on the device. f32 doubles the memory
   // of the f16 file but lets the CPU backend use BLAS; f16 halves weight traffic. Values are the
@@ -44,6 +55,8 @@ struct WhisperModelOptions {
   // Element type of the token embedding, which is also the output projection (51864 x d_model,
   // the largest read of every decoder step). Default: kF16.
   DType embedding_dtype = DType::kF16;
+  // Graph capture of the decoder step and the encoder. Default: kAuto.
+  GraphUse graphs = GraphUse::kAuto;
 };
 
 // Cross-attention keys/values of one encoded window per batch row, and the self-attention cache.
@@ -90,6 +103,10 @@ class DecoderState {
   Tensor positions_;                       // i32 [B]: where the next tokens are written
   Tensor lengths_;                         // i32 [B]: positions + tokens in this call
   StepBuffers step_;
+  // Graphs of WhisperModel::RunDecodeStep on this state (one per state: a pool's bucket or row
+  // view), and of the cross-attention K/V projection of RunEncoder into it (per encoder buffers).
+  GraphCache step_graph_{1};
+  GraphCache cross_graphs_{2};
 };
 
 // Device buffers of one encoder pass for a fixed batch size (input, activations), so that the
@@ -108,6 +125,7 @@ class EncoderBuffers {
   friend class WhisperModel;
   int batch_size_ = 0;
   Tensor mel_, conv1_, x_, scratch_, h_, q_, k_, v_, attended_, hidden_;
+  GraphCache graph_{1};  // WhisperModel::RunEncoder's encoder pass
 };
 
 class WhisperModel {
@@ -123,6 +141,9 @@ class WhisperModel {
 
   const WhisperDims& dims() const { return dims_; }
   Backend& backend() const { return backend_; }
+  // Whether RunDecodeStep and RunEncoder replay graphs (WhisperModelOptions::graphs resolved
+  // against this backend).
+  bool uses_graphs() const { return use_graphs_; }
 
   absl::StatusOr<std::unique_ptr<DecoderState>> NewDecoderState(int batch_size) const;
 
@@ -137,6 +158,14 @@ class WhisperModel {
   // allocates nothing, copies nothing to or from the host and does not wait, so it can be
   // captured into a graph like DecodeStep (the buffers and state must outlive the graph).
   absl::Status EncodeOnDevice(EncoderBuffers& buffers, DecoderState* state) const;
+
+  // EncodeOnDevice through graphs where uses_graphs(): the encoder pass is captured once per
+  // `buffers` and the cross-attention K/V projection once per (buffers, state) pair, each replayed
+  // afterwards (the graphs live in `buffers` and `state`; a tensor reallocated under them makes
+  // the next call capture again). Otherwise, or where the backend cannot capture, it calls
+  // EncodeOnDevice. Device only and asynchronous, like EncodeOnDevice; do not call it while a
+  // capture of your own is open.
+  absl::Status RunEncoder(EncoderBuffers& buffers, DecoderState* state) const;
 
   // Writes one log-mel window (host [n_mels, n_frames], the front end's layout) into row `row`
   // of buffers.mel(), transposed to time-major. Copies to the device; allocates nothing there.
@@ -158,6 +187,13 @@ class WhisperModel {
   // replayed for every later step (the state must outlive the graph). Positions are not checked
   // here: an out-of-range one is reported by the backend (see its header).
   absl::Status DecodeStep(DecoderState& state) const;
+
+  // DecodeStep through a graph where uses_graphs(): captured on the first step of `state` (each
+  // bucket and row view of a DecoderStatePool is a state of its own, so one graph per batch-size
+  // bucket) and replayed for every later step; the per-step values are read from the state's
+  // tensors at replay. Otherwise, or where the backend cannot capture, it calls DecodeStep.
+  // Decode with one token per row runs through it; prompts of several tokens stay eager.
+  absl::Status RunDecodeStep(DecoderState& state) const;
 
  private:
   struct AttentionWeights {
@@ -191,12 +227,17 @@ class WhisperModel {
                             bool causal, const Tensor& out, const Workspace& ws) const;
   absl::Status RunFeedForward(const FeedForwardWeights& w, const Tensor& x,
                               const Workspace& ws) const;
+  // The encoder pass of EncodeOnDevice (into buffers.output()) and its cross-attention K/V
+  // projection into `state`.
+  absl::Status EncoderPass(EncoderBuffers& buffers) const;
+  absl::Status ProjectCross(const Tensor& encoded, DecoderState& state) const;
   // New buffers holding `mel` (host [B, n_mels, n_frames]) transposed to time-major.
   absl::StatusOr<std::unique_ptr<EncoderBuffers>> UploadMel(absl::Span<const float> mel,
                                                             int batch) const;
 
   Backend& backend_;
   WhisperDims dims_;
+  bool use_graphs_ = false;
   float attention_scale_ = 0.125f;
   Tensor conv1_w_, conv1_b_, conv2_w_, conv2_b_, encoder_positions_;
   Tensor encoder_norm_gamma_, encoder_norm_beta_;

@@ -1,0 +1,224 @@
+// Graph capture in the engine (WhisperModel::RunDecodeStep / RunEncoder, GraphUse): greedy
+// decoding through replayed graphs gives the same tokens and logits as eager calls, on every
+// backend this binary links that captures. Built twice: beside the engine with the CPU backend
+// (label unit; GraphUse::kAlways forces the CPU's recorded graphs) and beside the CUDA backend
+// (labels gpu;cuda), where a machine without a GPU skips with the reason.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/audio/resampler.h"
+#include "engine/frontend/log_mel.h"
+#include "engine/models/whisper/decoder_pool.h"
+#include "engine/models/whisper/greedy_decoder.h"
+#include "engine/models/whisper/transcriber.h"
+#include "engine/runtime/backend_registry.h"
+#include "gtest/gtest.h"
+#include "tests/support/random_whisper.h"
+#include "tests/support/test_env.h"
+
+namespace waav::whisper {
+namespace {
+
+class WhisperGraphTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    auto backend = CreateBackend(GetParam(), {});
+    if (!backend.ok()) {
+      if (GetParam() == "cuda") {
+        GTEST_SKIP() << "no usable GPU, CUDA test skipped: " << backend.status().message();
+      }
+      GTEST_SKIP() << "backend " << GetParam() << " not available: " << backend.status().message();
+    }
+    backend_ = std::move(*backend);
+    if (!backend_->supports(Op::kGraphCapture)) {
+      GTEST_SKIP() << GetParam() << " cannot capture graphs: nothing to compare";
+    }
+  }
+  bool on_cpu() const { return backend_->device() == DeviceKind::kCpu; }
+
+  std::unique_ptr<Backend> backend_;
+};
+
+// Random weights (tiny.en's shapes on a GPU, smaller ones on the CPU to keep CI fast): four
+// windows encoded into a pool of 4 slots, prompts of different lengths prefilled, then argmax
+// decoding in lockstep with the batch shrinking 4 -> 2 -> 1 (three bucket graphs), a second
+// window encoded into row 0 half way (the encoder graphs replayed on new values). Eager and
+// graph models must pick the same tokens with the same logits.
+TEST_P(WhisperGraphTest, RandomWeightsGreedyStepsEqualEager) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  testing::RandomWhisperDims dims;
+  if (on_cpu())
+    dims = {.n_mels = 80,
+            .n_audio_ctx = 100,
+            .n_text_ctx = 64,
+            .d_model = 64,
+            .n_heads = 2,
+            .n_layers = 2,
+            .n_vocab = 500};
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("waav_graph_test_" + std::to_string(seed)))
+          .string();
+  ASSERT_TRUE(testing::WriteRandomWhisperModel(dir, seed, dims));
+  auto eager = WhisperModel::Load(dir, *backend_, {.graphs = GraphUse::kNever});
+  auto graphs = WhisperModel::Load(dir, *backend_, {.graphs = GraphUse::kAlways});
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  ASSERT_TRUE(graphs.ok()) << graphs.status();
+  ASSERT_FALSE((*eager)->uses_graphs());
+  ASSERT_TRUE((*graphs)->uses_graphs());
+  const WhisperDims& d = (*eager)->dims();
+
+  constexpr int kRows = 4;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto random_window = [&] {
+    std::vector<float> w(static_cast<size_t>(d.n_mels) * d.n_frames());
+    for (float& v : w) v = normal(rng);
+    return w;
+  };
+  std::vector<std::vector<float>> windows;
+  for (int b = 0; b <= kRows; ++b) windows.push_back(random_window());
+  std::uniform_int_distribution<int> token(0, d.n_vocab - 1);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int b = 0; b < kRows; ++b) {
+    std::vector<int32_t> p(static_cast<size_t>(1 + b % 3 * 2));  // 1, 3, 5, 1 tokens
+    for (int32_t& t : p) t = token(rng);
+    prompts.push_back(p);
+  }
+
+  struct Run {
+    const WhisperModel* model;
+    std::unique_ptr<DecoderStatePool> pool;
+    std::unique_ptr<EncoderBuffers> encoder;
+    std::vector<std::vector<float>> logits;  // per step, [bucket x n_vocab]
+    std::vector<std::vector<int32_t>> tokens;
+  };
+  Run runs[2];
+  runs[0].model = eager->get();
+  runs[1].model = graphs->get();
+  const int kSteps = 12;
+  for (Run& r : runs) {
+    auto pool = DecoderStatePool::Create(*r.model, kRows);
+    ASSERT_TRUE(pool.ok()) << pool.status();
+    r.pool = std::move(*pool);
+    auto encoder = r.model->NewEncoderBuffers(1);
+    ASSERT_TRUE(encoder.ok()) << encoder.status();
+    r.encoder = std::move(*encoder);
+    std::vector<int32_t> input(kRows), position(kRows);
+    for (int b = 0; b < kRows; ++b) {
+      ASSERT_TRUE(r.model->WriteMel(windows[static_cast<size_t>(b)], 0, *r.encoder).ok());
+      ASSERT_TRUE(r.model->RunEncoder(*r.encoder, &r.pool->Row(b)).ok());
+      const std::vector<int32_t>& p = prompts[static_cast<size_t>(b)];
+      auto l = r.model->Decode(p, static_cast<int>(p.size()), {0}, r.pool->Row(b));
+      ASSERT_TRUE(l.ok()) << l.status();
+      input[static_cast<size_t>(b)] =
+          static_cast<int32_t>(std::max_element(l->begin(), l->end()) - l->begin());
+      position[static_cast<size_t>(b)] = static_cast<int32_t>(p.size());
+    }
+    for (int step = 0; step < kSteps; ++step) {
+      if (step == kSteps / 2) {  // a new window for row 0, its cache restarted at position 0
+        ASSERT_TRUE(r.model->WriteMel(windows[kRows], 0, *r.encoder).ok());
+        ASSERT_TRUE(r.model->RunEncoder(*r.encoder, &r.pool->Row(0)).ok());
+        position[0] = 0;
+      }
+      const int rows = step < 4 ? 4 : (step < 8 ? 2 : 1);
+      DecoderState& state = r.pool->ForRows(rows);
+      std::vector<int32_t> in(input.begin(), input.begin() + state.batch_size());
+      std::vector<int32_t> pos(position.begin(), position.begin() + state.batch_size());
+      auto l = r.model->Decode(in, 1, pos, state);
+      ASSERT_TRUE(l.ok()) << l.status();
+      for (int b = 0; b < state.batch_size(); ++b) {
+        const float* row = l->data() + static_cast<size_t>(b) * static_cast<size_t>(d.n_vocab);
+        input[static_cast<size_t>(b)] =
+            static_cast<int32_t>(std::max_element(row, row + d.n_vocab) - row);
+        ++position[static_cast<size_t>(b)];
+      }
+      r.tokens.push_back(in);
+      r.logits.push_back(std::move(*l));
+    }
+  }
+  ASSERT_EQ(runs[0].tokens, runs[1].tokens);
+  double max_abs = 0, max_ref = 0;
+  for (size_t s = 0; s < runs[0].logits.size(); ++s) {
+    ASSERT_EQ(runs[0].logits[s].size(), runs[1].logits[s].size());
+    for (size_t i = 0; i < runs[0].logits[s].size(); ++i) {
+      ASSERT_FALSE(std::isnan(runs[1].logits[s][i])) << "step " << s << " logit " << i;
+      max_abs = std::max(max_abs, std::fabs(double{runs[0].logits[s][i]} - runs[1].logits[s][i]));
+      max_ref = std::max(max_ref, std::fabs(double{runs[0].logits[s][i]}));
+    }
+  }
+  std::cout << GetParam() << ": " << kSteps << " steps, graphs vs eager: max |logit difference| "
+            << max_abs << " (max |logit| " << max_ref << ")\n";
+  // The same kernels on the same data: the replay reproduces the eager values exactly.
+  EXPECT_EQ(max_abs, 0.0);
+  const BackendStats stats = backend_->stats();
+  EXPECT_GT(stats.graph_replays, 0u);
+}
+
+// The real tiny.en on real speech: DecodeGreedyBatch (the scheduler's path) with graphs and
+// eager, token for token and log-probability for log-probability.
+TEST_P(WhisperGraphTest, RealModelBatchDecodeEqualsEager) {
+  const auto model_dir = waav::testing::TinyEnModelDir();
+  if (!model_dir) GTEST_SKIP() << "models/whisper-tiny.en absent: run scripts/setup";
+  std::vector<std::vector<float>> windows;
+  frontend::LogMel log_mel;
+  for (const char* name : {"jfk.wav", "ljspeech/LJ001-0001.wav", "ljspeech/LJ001-0008.wav"}) {
+    const auto path = waav::testing::SpeechFile(name);
+    if (!path)
+      GTEST_SKIP() << "shared speech data absent ($WAAV_SHARED_DATA/speech/" << name << ")";
+    auto audio = audio::LoadAudio16k(*path);
+    ASSERT_TRUE(audio.ok()) << audio.status();
+    const frontend::LogMel::Features f = log_mel.Compute(audio->samples);
+    const int n_frames = 3000;
+    const int frames = std::min(n_frames, f.n_frames - 1);
+    std::vector<float> window(static_cast<size_t>(f.n_mels) * n_frames, 0.0f);
+    for (int m = 0; m < f.n_mels; ++m) {
+      std::copy(f.data.begin() + static_cast<std::ptrdiff_t>(m) * f.n_frames,
+                f.data.begin() + static_cast<std::ptrdiff_t>(m) * f.n_frames + frames,
+                window.begin() + static_cast<std::ptrdiff_t>(m) * n_frames);
+    }
+    windows.push_back(std::move(window));
+  }
+  std::vector<std::vector<GreedyResult>> results;
+  for (GraphUse use : {GraphUse::kNever, GraphUse::kAlways}) {
+    auto transcriber = Transcriber::Load(*model_dir, *backend_, {.graphs = use});
+    ASSERT_TRUE(transcriber.ok()) << transcriber.status();
+    const WhisperModel& model = (*transcriber)->model();
+    const Vocabulary& vocabulary = (*transcriber)->vocabulary();
+    auto pool = DecoderStatePool::Create(model, 4);
+    ASSERT_TRUE(pool.ok()) << pool.status();
+    auto encoder = model.NewEncoderBuffers(1);
+    ASSERT_TRUE(encoder.ok()) << encoder.status();
+    std::vector<std::vector<int>> prompts;
+    for (size_t b = 0; b < windows.size(); ++b) {
+      ASSERT_TRUE(model.WriteMel(windows[b], 0, **encoder).ok());
+      ASSERT_TRUE(model.RunEncoder(**encoder, &(*pool)->Row(static_cast<int>(b))).ok());
+      std::vector<int> prompt = vocabulary.SotSequence();
+      if (b == 1) prompt.push_back(vocabulary.special().no_timestamps);
+      prompts.push_back(prompt);
+    }
+    auto decoded = DecodeGreedyBatch(model, vocabulary, prompts, GreedyOptions{}, **pool);
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    results.push_back(std::move(*decoded));
+    std::cout << GetParam() << (use == GraphUse::kNever ? " eager" : " graphs") << ": "
+              << vocabulary.tokenizer().Decode(results.back()[0].tokens) << "\n";
+  }
+  ASSERT_EQ(results[0].size(), results[1].size());
+  for (size_t b = 0; b < results[0].size(); ++b) {
+    EXPECT_EQ(results[0][b].tokens, results[1][b].tokens) << "row " << b;
+    EXPECT_EQ(results[0][b].token_logprobs, results[1][b].token_logprobs) << "row " << b;
+    EXPECT_EQ(results[0][b].no_speech_prob, results[1][b].no_speech_prob) << "row " << b;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, WhisperGraphTest, ::testing::Values("cpu", "cuda"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace waav::whisper

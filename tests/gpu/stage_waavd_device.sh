@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Stages waavd on the GPU (tests/gpu/waavd_device.sh) for the device tool, which carries at most
+# 64 MiB per call: the real tiny.en model.bin (75 MB) travels in two calls to the same warm
+# machine (it stays warm for 30 s after a call).
+#   DEST/call1/part_a       the first 55 MB of model.bin
+#     call 1: carry DEST/call1, command: mkdir -p /tmp/waav-model && cp DEST/call1/part_a /tmp/waav-model/
+#   DEST/call2/             part_b (the rest), payload.tar.xz (waavd, waav, waav-load,
+#                           whisper_graph_cuda_test, their non-system libraries, the model's
+#                           other files, the Silero VAD, jfk.wav and two LJ Speech clips,
+#                           bench/streaming_latency.sh) and waavd_device.sh
+#     call 2: carry DEST/call2, command: bash DEST/call2/waavd_device.sh
+#
+#   tests/gpu/stage_waavd_device.sh BUILD_DIR DEST MODELS_DIR SHARED_DATA
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=$1 dest=$2 models=$3 data=$4
+cmake --build "$build" --target waavd waav waav-load whisper_graph_cuda_test -j2
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin" "$stage/lib" "$stage/models/whisper-tiny.en" "$stage/models/silero-vad" \
+  "$stage/data/speech/ljspeech" "$stage/bench"
+cp "$build/server/waavd" "$build/tools/waav/waav" "$build/load-tests/waav-load" \
+  "$build/kernels/cuda/whisper_graph_cuda_test" "$stage/bin/"
+strip "$stage/bin/"*
+# Every shared library outside the C runtime (the GPU machine runs another distribution); the
+# CUDA runtime is linked in statically and cuBLAS is loaded from the machine's CUDA install.
+for bin in "$stage/bin/"*; do
+  ldd "$bin" | awk '/=> \// {print $3}'
+done | sort -u | grep -v -E '/(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so' \
+  | while read -r lib; do cp -L "$lib" "$stage/lib/"; done
+tiny="$models/whisper-tiny.en"
+cp "$tiny/config.json" "$tiny/tokenizer.json" "$tiny/vocabulary.txt" "$stage/models/whisper-tiny.en/"
+sha256sum "$tiny/model.bin" | cut -d' ' -f1 > "$stage/models/whisper-tiny.en/model.sha256"
+cp "$models/silero-vad/silero_vad_16k_op15.onnx" "$stage/models/silero-vad/"
+cp "$data/speech/jfk.wav" "$stage/data/speech/"
+cp "$data/speech/ljspeech/LJ001-0001.wav" "$data/speech/ljspeech/LJ001-0008.wav" \
+  "$stage/data/speech/ljspeech/"
+cp bench/streaming_latency.sh "$stage/bench/"
+rm -rf "$dest"
+mkdir -p "$dest/call1" "$dest/call2"
+split -b 55000000 -d "$tiny/model.bin" "$stage/part_"
+mv "$stage/part_00" "$dest/call1/part_a"
+mv "$stage/part_01" "$dest/call2/part_b"
+tar -C "$stage" -cJf "$dest/call2/payload.tar.xz" bin lib models data bench
+cp tests/gpu/waavd_device.sh "$dest/call2/"
+du -sh "$dest"/*

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# waavd on the GPU, in one device call (staged by tests/gpu/stage_waavd_device.sh; part_a of the
+# model copied to /tmp/waav-model/ by the call before):
+#   1. whisper_graph_cuda_test: decoding through the engine's graphs equals eager decoding, on
+#      random weights and on the real tiny.en (jfk.wav and two LJ Speech clips);
+#   2. `waavd --backend cuda` and `--backend cpu` in turn: `waav health`, then
+#      `waav stream --fast` of jfk.wav; the two final transcripts must be equal;
+#   3. bench/streaming_latency.sh (jfk.wav, paced real-time streams, ramp WAAV_RAMP) against
+#      waavd --backend cuda, then --backend cpu, then (time permitting) cuda with --max-batch 32.
+# Everything lands in $OUT/results.tar.xz (re-packed after each part) and $OUT/summary.txt.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+d=/tmp/waav-gpu3
+out=${OUT:-/tmp/waav-gpu3-out}
+r=$d/results
+ramp=${WAAV_RAMP:-1,4,16,64}
+budget_s=${WAAV_BUDGET_S:-560}  # stop starting new parts past this (the call's limit is 600 s)
+rm -rf "$d" && mkdir -p "$d" "$r" "$out" && tar -C "$d" -xJf "$here/payload.tar.xz" || exit 1
+pack() { tar -C "$d" -cJf "$out/results.tar.xz" results; cp "$r/summary.txt" "$out/" 2>/dev/null; }
+say() { echo "$*" | tee -a "$r/summary.txt"; }
+
+model=$d/models/whisper-tiny.en
+if [ ! -f /tmp/waav-model/part_a ]; then
+  say "part_a is missing: the machine was not kept warm between the two calls"; pack; exit 3
+fi
+cat /tmp/waav-model/part_a "$here/part_b" > "$model/model.bin"
+if [ "$(sha256sum "$model/model.bin" | cut -d' ' -f1)" != "$(cat "$model/model.sha256")" ]; then
+  say "model.bin does not match its sha256"; pack; exit 4
+fi
+cublas=$(ls /usr/local/cuda/lib64/libcublas.so.13 2>/dev/null || true)
+if [ -z "$cublas" ]; then
+  cublas=$(python3 -c 'import nvidia.cublas, glob, os; print(glob.glob(os.path.join(list(nvidia.cublas.__path__)[0], "lib", "libcublas.so.*"))[0])' 2>/dev/null || true)
+fi
+export LD_LIBRARY_PATH="$d/lib${cublas:+:$(dirname "$cublas")}:${LD_LIBRARY_PATH:-}"
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+  echo "cuBLAS: ${cublas:-not found}"
+  echo "cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores"
+} > "$r/device.txt" 2>&1
+cat "$r/device.txt" | tee -a "$r/summary.txt"
+
+say "== 1. graph test"
+WAAV_MODELS_DIR=$d/models WAAV_SHARED_DATA=$d/data timeout 150 "$d/bin/whisper_graph_cuda_test" \
+  > "$r/graph_test.log" 2>&1
+say "graph test rc=$?"
+grep -E '^\[ +(OK|FAILED|SKIPPED|PASSED) |graphs vs eager|eager:|graphs:|Failure' "$r/graph_test.log" \
+  | tee -a "$r/summary.txt"
+pack
+
+vad=$d/models/silero-vad/silero_vad_16k_op15.onnx
+common=(--model-dir "$model" --vad-model "$vad" --max-streams 80)
+waavd_pid=""
+start_waavd() {  # start_waavd LOG ARGS...
+  local log=$1; shift
+  "$d/bin/waavd" --listen 127.0.0.1:50161 "${common[@]}" "$@" > "$log" 2>&1 &
+  waavd_pid=$!
+  for _ in $(seq 1 300); do
+    "$d/bin/waav" health --server 127.0.0.1:50161 --timeout 1 > /dev/null 2>&1 && return 0
+    kill -0 "$waavd_pid" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+stop_waavd() {
+  [ -n "$waavd_pid" ] && kill -TERM "$waavd_pid" 2>/dev/null
+  for _ in $(seq 1 100); do kill -0 "$waavd_pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$waavd_pid" 2>/dev/null
+  waavd_pid=""
+}
+trap stop_waavd EXIT
+
+say "== 2. waav health and waav stream --fast jfk.wav"
+for backend in cuda cpu; do
+  if start_waavd "$r/waavd_$backend.log" --backend "$backend"; then
+    "$d/bin/waav" health --server 127.0.0.1:50161 > "$r/health_$backend.txt" 2>&1
+    say "$backend health: $(tr '\n' ' ' < "$r/health_$backend.txt")"
+    start=$SECONDS
+    timeout 60 "$d/bin/waav" stream --fast --server 127.0.0.1:50161 "$d/data/speech/jfk.wav" \
+      > "$r/stream_$backend.txt" 2> "$r/stream_$backend.err"
+    say "$backend stream rc=$? in $((SECONDS - start)) s: $(tr '\n' ' ' < "$r/stream_$backend.txt")"
+  else
+    say "$backend: waavd did not start"; tail -5 "$r/waavd_$backend.log" | tee -a "$r/summary.txt"
+  fi
+  stop_waavd
+  grep -m3 -i -E 'backend|cuda|gpu' "$r/waavd_$backend.log" | tee -a "$r/summary.txt"
+done
+if [ -s "$r/stream_cuda.txt" ] && diff "$r/stream_cpu.txt" "$r/stream_cuda.txt" > "$r/stream_diff.txt"; then
+  say "streamed transcripts equal (cuda = cpu)"
+else
+  say "streamed transcripts differ or missing:"; cat "$r/stream_diff.txt" | tee -a "$r/summary.txt"
+fi
+pack
+
+ramp_run() {  # ramp_run NAME RAMP WAAVD-ARGS
+  local name=$1 steps=$2 args=$3
+  if (( SECONDS > budget_s - 150 )); then say "skipped $name: ${SECONDS} s used"; return; fi
+  say "== 3. ramp $name ($steps): waavd $args"
+  timeout $(( budget_s - SECONDS )) bash "$d/bench/streaming_latency.sh" --waavd "$d/bin/waavd" \
+    --waav "$d/bin/waav" --waav-load "$d/bin/waav-load" --data "$d/data" --skip-lj --port 50171 \
+    --ramp "$steps" --out "$r/$name" \
+    --waavd-args "--model-dir $model --vad-model $vad --max-streams 80 $args" \
+    > "$r/$name.log" 2>&1
+  say "$name rc=$?"
+  grep -E '^ *[0-9]+ +[0-9]+ |largest N|does not keep up|^ *N ' "$r/$name.log" | tee -a "$r/summary.txt"
+  pack
+}
+ramp_run cuda "$ramp" "--backend cuda"
+ramp_run cpu "$ramp" "--backend cpu"
+ramp_run cuda_batch32 "16,64" "--backend cuda --max-batch 32"
+say "total ${SECONDS} s"
+pack
