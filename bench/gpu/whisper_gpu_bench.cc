@@ -16,12 +16,14 @@
 // differ in one knob each (f16 or f32 cross K/V, L2 prefetch, graph or direct launch, ...).
 //
 // Usage: whisper_gpu_bench [--out results.tsv] [--quick] [--filter SUBSTRING]
-//                          [--exclude SUBSTRING] [--no-ops]
+//                          [--exclude SUBSTRING] [--no-ops] [--encoder-batches 1,16]
+//                          [--decoder-batches 1,8,64,256]
 //   --filter / --exclude: only the variants whose name contains / lacks SUBSTRING;
 //   --no-ops: skip the op profile.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -102,6 +104,22 @@ std::vector<float> RandomVector(size_t n, std::mt19937& rng, float lo, float hi)
   return v;
 }
 
+// Batch sizes of the encoder and decoder-step cases (--encoder-batches, --decoder-batches).
+std::vector<int> g_encoder_batches = {1, 16};
+std::vector<int> g_decoder_batches = {1, 8, 64, 256};
+
+std::vector<int> ParseList(const char* text) {
+  std::vector<int> out;
+  for (const char* p = text; *p != '\0';) {
+    char* end = nullptr;
+    const long v = std::strtol(p, &end, 10);
+    if (end == p || v < 1 || v > 4096) return {};
+    out.push_back(static_cast<int>(v));
+    p = *end == ',' ? end + 1 : end;
+  }
+  return out;
+}
+
 absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& variant, bool quick,
                           std::vector<Row>* rows) {
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateCudaBackend(variant.options));
@@ -123,7 +141,7 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
   }
 
   // ---- Encoder ----------------------------------------------------------------------------------
-  for (int batch : {1, 16}) {
+  for (int batch : g_encoder_batches) {
     if (variant.fused || variant.persistent) break;
     ASSIGN_OR_RETURN(std::unique_ptr<whisper::EncoderBuffers> buffers,
                      model->NewEncoderBuffers(batch));
@@ -142,7 +160,7 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
       run = [&] { return graph->Replay(); };
     }
     Row row{"encoder (per window)", variant.name, batch, 0, 0};
-    const int burst = quick ? 3 : (batch == 1 ? 20 : 4);
+    const int burst = quick ? 3 : std::max(2, 20 / batch);
     RETURN_IF_ERROR(
         Time(*backend, run, burst, quick ? 3 : 7, &row.per_item_us, &row.round_trip_us));
     row.per_item_us /= batch;
@@ -156,7 +174,7 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
   // ---- Decoder step
   // -------------------------------------------------------------------------------
   const std::vector<int> batches =
-      variant.persistent ? std::vector<int>{1, 2, 4, 8} : std::vector<int>{1, 8, 64, 256};
+      variant.persistent ? std::vector<int>{1, 2, 4, 8} : g_decoder_batches;
   for (int batch : batches) {
     ASSIGN_OR_RETURN(std::unique_ptr<whisper::DecoderState> state, model->NewDecoderState(batch));
     {
@@ -353,9 +371,14 @@ int Main(int argc, char** argv) {
       exclude = argv[++i];
     } else if (std::strcmp(argv[i], "--no-ops") == 0) {
       ops = false;
+    } else if (std::strcmp(argv[i], "--encoder-batches") == 0 && i + 1 < argc &&
+               !(g_encoder_batches = ParseList(argv[++i])).empty()) {
+    } else if (std::strcmp(argv[i], "--decoder-batches") == 0 && i + 1 < argc &&
+               !(g_decoder_batches = ParseList(argv[++i])).empty()) {
     } else {
       std::cerr << "usage: whisper_gpu_bench [--out results.tsv] [--quick] [--filter SUBSTRING] "
-                   "[--exclude SUBSTRING] [--no-ops]\n";
+                   "[--exclude SUBSTRING] [--no-ops] [--encoder-batches 1,16] "
+                   "[--decoder-batches 1,8,64,256]\n";
       return 2;
     }
   }
@@ -376,6 +399,12 @@ int Main(int argc, char** argv) {
   add("fast, CUDA graph", CudaMath::kFast, false, true, false);
   add("fast, CUDA graph + PDL", CudaMath::kFast, true, true, false);
   add("accurate, CUDA graph + PDL", CudaMath::kAccurate, true, true, false);
+  // The switch from the skinny kernel to cuBLAS (default: above 16 rows) moved up.
+  for (int rows : {32, 64}) {
+    add(absl::StrCat("fast, CUDA graph + PDL, skinny <= ", rows, " rows"), CudaMath::kFast, true,
+        true, false);
+    variants.back().options.skinny_max_rows = rows;
+  }
   add("fused step, CUDA graph + PDL", CudaMath::kFast, true, true, true);
   auto add_persistent = [&](const std::string& name, bool capture,
                             const std::function<void(bench::PersistentStepOptions&)>& set) {

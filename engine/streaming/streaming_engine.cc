@@ -1,6 +1,7 @@
 #include "engine/streaming/streaming_engine.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -40,8 +41,8 @@ double MsSince(std::chrono::steady_clock::time_point start) {
 
 absl::Status EngineOptions::Validate() const {
   if (max_streams < 1 || max_streams > 100000) {
-    return absl::InvalidArgumentError(absl::StrCat("max_streams must be in [1, 100000]; got ",
-                                                   max_streams));
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_streams must be in [1, 100000]; got ", max_streams));
   }
   if (ingest_ring_slots < 16 || ingest_ring_slots > (1 << 22)) {
     return absl::InvalidArgumentError(
@@ -51,6 +52,10 @@ absl::Status EngineOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("max_batch must be in [1, 256]; got ", max_batch));
   }
+  if (encoder_batch < 0 || encoder_batch > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("encoder_batch must be in [0, 256]; got ", encoder_batch));
+  }
   return absl::OkStatus();
 }
 
@@ -58,12 +63,12 @@ class StreamingEngine::Impl {
  public:
   Impl(const EngineOptions& options, const whisper::Transcriber& transcriber,
        VoiceActivityModel& vad, std::unique_ptr<whisper::DecoderStatePool> decoders,
-       std::unique_ptr<whisper::EncoderBuffers> encoder)
+       std::vector<std::unique_ptr<whisper::EncoderBuffers>> encoders)
       : options_(options),
         transcriber_(transcriber),
         vad_(vad),
         decoders_(std::move(decoders)),
-        encoder_(std::move(encoder)),
+        encoders_(std::move(encoders)),
         ring_(static_cast<size_t>(options.ingest_ring_slots)) {
     frontend_ = std::thread([this] { FrontendLoop(); });
     scheduler_ = std::thread([this] { SchedulerLoop(); });
@@ -80,8 +85,9 @@ class StreamingEngine::Impl {
     scheduler_.join();
     std::lock_guard lock(streams_mu_);
     for (auto& [id, stream] : streams_) {
-      if (!stream->done) stream->sink->OnDone(absl::CancelledError("the engine shut down"),
-                                              SamplesToMs(stream->received_samples.load()));
+      if (!stream->done)
+        stream->sink->OnDone(absl::CancelledError("the engine shut down"),
+                             SamplesToMs(stream->received_samples.load()));
     }
   }
 
@@ -159,7 +165,10 @@ class StreamingEngine::Impl {
   struct Stream {
     Stream(const StreamOptions& o, std::shared_ptr<StreamSink> s,
            std::unique_ptr<VadStreamState> vad, const whisper::Vocabulary& vocabulary)
-        : options(o), sink(std::move(s)), vad_state(std::move(vad)), endpointer(o.endpoint),
+        : options(o),
+          sink(std::move(s)),
+          vad_state(std::move(vad)),
+          endpointer(o.endpoint),
           decoder(vocabulary, o) {}
 
     uint64_t id = 0;
@@ -172,9 +181,9 @@ class StreamingEngine::Impl {
     // Frontend worker only.
     std::unique_ptr<VadStreamState> vad_state;
     Endpointer endpointer;
-    std::vector<float> pending;     // arrived, not yet through the VAD
-    int64_t vad_samples = 0;        // samples through the VAD so far
-    std::vector<float> retained;    // audio [retained_begin, vad_samples)
+    std::vector<float> pending;   // arrived, not yet through the VAD
+    int64_t vad_samples = 0;      // samples through the VAD so far
+    std::vector<float> retained;  // audio [retained_begin, vad_samples)
     int64_t retained_begin = 0;
     int64_t last_partial_sample = 0;
     int64_t last_partial_end = 0;  // end of the audio the latest partial job covered
@@ -477,9 +486,8 @@ class StreamingEngine::Impl {
       // Finals first: an utterance's final is what its client waits for (and what keeping up
       // is judged on), partials are best effort. A round that has finals leaves its partials
       // for the next round, so a final never waits behind other streams' partial encodes.
-      const bool has_final = std::any_of(rows.begin(), rows.end(), [](const Row& r) {
-        return r.job.kind == Job::kFinal;
-      });
+      const bool has_final = std::any_of(rows.begin(), rows.end(),
+                                         [](const Row& r) { return r.job.kind == Job::kFinal; });
       if (has_final) {
         std::erase_if(rows, [this](Row& row) {
           if (row.job.kind != Job::kPartial) return false;
@@ -564,6 +572,37 @@ class StreamingEngine::Impl {
     Close(row.stream, absl::InternalError(absl::StrCat("decoding failed: ", status.message())));
   }
 
+  // Encodes row i's window into decoder slot i, in passes of descending powers of two of at
+  // most encoder_[0]'s batch rows (one row per pass where the model does not batch its encoder):
+  // each pass writes its windows into the first rows of the encoder buffers and replays the
+  // pass and the cross-attention K/V projection into slots [begin, begin + size). Every row of
+  // a pass gets the pass's time in its encoder_ms.
+  absl::Status EncodeRows(std::vector<Row>& rows) {
+    const whisper::WhisperModel& model = transcriber_.model();
+    const int n = static_cast<int>(rows.size());
+    const int largest = encoders_.back()->batch_size();
+    for (int begin = 0; begin < n;) {
+      int size = largest;
+      while (size > n - begin) size /= 2;
+      whisper::EncoderBuffers& buffers =
+          *encoders_[static_cast<size_t>(std::countr_zero(static_cast<unsigned>(size)))];
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < size; ++i) {
+        RETURN_IF_ERROR(model.WriteMel(rows[static_cast<size_t>(begin + i)].input.mel, i, buffers));
+      }
+      ASSIGN_OR_RETURN(whisper::DecoderState * slots, decoders_->Range(begin, size));
+      RETURN_IF_ERROR(model.RunEncoder(buffers, slots));
+      RETURN_IF_ERROR(model.backend().Synchronize());
+      const double ms = MsSince(start);
+      for (int i = 0; i < size; ++i) rows[static_cast<size_t>(begin + i)].encoder_ms += ms;
+      if (metrics::BatchMetrics* b = options_.batch_metrics) {
+        b->Observe(metrics::BatchModel::kWhisperEncoder, size);
+      }
+      begin += size;
+    }
+    return absl::OkStatus();
+  }
+
   // Encodes every row's window into its own decoder slot, decodes all windows in lockstep and
   // sends each stream its result.
   void DecodeBatch(std::vector<Row>& rows, const frontend::LogMel& log_mel) {
@@ -591,18 +630,11 @@ class StreamingEngine::Impl {
       return a.job.audio.size() > b.job.audio.size();
     });
 
-    absl::Status status;
+    const auto encode_start = std::chrono::steady_clock::now();
+    absl::Status status = EncodeRows(rows);
+    const double encode_ms = MsSince(encode_start);
     std::vector<std::vector<int>> prompts;
-    for (size_t i = 0; i < rows.size() && status.ok(); ++i) {
-      const auto start = std::chrono::steady_clock::now();
-      status = model.WriteMel(rows[i].input.mel, 0, *encoder_);
-      if (status.ok()) {
-        status = model.RunEncoder(*encoder_, &decoders_->Row(static_cast<int>(i)));
-      }
-      if (status.ok()) status = model.backend().Synchronize();
-      rows[i].encoder_ms += MsSince(start);
-      prompts.push_back(std::move(rows[i].input.prompt));
-    }
+    for (Row& row : rows) prompts.push_back(std::move(row.input.prompt));
     const int batch = static_cast<int>(rows.size());
     metrics::StageMetrics* m = options_.stage_metrics;
     std::vector<bool> delivered(rows.size(), false);
@@ -633,10 +665,11 @@ class StreamingEngine::Impl {
       if (result.transcript.empty()) return;
       s.sink->OnResult(result);
     };
+    whisper::GreedyBatchTimings timings;
     absl::StatusOr<std::vector<whisper::GreedyResult>> decoded =
-        status.ok()
-            ? whisper::DecodeGreedyBatch(model, vocabulary, prompts, greedy, *decoders_, deliver)
-            : absl::StatusOr<std::vector<whisper::GreedyResult>>(status);
+        status.ok() ? whisper::DecodeGreedyBatch(model, vocabulary, prompts, greedy, *decoders_,
+                                                 deliver, &timings)
+                    : absl::StatusOr<std::vector<whisper::GreedyResult>>(status);
     const double decoder_ms = MsSince(decode_start);
     if (!decoded.ok()) {
       for (size_t i = 0; i < rows.size(); ++i) {
@@ -645,14 +678,19 @@ class StreamingEngine::Impl {
       return;
     }
     if (options_.batch_observer) options_.batch_observer(batch);
+    // Where a batch's time goes (waavd --log-level debug): the profile of issue 5's scaling.
+    spdlog::debug(
+        "batch of {}: encoder {:.2f} ms, prefill {:.2f} ms, {} steps {:.2f} ms "
+        "({} row-steps), sampling {:.2f} ms, decoder total {:.2f} ms",
+        batch, encode_ms, timings.prefill_ms, timings.steps, timings.step_ms, timings.row_steps,
+        timings.sample_ms, decoder_ms);
     int batch_steps = 1;
     for (const whisper::GreedyResult& r : *decoded) batch_steps = std::max(batch_steps, r.steps);
     // One observation per batch: every row of it shared each step.
     if (m != nullptr) m->Observe(metrics::Stage::kDecoderStep, decoder_ms / 1e3 / batch_steps);
     if (metrics::BatchMetrics* b = options_.batch_metrics) {
-      // The encoder runs one window at a time (see DecodeBatch); a decoder step serves the rows
-      // still decoding at it.
-      b->Observe(metrics::BatchModel::kWhisperEncoder, 1, batch);
+      // The encoder passes were observed in EncodeRows; a decoder step serves the rows still
+      // decoding at it.
       for (int step = 0; step < batch_steps; ++step) {
         int live = 0;
         for (const whisper::GreedyResult& r : *decoded) live += r.steps > step ? 1 : 0;
@@ -676,7 +714,8 @@ class StreamingEngine::Impl {
   const whisper::Transcriber& transcriber_;
   VoiceActivityModel& vad_;
   std::unique_ptr<whisper::DecoderStatePool> decoders_;  // max_batch slots
-  std::unique_ptr<whisper::EncoderBuffers> encoder_;     // batch 1: one window at a time
+  // Views of one set of encoder buffers for 1, 2, 4, ... windows (encoders_[k]: 2^k rows).
+  std::vector<std::unique_ptr<whisper::EncoderBuffers>> encoders_;
   IngestRing ring_;
 
   mutable std::mutex streams_mu_;
@@ -700,9 +739,26 @@ absl::StatusOr<std::unique_ptr<StreamingEngine>> StreamingEngine::Create(
   RETURN_IF_ERROR(options.Validate());
   ASSIGN_OR_RETURN(auto decoders,
                    whisper::DecoderStatePool::Create(transcriber.model(), options.max_batch));
-  ASSIGN_OR_RETURN(auto encoder, transcriber.model().NewEncoderBuffers(1));
+  const whisper::WhisperModel& model = transcriber.model();
+  int encoder_batch = options.encoder_batch;
+  if (encoder_batch == 0)
+    encoder_batch = model.batches_encoder() ? std::min(options.max_batch, 16) : 1;
+  encoder_batch = std::bit_floor(static_cast<unsigned>(std::min(encoder_batch, options.max_batch)));
+  std::vector<std::unique_ptr<whisper::EncoderBuffers>> encoders;
+  ASSIGN_OR_RETURN(std::unique_ptr<whisper::EncoderBuffers> largest,
+                   model.NewEncoderBuffers(encoder_batch));
+  {
+    // Zeroed, so that no pass ever reads uninitialised memory as a window.
+    std::vector<char> zeros(largest->mel().size_bytes(), 0);
+    RETURN_IF_ERROR(model.backend().CopyFromHost(zeros.data(), zeros.size(), largest->mel()));
+  }
+  for (int size = 1; size < encoder_batch; size *= 2) {
+    ASSIGN_OR_RETURN(auto view, largest->Rows(0, size));
+    encoders.push_back(std::move(view));
+  }
+  encoders.push_back(std::move(largest));
   return std::unique_ptr<StreamingEngine>(new StreamingEngine(
-      std::make_unique<Impl>(options, transcriber, vad, std::move(decoders), std::move(encoder))));
+      std::make_unique<Impl>(options, transcriber, vad, std::move(decoders), std::move(encoders))));
 }
 
 StreamingEngine::StreamingEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -39,6 +39,12 @@ struct EngineOptions {
   // their decoder steps as one batched step. 1 decodes one window at a time. Memory: one
   // decoder slot per window (tiny.en: about 24 MB). Default: 8; 1..256.
   int max_batch = 8;
+  // Most windows of a batch encoded in one encoder pass. 0 (auto): min(max_batch, 16) where the
+  // model batches its encoder (WhisperModel::batches_encoder: not on the CPU), else 1. A batch of
+  // n windows is encoded in passes of descending powers of two (13 = 8 + 4 + 1), each into its
+  // windows' decoder slots, so no pass computes padding rows. Memory: encoder buffers for the
+  // largest pass (tiny.en: about 30 MB per window). Default: 0; 0..256.
+  int encoder_batch = 0;
   // Stage timings go here when set (not owned). Default: none.
   metrics::StageMetrics* stage_metrics = nullptr;
   // Called on the scheduler thread after each batch is decoded, with the number of windows in

@@ -6,12 +6,18 @@
 #   2. `waavd --backend cuda` and `--backend cpu` in turn: `waav health`, then
 #      `waav stream --fast` of jfk.wav; the two final transcripts must be equal;
 #   3. bench/streaming_latency.sh (jfk.wav, paced real-time streams, ramp WAAV_RAMP) against
-#      waavd --backend cuda, then --backend cpu, then (time permitting) cuda with --max-batch 32.
+#      waavd --backend cuda, then --backend cpu, then (time permitting) cuda with --max-batch 32;
+#      or, when WAAV_RAMPS is set, the ramps it lists ("name|steps|waavd args;..."), e.g.
+#      WAAV_RAMPS="b32|64,128,256|--backend cuda --max-batch 32 --log-level debug".
+# Options (environment): WAAV_SKIP_CPU=1 leaves the CPU out of part 2; WAAV_BENCH_ARGS, when
+# set, runs whisper_gpu_bench with them (random weights: micro benchmarks) after part 1, into
+# bench.tsv / bench.log; WAAV_MAX_STREAMS (default 80) is waavd's --max-streams.
 # Everything lands in $OUT/results.tar.xz (re-packed after each part) and $OUT/summary.txt.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-d=/tmp/waav-gpu3
-out=${OUT:-/tmp/waav-gpu3-out}
+d=/tmp/waav-gpu
+out=${OUT:-/tmp/waav-gpu-out}
+max_streams=${WAAV_MAX_STREAMS:-80}
 r=$d/results
 ramp=${WAAV_RAMP:-1,4,16,64}
 budget_s=${WAAV_BUDGET_S:-560}  # stop starting new parts past this (the call's limit is 600 s)
@@ -47,8 +53,18 @@ grep -E '^\[ +(OK|FAILED|SKIPPED|PASSED) |graphs vs eager|eager:|graphs:|Failure
   | tee -a "$r/summary.txt"
 pack
 
+if [ -n "${WAAV_BENCH_ARGS:-}" ] && [ -x "$d/bin/whisper_gpu_bench" ]; then
+  say "== 1b. whisper_gpu_bench $WAAV_BENCH_ARGS"
+  # shellcheck disable=SC2086  # the arguments are a list
+  eval timeout 200 "$d/bin/whisper_gpu_bench" --out "$r/bench.tsv" $WAAV_BENCH_ARGS \
+    > "$r/bench.log" 2>&1
+  say "bench rc=$?"
+  tee -a "$r/summary.txt" < "$r/bench.log"
+  pack
+fi
+
 vad=$d/models/silero-vad/silero_vad_16k_op15.onnx
-common=(--model-dir "$model" --vad-model "$vad" --max-streams 80)
+common=(--model-dir "$model" --vad-model "$vad" --max-streams "$max_streams")
 waavd_pid=""
 start_waavd() {  # start_waavd LOG ARGS...
   local log=$1; shift
@@ -70,7 +86,9 @@ stop_waavd() {
 trap stop_waavd EXIT
 
 say "== 2. waav health and waav stream --fast jfk.wav"
-for backend in cuda cpu; do
+backends="cuda cpu"
+[ "${WAAV_SKIP_CPU:-}" = 1 ] && backends=cuda
+for backend in $backends; do
   if start_waavd "$r/waavd_$backend.log" --backend "$backend"; then
     "$d/bin/waav" health --server 127.0.0.1:50161 > "$r/health_$backend.txt" 2>&1
     say "$backend health: $(tr '\n' ' ' < "$r/health_$backend.txt")"
@@ -84,7 +102,9 @@ for backend in cuda cpu; do
   stop_waavd
   grep -m3 -i -E 'backend|cuda|gpu' "$r/waavd_$backend.log" | tee -a "$r/summary.txt"
 done
-if [ -s "$r/stream_cuda.txt" ] && diff "$r/stream_cpu.txt" "$r/stream_cuda.txt" > "$r/stream_diff.txt"; then
+if [ "$backends" = cuda ]; then
+  say "cpu skipped (WAAV_SKIP_CPU)"
+elif [ -s "$r/stream_cuda.txt" ] && diff "$r/stream_cpu.txt" "$r/stream_cuda.txt" > "$r/stream_diff.txt"; then
   say "streamed transcripts equal (cuda = cpu)"
 else
   say "streamed transcripts differ or missing:"; cat "$r/stream_diff.txt" | tee -a "$r/summary.txt"
@@ -98,14 +118,22 @@ ramp_run() {  # ramp_run NAME RAMP WAAVD-ARGS
   timeout $(( budget_s - SECONDS )) bash "$d/bench/streaming_latency.sh" --waavd "$d/bin/waavd" \
     --waav "$d/bin/waav" --waav-load "$d/bin/waav-load" --data "$d/data" --skip-lj --port 50171 \
     --ramp "$steps" --out "$r/$name" \
-    --waavd-args "--model-dir $model --vad-model $vad --max-streams 80 $args" \
+    --waavd-args "--model-dir $model --vad-model $vad --max-streams $max_streams $args" \
     > "$r/$name.log" 2>&1
   say "$name rc=$?"
   grep -E '^ *[0-9]+ +[0-9]+ |largest N|does not keep up|^ *N ' "$r/$name.log" | tee -a "$r/summary.txt"
   pack
 }
-ramp_run cuda "$ramp" "--backend cuda"
-ramp_run cpu "$ramp" "--backend cpu"
-ramp_run cuda_batch32 "16,64" "--backend cuda --max-batch 32"
+if [ -n "${WAAV_RAMPS:-}" ]; then
+  IFS=';' read -r -a specs <<< "$WAAV_RAMPS"
+  for spec in "${specs[@]}"; do
+    IFS='|' read -r name steps args <<< "$spec"
+    ramp_run "$name" "$steps" "$args"
+  done
+else
+  ramp_run cuda "$ramp" "--backend cuda"
+  ramp_run cpu "$ramp" "--backend cpu"
+  ramp_run cuda_batch32 "16,64" "--backend cuda --max-batch 32"
+fi
 say "total ${SECONDS} s"
 pack

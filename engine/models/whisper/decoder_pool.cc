@@ -41,6 +41,21 @@ absl::StatusOr<std::unique_ptr<DecoderStatePool>> DecoderStatePool::Create(
   return pool;
 }
 
+absl::StatusOr<DecoderState*> DecoderStatePool::Range(int begin, int size) {
+  if (size == 1 && begin >= 0 && begin < max_batch()) return &Row(begin);
+  if (begin == 0 && BucketFor(size) == size && size <= max_batch()) return &ForRows(size);
+  auto& view = ranges_[{begin, size}];
+  if (view == nullptr) {
+    auto made = slots_->Rows(begin, begin + size);
+    if (!made.ok()) {
+      ranges_.erase({begin, size});
+      return made.status();
+    }
+    view = std::move(*made);
+  }
+  return view.get();
+}
+
 int DecoderStatePool::BucketFor(int rows) const {
   for (const auto& bucket : buckets_) {
     if (bucket->batch_size() >= rows) return bucket->batch_size();

@@ -7,7 +7,9 @@
 // to encode a window into it and prefill its prompt.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -28,6 +30,10 @@ class DecoderStatePool {
   DecoderState& ForRows(int rows);
   // Slot `row` alone, batch 1 (0 ≤ row < max_batch).
   DecoderState& Row(int row) { return *rows_[static_cast<size_t>(row)]; }
+  // Slots [begin, begin + size) as one state (0 ≤ begin, begin + size ≤ max_batch), created on
+  // first use and kept, so that a graph captured on it (the batched encoder's cross-attention
+  // K/V projection) keeps its addresses. Not thread-safe (the scheduler's thread calls it).
+  absl::StatusOr<DecoderState*> Range(int begin, int size);
 
  private:
   DecoderStatePool() = default;
@@ -35,6 +41,7 @@ class DecoderStatePool {
   std::unique_ptr<DecoderState> slots_;
   std::vector<std::unique_ptr<DecoderState>> buckets_;  // ascending batch sizes
   std::vector<std::unique_ptr<DecoderState>> rows_;
+  std::map<std::pair<int, int>, std::unique_ptr<DecoderState>> ranges_;  // (begin, size)
 };
 
 }  // namespace waav::whisper

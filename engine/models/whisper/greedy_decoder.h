@@ -4,6 +4,7 @@
 // (timestamps in pairs, non-decreasing, a timestamp first and at most max_initial_timestamp).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -31,12 +32,12 @@ struct GreedyOptions {
 };
 
 struct GreedyResult {
-  std::vector<int> tokens;       // sampled tokens without the final <|endoftext|>
+  std::vector<int> tokens;            // sampled tokens without the final <|endoftext|>
   std::vector<float> token_logprobs;  // log-probability of each of `tokens`
-  double sum_logprob = 0;        // log-probabilities of every sampled token, <|endoftext|> too
-  double avg_logprob = 0;        // sum_logprob / (tokens + 1), as faster-whisper reports it
-  float no_speech_prob = 0;      // P(<|nospeech|>) at the <|startoftranscript|> position
-  int steps = 0;                 // single-token decoder steps (the prefill not counted)
+  double sum_logprob = 0;             // log-probabilities of every sampled token, <|endoftext|> too
+  double avg_logprob = 0;             // sum_logprob / (tokens + 1), as faster-whisper reports it
+  float no_speech_prob = 0;           // P(<|nospeech|>) at the <|startoftranscript|> position
+  int steps = 0;                      // single-token decoder steps (the prefill not counted)
 };
 
 // The logit rules on one row of logits (in place: disallowed entries become −inf).
@@ -71,6 +72,15 @@ absl::StatusOr<GreedyResult> DecodeGreedy(const WhisperModel& model, const Vocab
                                           const std::vector<int>& prompt,
                                           const GreedyOptions& options, DecoderState& state);
 
+// Where DecodeGreedyBatch spent its time (host wall clock, ms), for profiles and logs.
+struct GreedyBatchTimings {
+  double prefill_ms = 0;  // the prompts' prefills, one row at a time
+  double step_ms = 0;     // decoder steps: inputs up, the step (graph replay), logits down
+  double sample_ms = 0;   // the logit rules and the choice of each row's token, on the host
+  int steps = 0;          // batched decoder steps
+  int64_t row_steps = 0;  // rows decoding, summed over the steps
+};
+
 // Greedy decoding of prompts.size() windows in lockstep, window b in slot b of `pool`: its
 // cross-attention K/V must already be there (WhisperModel::EncodeOnDevice on pool.Row(b)).
 // Each row's prompt is prefilled on its own slot exactly as DecodeGreedy prefills it; then one
@@ -84,11 +94,15 @@ absl::StatusOr<GreedyResult> DecodeGreedy(const WhisperModel& model, const Vocab
 // greedy_batch_test checks it. An invalid prompt (CheckPrompt) fails the whole call.
 // `on_row_done`, when given, gets each row's result as soon as that row is done (between
 // steps, on the calling thread), so that a caller can send it before the batch's longest row
-// ends; the returned vector holds the same results.
+// ends; the returned vector holds the same results. Each step downloads the logits of the rows up
+// to the highest one decoding only, and, with 8 or more rows decoding and no on_step callback,
+// samples the rows on several threads (each row's computation is the same as alone, so the
+// results do not change). `timings`, when given, gets where the time went.
 absl::StatusOr<std::vector<GreedyResult>> DecodeGreedyBatch(
     const WhisperModel& model, const Vocabulary& vocabulary,
     absl::Span<const std::vector<int>> prompts, const GreedyOptions& options,
     DecoderStatePool& pool,
-    const std::function<void(int row, const GreedyResult&)>& on_row_done = nullptr);
+    const std::function<void(int row, const GreedyResult&)>& on_row_done = nullptr,
+    GreedyBatchTimings* timings = nullptr);
 
 }  // namespace waav::whisper

@@ -23,19 +23,19 @@ absl::StatusOr<Tensor> UploadRows(Backend& backend, const ct2::Variable& var, in
   const int64_t row_elements = numel / var.shape[0];
   const int64_t count = (row_end - row_begin) * row_elements;
   if (row_begin < 0 || row_end > var.shape[0] || count != shape.numel()) {
-    return absl::InvalidArgumentError(absl::StrCat("variable ", var.name, " cannot provide ",
-                                                   shape.ToString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("variable ", var.name, " cannot provide ", shape.ToString()));
   }
   const bool is_f16 = var.type == ct2::VarType::kF16;
   if (!is_f16 && var.type != ct2::VarType::kF32) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("variable ", var.name, " has an element type waav cannot load (want f16 or f32)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "variable ", var.name, " has an element type waav cannot load (want f16 or f32)"));
   }
   const size_t src_size = is_f16 ? 2 : 4;
   const uint8_t* src = var.data() + static_cast<size_t>(row_begin * row_elements) * src_size;
   if (dtype != DType::kF16 && dtype != DType::kF32) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("variable ", var.name, " cannot be loaded as ", std::string(DTypeName(dtype))));
+    return absl::InvalidArgumentError(absl::StrCat("variable ", var.name, " cannot be loaded as ",
+                                                   std::string(DTypeName(dtype))));
   }
   // Same type: the file's bytes as they are (little-endian, as the backends). Otherwise convert.
   if (is_f16 == (dtype == DType::kF16) && (is_f16 || dtype == DType::kF32)) {
@@ -113,8 +113,8 @@ absl::StatusOr<std::unique_ptr<WhisperModel>> WhisperModel::Load(const std::stri
 absl::StatusOr<std::unique_ptr<WhisperModel>> WhisperModel::FromModelFile(
     const ct2::ModelFile& file, Backend& backend, WhisperModelOptions options) {
   if (file.spec_name() != "WhisperSpec") {
-    return absl::InvalidArgumentError(absl::StrCat(file.path(), " holds a ", file.spec_name(),
-                                                   " model, not a Whisper model"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(file.path(), " holds a ", file.spec_name(), " model, not a Whisper model"));
   }
   RETURN_IF_ERROR(CheckFlag(file, "decoder/activation", 3));  // GELU (erf)
   RETURN_IF_ERROR(CheckFlag(file, "decoder/pre_norm", 1));
@@ -141,20 +141,40 @@ absl::StatusOr<std::unique_ptr<WhisperModel>> WhisperModel::FromModelFile(
   dims.n_vocab = static_cast<int>(n_vocab);
   dims.n_heads = static_cast<int>(n_heads);
   dims.n_encoder_layers = 0;
-  while (file.Get(absl::StrCat("encoder/layer_", dims.n_encoder_layers, "/ffn/linear_0/weight")).ok())
+  while (
+      file.Get(absl::StrCat("encoder/layer_", dims.n_encoder_layers, "/ffn/linear_0/weight")).ok())
     ++dims.n_encoder_layers;
   dims.n_decoder_layers = 0;
-  while (file.Get(absl::StrCat("decoder/layer_", dims.n_decoder_layers, "/ffn/linear_0/weight")).ok())
+  while (
+      file.Get(absl::StrCat("decoder/layer_", dims.n_decoder_layers, "/ffn/linear_0/weight")).ok())
     ++dims.n_decoder_layers;
   if (dims.n_encoder_layers == 0 || dims.n_decoder_layers == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(file.path(), " has no encoder or decoder layers"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(file.path(), " has no encoder or decoder layers"));
   }
 
   auto model = std::unique_ptr<WhisperModel>(new WhisperModel(backend, dims));
   switch (options.graphs) {
-    case GraphUse::kAuto: model->use_graphs_ = backend.device() != DeviceKind::kCpu; break;
-    case GraphUse::kAlways: model->use_graphs_ = true; break;
-    case GraphUse::kNever: model->use_graphs_ = false; break;
+    case GraphUse::kAuto:
+      model->use_graphs_ = backend.device() != DeviceKind::kCpu;
+      break;
+    case GraphUse::kAlways:
+      model->use_graphs_ = true;
+      break;
+    case GraphUse::kNever:
+      model->use_graphs_ = false;
+      break;
+  }
+  switch (options.batch_encoder) {
+    case GraphUse::kAuto:
+      model->batch_encoder_ = backend.device() != DeviceKind::kCpu;
+      break;
+    case GraphUse::kAlways:
+      model->batch_encoder_ = true;
+      break;
+    case GraphUse::kNever:
+      model->batch_encoder_ = false;
+      break;
   }
   model->attention_scale_ = 1.0f / std::sqrt(static_cast<float>(d_model / n_heads));
   WeightLoader loader(file, backend);
@@ -216,11 +236,12 @@ absl::StatusOr<std::unique_ptr<WhisperModel>> WhisperModel::FromModelFile(
   m.encoder_layers_.resize(static_cast<size_t>(dims.n_encoder_layers));
   for (int i = 0; i < dims.n_encoder_layers; ++i) {
     const std::string p = absl::StrCat("encoder/layer_", i);
-    RETURN_IF_ERROR(load_self_attention(p + "/self_attention", m.encoder_layers_[i].self_attention));
+    RETURN_IF_ERROR(
+        load_self_attention(p + "/self_attention", m.encoder_layers_[i].self_attention));
     RETURN_IF_ERROR(load_ffn(p + "/ffn", m.encoder_layers_[i].ffn));
   }
-  ASSIGN_OR_RETURN(m.token_embedding_, loader.Load("decoder/embeddings/weight", {n_vocab, d},
-                                                   options.embedding_dtype));
+  ASSIGN_OR_RETURN(m.token_embedding_,
+                   loader.Load("decoder/embeddings/weight", {n_vocab, d}, options.embedding_dtype));
   ASSIGN_OR_RETURN(m.decoder_positions_,
                    loader.Load("decoder/position_encodings/encodings", {n_text_ctx, d}, f32));
   RETURN_IF_ERROR(load_norm("decoder/layer_norm", m.decoder_norm_gamma_, m.decoder_norm_beta_));
@@ -372,8 +393,8 @@ absl::StatusOr<std::unique_ptr<EncoderBuffers>> WhisperModel::NewEncoderBuffers(
   const int64_t b = batch_size, d = dims_.d_model;
   auto buffers = std::make_unique<EncoderBuffers>();
   buffers->batch_size_ = batch_size;
-  ASSIGN_OR_RETURN(buffers->mel_, backend_.Allocate({b, dims_.n_frames(), dims_.n_mels},
-                                                    DType::kF32));
+  ASSIGN_OR_RETURN(buffers->mel_,
+                   backend_.Allocate({b, dims_.n_frames(), dims_.n_mels}, DType::kF32));
   ASSIGN_OR_RETURN(buffers->conv1_, backend_.Allocate({b, dims_.n_frames(), d}, DType::kF32));
   ASSIGN_OR_RETURN(buffers->x_, backend_.Allocate({b, dims_.n_audio_ctx, d}, DType::kF32));
   ASSIGN_OR_RETURN(buffers->scratch_, backend_.Allocate(buffers->x_.shape(), DType::kF32));
@@ -387,13 +408,37 @@ absl::StatusOr<std::unique_ptr<EncoderBuffers>> WhisperModel::NewEncoderBuffers(
   return buffers;
 }
 
-absl::StatusOr<std::unique_ptr<EncoderBuffers>> WhisperModel::UploadMel(
-    absl::Span<const float> mel, int batch) const {
+absl::StatusOr<std::unique_ptr<EncoderBuffers>> EncoderBuffers::Rows(int begin, int end) const {
+  if (begin < 0 || end > batch_size_ || begin >= end) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rows [", begin, ", ", end, ") of encoder buffers of batch ", batch_size_));
+  }
+  auto view = std::make_unique<EncoderBuffers>();
+  view->batch_size_ = end - begin;
+  // Batch-first, except `hidden`, which is flat and sliced by its per-row share.
+  const std::pair<const Tensor*, Tensor*> batch_first[] = {{&mel_, &view->mel_},
+                                                           {&conv1_, &view->conv1_},
+                                                           {&x_, &view->x_},
+                                                           {&scratch_, &view->scratch_},
+                                                           {&h_, &view->h_},
+                                                           {&q_, &view->q_},
+                                                           {&k_, &view->k_},
+                                                           {&v_, &view->v_},
+                                                           {&attended_, &view->attended_}};
+  for (const auto& [src, dst] : batch_first) {
+    ASSIGN_OR_RETURN(*dst, src->Slice(begin, end));
+  }
+  const int64_t hidden_per_row = hidden_.numel() / batch_size_;
+  ASSIGN_OR_RETURN(view->hidden_, hidden_.Slice(begin * hidden_per_row, end * hidden_per_row));
+  return view;
+}
+
+absl::StatusOr<std::unique_ptr<EncoderBuffers>> WhisperModel::UploadMel(absl::Span<const float> mel,
+                                                                        int batch) const {
   const int64_t b = batch, frames = dims_.n_frames(), mels = dims_.n_mels;
   if (batch <= 0 || static_cast<int64_t>(mel.size()) != b * mels * frames) {
-    return absl::InvalidArgumentError(absl::StrCat("encoder input has ", mel.size(),
-                                                   " values; expected ", b, " x ", mels, " x ",
-                                                   frames));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "encoder input has ", mel.size(), " values; expected ", b, " x ", mels, " x ", frames));
   }
   // The convolutions run time-major; the front end produces [mels, frames].
   std::vector<float> time_major(mel.size());
@@ -404,8 +449,8 @@ absl::StatusOr<std::unique_ptr<EncoderBuffers>> WhisperModel::UploadMel(
       for (int64_t t = 0; t < frames; ++t) dst[t * mels + m] = src[m * frames + t];
   }
   ASSIGN_OR_RETURN(std::unique_ptr<EncoderBuffers> buffers, NewEncoderBuffers(batch));
-  RETURN_IF_ERROR(backend_.CopyFromHost(time_major.data(), time_major.size() * sizeof(float),
-                                        buffers->mel_));
+  RETURN_IF_ERROR(
+      backend_.CopyFromHost(time_major.data(), time_major.size() * sizeof(float), buffers->mel_));
   return buffers;
 }
 
@@ -429,10 +474,9 @@ absl::Status WhisperModel::WriteMel(absl::Span<const float> mel, int row,
 
 absl::Status WhisperModel::EncodeOnDevice(EncoderBuffers& buffers, DecoderState* state) const {
   if (state != nullptr && state->batch_size() != buffers.batch_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("EncodeOnDevice: encoder buffers for batch ",
-                                                   buffers.batch_size(),
-                                                   " and a decoder state for batch ",
-                                                   state->batch_size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("EncodeOnDevice: encoder buffers for batch ", buffers.batch_size(),
+                     " and a decoder state for batch ", state->batch_size()));
   }
   RETURN_IF_ERROR(EncoderPass(buffers));
   if (state == nullptr) return absl::OkStatus();
@@ -441,16 +485,15 @@ absl::Status WhisperModel::EncodeOnDevice(EncoderBuffers& buffers, DecoderState*
 
 absl::Status WhisperModel::RunEncoder(EncoderBuffers& buffers, DecoderState* state) const {
   if (state != nullptr && state->batch_size() != buffers.batch_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("RunEncoder: encoder buffers for batch ",
-                                                   buffers.batch_size(),
-                                                   " and a decoder state for batch ",
-                                                   state->batch_size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("RunEncoder: encoder buffers for batch ", buffers.batch_size(),
+                     " and a decoder state for batch ", state->batch_size()));
   }
   const EncoderBuffers& b = buffers;
-  const Tensor* pass[] = {&b.mel_, &b.conv1_, &b.x_, &b.scratch_, &b.h_,
+  const Tensor* pass[] = {&b.mel_, &b.conv1_, &b.x_, &b.scratch_,  &b.h_,
                           &b.q_,   &b.k_,     &b.v_, &b.attended_, &b.hidden_};
-  RETURN_IF_ERROR(buffers.graph_.Run(backend_, use_graphs_, pass,
-                                     [&] { return EncoderPass(buffers); }));
+  RETURN_IF_ERROR(
+      buffers.graph_.Run(backend_, use_graphs_, pass, [&] { return EncoderPass(buffers); }));
   if (state == nullptr) return absl::OkStatus();
   std::vector<const Tensor*> cross = {&b.x_};
   for (int i = 0; i < dims_.n_decoder_layers; ++i) {
@@ -472,8 +515,8 @@ absl::Status WhisperModel::EncoderPass(EncoderBuffers& buffers) const {
     ASSIGN_OR_RETURN(row, row.Reshape(encoder_positions_.shape()));
     RETURN_IF_ERROR(backend_.Add(row, encoder_positions_, row));
   }
-  const Workspace ws{buffers.h_, buffers.q_, buffers.k_, buffers.v_, buffers.attended_,
-                     buffers.hidden_};
+  const Workspace ws{buffers.h_, buffers.q_,        buffers.k_,
+                     buffers.v_, buffers.attended_, buffers.hidden_};
   for (const EncoderLayer& layer : encoder_layers_) {
     RETURN_IF_ERROR(RunAttention(layer.self_attention, x, Tensor(), Tensor(), nullptr, nullptr,
                                  /*causal=*/false, buffers.scratch_, ws));
@@ -485,10 +528,8 @@ absl::Status WhisperModel::EncoderPass(EncoderBuffers& buffers) const {
 absl::Status WhisperModel::ProjectCross(const Tensor& encoded, DecoderState& state) const {
   for (int i = 0; i < dims_.n_decoder_layers; ++i) {
     const AttentionWeights& w = decoder_layers_[static_cast<size_t>(i)].cross_attention;
-    RETURN_IF_ERROR(
-        backend_.Linear(encoded, w.k_w, &w.k_b, Activation::kNone, state.cross_k_[i]));
-    RETURN_IF_ERROR(
-        backend_.Linear(encoded, w.v_w, &w.v_b, Activation::kNone, state.cross_v_[i]));
+    RETURN_IF_ERROR(backend_.Linear(encoded, w.k_w, &w.k_b, Activation::kNone, state.cross_k_[i]));
+    RETURN_IF_ERROR(backend_.Linear(encoded, w.v_w, &w.v_b, Activation::kNone, state.cross_v_[i]));
   }
   return absl::OkStatus();
 }
@@ -528,16 +569,17 @@ absl::StatusOr<std::vector<float>> WhisperModel::Decode(absl::Span<const int32_t
   }
   for (int32_t token : tokens) {
     if (token < 0 || token >= dims_.n_vocab) {
-      return absl::InvalidArgumentError(absl::StrCat("token id ", token, " is outside the vocabulary"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", token, " is outside the vocabulary"));
     }
+  }
+  if (t == 1) {
+    std::vector<float> logits;
+    RETURN_IF_ERROR(DecodeStepToHost(tokens, positions, state, static_cast<int>(b), logits));
+    return logits;
   }
   RETURN_IF_ERROR(backend_.CopyFromHost(positions.data(), positions.size() * 4, state.positions_));
   RETURN_IF_ERROR(backend_.CopyFromHost(lengths.data(), lengths.size() * 4, state.lengths_));
-  if (t == 1) {
-    RETURN_IF_ERROR(backend_.CopyFromHost(tokens.data(), tokens.size() * 4, state.step_.tokens));
-    RETURN_IF_ERROR(RunDecodeStep(state));
-    return Download<float>(backend_, state.step_.logits);
-  }
   ASSIGN_OR_RETURN(Tensor token_ids, Upload(backend_, {b, t}, DType::kI32, tokens.data()));
 
   ASSIGN_OR_RETURN(Tensor x, backend_.Allocate({b, t, d}, DType::kF32));
@@ -573,6 +615,40 @@ absl::StatusOr<std::vector<float>> WhisperModel::Decode(absl::Span<const int32_t
   return Download<float>(backend_, logits);
 }
 
+absl::Status WhisperModel::DecodeStepToHost(absl::Span<const int32_t> tokens,
+                                            absl::Span<const int32_t> positions,
+                                            DecoderState& state, int rows_out,
+                                            std::vector<float>& logits) const {
+  const int64_t b = state.batch_size();
+  if (static_cast<int64_t>(tokens.size()) != b || static_cast<int64_t>(positions.size()) != b ||
+      rows_out < 1 || rows_out > b) {
+    return absl::InvalidArgumentError(absl::StrCat("DecodeStepToHost: ", tokens.size(), " tokens, ",
+                                                   positions.size(), " positions and ", rows_out,
+                                                   " rows out for batch ", b));
+  }
+  std::vector<int32_t> lengths(positions.begin(), positions.end());
+  for (int32_t& length : lengths) {
+    if (length < 0 || length + 1 > dims_.n_text_ctx) {
+      return absl::OutOfRangeError(absl::StrCat("decoder context of ", dims_.n_text_ctx,
+                                                " tokens exceeded (position ", length, " + 1)"));
+    }
+    length += 1;
+  }
+  for (int32_t token : tokens) {
+    if (token < 0 || token >= dims_.n_vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", token, " is outside the vocabulary"));
+    }
+  }
+  RETURN_IF_ERROR(backend_.CopyFromHost(positions.data(), positions.size() * 4, state.positions_));
+  RETURN_IF_ERROR(backend_.CopyFromHost(lengths.data(), lengths.size() * 4, state.lengths_));
+  RETURN_IF_ERROR(backend_.CopyFromHost(tokens.data(), tokens.size() * 4, state.step_.tokens));
+  RETURN_IF_ERROR(RunDecodeStep(state));
+  ASSIGN_OR_RETURN(const Tensor out, state.step_.logits.Slice(0, rows_out));
+  logits.resize(static_cast<size_t>(out.numel()));
+  return backend_.CopyToHost(out, logits.data(), out.size_bytes());
+}
+
 absl::Status WhisperModel::DecodeStep(DecoderState& state) const {
   const DecoderState::StepBuffers& s = state.step_;
   const Workspace ws{s.h, s.q, s.k, s.v, s.attended, s.hidden};
@@ -593,9 +669,17 @@ absl::Status WhisperModel::DecodeStep(DecoderState& state) const {
 
 absl::Status WhisperModel::RunDecodeStep(DecoderState& state) const {
   const DecoderState::StepBuffers& s = state.step_;
-  std::vector<const Tensor*> tensors = {&s.tokens, &s.x,        &s.out,    &s.h,
-                                        &s.q,      &s.k,        &s.v,      &s.attended,
-                                        &s.hidden, &s.logits,   &state.positions_,
+  std::vector<const Tensor*> tensors = {&s.tokens,
+                                        &s.x,
+                                        &s.out,
+                                        &s.h,
+                                        &s.q,
+                                        &s.k,
+                                        &s.v,
+                                        &s.attended,
+                                        &s.hidden,
+                                        &s.logits,
+                                        &state.positions_,
                                         &state.lengths_};
   for (int i = 0; i < dims_.n_decoder_layers; ++i) {
     const size_t l = static_cast<size_t>(i);
@@ -604,8 +688,7 @@ absl::Status WhisperModel::RunDecodeStep(DecoderState& state) const {
       tensors.push_back(t);
     }
   }
-  return state.step_graph_.Run(backend_, use_graphs_, tensors,
-                               [&] { return DecodeStep(state); });
+  return state.step_graph_.Run(backend_, use_graphs_, tensors, [&] { return DecodeStep(state); });
 }
 
 }  // namespace waav::whisper

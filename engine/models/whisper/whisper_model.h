@@ -57,6 +57,10 @@ struct WhisperModelOptions {
   DType embedding_dtype = DType::kF16;
   // Graph capture of the decoder step and the encoder. Default: kAuto.
   GraphUse graphs = GraphUse::kAuto;
+  // Whether callers that encode several windows (the streaming scheduler) should encode them in
+  // one batched pass: kAuto on backends whose device is not the CPU (see
+  // WhisperModel::batches_encoder), kAlways / kNever everywhere. Default: kAuto.
+  GraphUse batch_encoder = GraphUse::kAuto;
 };
 
 // Cross-attention keys/values of one encoded window per batch row, and the self-attention cache.
@@ -121,6 +125,11 @@ class EncoderBuffers {
   // f32 [B, n_audio_ctx, d_model]: the encoder output after a pass.
   const Tensor& output() const { return x_; }
 
+  // Rows [begin, end) of these buffers as buffers of batch end − begin that share their memory
+  // (views, like DecoderState::Rows): a pass on the view encodes only its rows and allocates
+  // nothing. The scheduler encodes a batch of n windows on a prefix of one set of buffers.
+  absl::StatusOr<std::unique_ptr<EncoderBuffers>> Rows(int begin, int end) const;
+
  private:
   friend class WhisperModel;
   int batch_size_ = 0;
@@ -144,6 +153,12 @@ class WhisperModel {
   // Whether RunDecodeStep and RunEncoder replay graphs (WhisperModelOptions::graphs resolved
   // against this backend).
   bool uses_graphs() const { return use_graphs_; }
+  // Whether one encoder pass over several windows is worth more than one pass per window on
+  // this backend (WhisperModelOptions::batch_encoder resolved against it). On the CPU one
+  // window's GEMMs (1500 rows) already fill the cores, a batch measured no faster per window and
+  // its output differs from the one-window output in the last bits (docs/benchmarks.md), so
+  // windows are encoded one at a time there; on a GPU a batch fills the chip.
+  bool batches_encoder() const { return batch_encoder_; }
 
   absl::StatusOr<std::unique_ptr<DecoderState>> NewDecoderState(int batch_size) const;
 
@@ -179,6 +194,14 @@ class WhisperModel {
   absl::StatusOr<std::vector<float>> Decode(absl::Span<const int32_t> tokens, int tokens_per_row,
                                             absl::Span<const int32_t> positions,
                                             DecoderState& state) const;
+
+  // One token per row (tokens and positions of every row of `state`) through RunDecodeStep, then
+  // the logits of rows [0, rows_out) copied into `logits` (resized to rows_out × n_vocab; pass
+  // the same vector every step so that its memory is reused). Decode with one token per row is
+  // this with rows_out = batch; a batch whose last rows are padding downloads fewer rows.
+  absl::Status DecodeStepToHost(absl::Span<const int32_t> tokens,
+                                absl::Span<const int32_t> positions, DecoderState& state,
+                                int rows_out, std::vector<float>& logits) const;
 
   // One decoder step on the device: reads state.step_tokens(), positions() and lengths() as they
   // are when the kernels run, appends each row's K/V to its self-attention cache and writes
@@ -238,6 +261,7 @@ class WhisperModel {
   Backend& backend_;
   WhisperDims dims_;
   bool use_graphs_ = false;
+  bool batch_encoder_ = false;
   float attention_scale_ = 0.125f;
   Tensor conv1_w_, conv1_b_, conv2_w_, conv2_b_, encoder_positions_;
   Tensor encoder_norm_gamma_, encoder_norm_beta_;
