@@ -36,6 +36,13 @@ struct WhisperDims {
   int n_frames() const { return 2 * n_audio_ctx; }  // mel frames per window (stride-2 conv)
 };
 
+// One head of a decoder layer's cross-attention (config.json "alignment_heads" lists the heads
+// whose attention follows the audio, for word timestamps).
+struct AttentionHead {
+  int layer = 0;
+  int head = 0;
+};
+
 struct WhisperModelOptions {
   // Element type the large projection weights are kept in on the device. f32 doubles the memory
   // of the f16 file but lets the CPU backend use BLAS; f16 halves weight traffic. Values are the
@@ -158,6 +165,17 @@ class WhisperModel {
   // replayed for every later step (the state must outlive the graph). Positions are not checked
   // here: an out-of-range one is reported by the backend (see its header).
   absl::Status DecodeStep(DecoderState& state) const;
+
+  // A teacher-forced decoder pass over `tokens` (positions 0 .. T − 1) against the window encoded
+  // into `encoded` (batch 1), returning the cross-attention scores before the softmax
+  // (q·kᵀ × 1/√head_dim) of each of `heads` over encoder positions [0, n_positions): host
+  // [heads.size(), T, n_positions]. Reads only the state's cross-attention K/V (its
+  // self-attention cache and step buffers are left alone: the pass has its own), so it can run
+  // on a finished row of a batch still decoding. Layers after the deepest head are skipped.
+  absl::StatusOr<std::vector<float>> CrossAttentionScores(absl::Span<const int32_t> tokens,
+                                                          absl::Span<const AttentionHead> heads,
+                                                          int n_positions,
+                                                          const DecoderState& encoded) const;
 
  private:
   struct AttentionWeights {
