@@ -77,7 +77,7 @@ UtteranceInput UtteranceDecoder::Prepare(const frontend::LogMel& log_mel, int n_
 
 RecognitionResult UtteranceDecoder::Finish(const whisper::GreedyResult& decoded, int64_t start_ms,
                                            size_t audio_samples, bool is_final,
-                                           EndReason end_reason) {
+                                           EndReason end_reason, const AlignWordsFn& align_words) {
   const whisper::SpecialTokens& special = vocabulary_.special();
   RecognitionResult result;
   result.utterance_index = utterance_index_;
@@ -120,7 +120,10 @@ RecognitionResult UtteranceDecoder::Finish(const whisper::GreedyResult& decoded,
   double sum = 0;
   for (float lp : logprobs) sum += lp;
   result.confidence = logprobs.empty() ? 0.0f : static_cast<float>(std::exp(sum / logprobs.size()));
-  FillWords(tokens, logprobs, stable, result.start_ms, result.end_ms, &result);
+  const bool aligned =
+      is_final && options_.word_time_offsets && align_words != nullptr &&
+      FillAlignedWords(tokens, logprobs, result.start_ms, result.end_ms, align_words, &result);
+  if (!aligned) FillWords(tokens, logprobs, stable, result.start_ms, result.end_ms, &result);
   if (!options_.word_time_offsets) {
     const size_t total = result.words.size();
     size_t stable_words = 0;
@@ -183,6 +186,45 @@ void UtteranceDecoder::FillWords(const std::vector<int>& tokens, const std::vect
   result->stability = result->words.empty()
                           ? 0.0f
                           : static_cast<float>(stable_words) / result->words.size();
+}
+
+// Words and times from the cross-attention alignment (whisper::WordAligner): words split and
+// punctuation merged as faster-whisper does; confidence as in FillWords, from the tokens' log
+// probabilities. All words of a final are stable.
+bool UtteranceDecoder::FillAlignedWords(const std::vector<int>& tokens,
+                                        const std::vector<float>& logprobs, int64_t start_ms,
+                                        int64_t end_ms, const AlignWordsFn& align_words,
+                                        RecognitionResult* result) const {
+  std::vector<int> text;
+  std::vector<float> text_logprobs;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] >= vocabulary_.special().eot) continue;
+    text.push_back(tokens[i]);
+    text_logprobs.push_back(i < logprobs.size() ? logprobs[i] : 0.0f);
+  }
+  if (text.empty()) return false;
+  const absl::StatusOr<std::vector<whisper::TimedWord>> words = align_words(text);
+  if (!words.ok()) return false;
+  std::vector<WordResult> out;
+  for (const whisper::TimedWord& w : *words) {
+    if (w.token_begin < 0 || w.token_end > static_cast<int>(text.size()) ||
+        w.token_begin >= w.token_end) {
+      return false;
+    }
+    WordResult word;
+    word.word = std::string(absl::StripAsciiWhitespace(w.text));
+    if (word.word.empty()) continue;
+    word.start_ms = std::clamp<int64_t>(start_ms + w.start_ms, start_ms, end_ms);
+    word.end_ms = std::clamp<int64_t>(start_ms + w.end_ms, word.start_ms, end_ms);
+    double sum = 0;
+    for (int i = w.token_begin; i < w.token_end; ++i) sum += text_logprobs[static_cast<size_t>(i)];
+    word.confidence = static_cast<float>(std::exp(sum / (w.token_end - w.token_begin)));
+    word.stable = true;
+    out.push_back(std::move(word));
+  }
+  result->words = std::move(out);
+  result->stability = result->words.empty() ? 0.0f : 1.0f;
+  return true;
 }
 
 }  // namespace waav::streaming

@@ -41,7 +41,18 @@ absl::StatusOr<std::unique_ptr<Transcriber>> Transcriber::Load(const std::string
   }
   ASSIGN_OR_RETURN(Vocabulary vocabulary,
                    Vocabulary::Create(std::move(tokenizer), model->dims().n_vocab));
-  return std::unique_ptr<Transcriber>(new Transcriber(std::move(model), std::move(vocabulary)));
+  auto transcriber =
+      std::unique_ptr<Transcriber>(new Transcriber(std::move(model), std::move(vocabulary)));
+  // Word timestamps need the model's alignment heads (config.json); a model folder without
+  // them still transcribes, and word times are then estimated by the callers.
+  absl::StatusOr<std::unique_ptr<WordAligner>> aligner =
+      WordAligner::Create(*transcriber->model_, transcriber->vocabulary_, model_dir);
+  if (aligner.ok()) {
+    transcriber->word_aligner_ = std::move(*aligner);
+  } else if (!absl::IsNotFound(aligner.status())) {
+    return aligner.status();
+  }
+  return transcriber;
 }
 
 absl::StatusOr<Transcript> Transcriber::Transcribe(absl::Span<const float> samples,

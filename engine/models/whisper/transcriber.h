@@ -12,6 +12,7 @@
 #include "engine/models/whisper/greedy_decoder.h"
 #include "engine/models/whisper/vocabulary.h"
 #include "engine/models/whisper/whisper_model.h"
+#include "engine/models/whisper/word_alignment.h"
 
 namespace waav::whisper {
 
@@ -43,7 +44,8 @@ struct TranscribeOptions {
 
 class Transcriber {
  public:
-  // Loads model.bin and tokenizer.json from `model_dir` onto `backend`.
+  // Loads model.bin and tokenizer.json from `model_dir` onto `backend`, and the alignment heads
+  // for word timestamps from config.json when it has them (a malformed one is an error).
   static absl::StatusOr<std::unique_ptr<Transcriber>> Load(const std::string& model_dir,
                                                            Backend& backend,
                                                            WhisperModelOptions model_options = {});
@@ -54,6 +56,8 @@ class Transcriber {
 
   const WhisperModel& model() const { return *model_; }
   const Vocabulary& vocabulary() const { return vocabulary_; }
+  // Word timestamps from cross-attention; null when the model folder lists no alignment heads.
+  const WordAligner* word_aligner() const { return word_aligner_.get(); }
 
  private:
   Transcriber(std::unique_ptr<WhisperModel> model, Vocabulary vocabulary)
@@ -61,6 +65,7 @@ class Transcriber {
 
   std::unique_ptr<WhisperModel> model_;
   Vocabulary vocabulary_;
+  std::unique_ptr<WordAligner> word_aligner_;  // refers to model_ and vocabulary_
   frontend::LogMel log_mel_;
 };
 
