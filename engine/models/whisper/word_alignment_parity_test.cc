@@ -7,6 +7,7 @@
 // post-processing) is within kMaxTokenStartDiff positions; the words are the same strings and
 // their start/end within kMaxWordDiffMs. The measured differences are printed.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -128,8 +129,15 @@ TEST(WordAlignmentParityTest, MatchesFasterWhisperWordTimestamps) {
       EXPECT_LE(diff, kMaxTokenStartDiff) << "token " << i;
     }
 
+    const auto align_start = std::chrono::steady_clock::now();
     auto words = (*aligner)->Align(decoded->tokens, samples.size(), **state);
     ASSERT_TRUE(words.ok()) << words.status();
+    // For information only (a shared machine): what a final's alignment costs.
+    std::printf(
+        "%s: %zu tokens, %zu samples: alignment %.1f ms\n", paths[c].c_str(),
+        decoded->tokens.size(), samples.size(),
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - align_start)
+            .count());
     const nlohmann::json& ref_words = ref["words"];
     ASSERT_EQ(words->size(), ref_words.size());
     for (size_t i = 0; i < words->size(); ++i) {
