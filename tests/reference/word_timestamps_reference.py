@@ -14,7 +14,13 @@ Prints one JSON object per WAV, in argument order:
    "words": [{"word", "start", "end", "probability"}]: the words transcribe() returns (seconds,
             rounded to 0.01 s, after faster-whisper's clean-ups)}
 
-Usage: python word_timestamps_reference.py --model MODEL_DIR WAV...
+With --transcribe, the whole file is transcribed as `waav transcribe --word-timestamps` does it:
+faster-whisper's defaults (timestamps on, condition_on_previous_text, thresholds) with beam 1,
+temperature 0.0, no VAD, English and word_timestamps=True, and the output is
+  {"file", "segments": [{"start", "end", "text", "words": [{"word", "start", "end",
+                                                             "probability"}]}]}
+
+Usage: python word_timestamps_reference.py --model MODEL_DIR [--transcribe] WAV...
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ def token_starts(alignment: list[tuple[int, int]]) -> list[int]:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description="faster-whisper word timestamps")
     parser.add_argument("--model", required=True, help="CTranslate2 Whisper model folder")
+    parser.add_argument("--transcribe", action="store_true", help="whole files, timestamps on")
     parser.add_argument("wavs", nargs="+")
     args = parser.parse_args(argv)
     if not os.path.isfile(os.path.join(args.model, "model.bin")):
@@ -84,6 +91,23 @@ def main(argv: list[str]) -> int:
         except audio16k.WavError as e:
             print(e, file=sys.stderr)
             return 1
+        if args.transcribe:
+            options = dict(TRANSCRIBE_OPTIONS, without_timestamps=False)
+            segments, _ = model.transcribe(audio, **options)
+            out = [
+                dict(
+                    start=s.start,
+                    end=s.end,
+                    text=s.text,
+                    words=[
+                        dict(word=w.word, start=w.start, end=w.end, probability=w.probability)
+                        for w in (s.words or [])
+                    ],
+                )
+                for s in segments
+            ]
+            print(json.dumps(dict(file=path, segments=out), ensure_ascii=False))
+            continue
         if audio.size >= 30 * audio16k.TARGET_RATE_HZ:
             print(f"{path}: longer than one 30 s window", file=sys.stderr)
             return 1

@@ -16,6 +16,16 @@
 
 namespace waav::whisper {
 
+// A word with its time in the audio, as faster-whisper's Word.
+struct Word {
+  std::string word;  // as the tokenizer decodes it, usually with a leading space
+  double start_s = 0;
+  double end_s = 0;
+  // Mean probability of the word's tokens in the decoding (faster-whisper takes them from the
+  // alignment pass instead, which has no earlier-text prompt: the values differ slightly).
+  float probability = 0;
+};
+
 struct Segment {
   double start_s = 0;
   double end_s = 0;
@@ -23,6 +33,7 @@ struct Segment {
   std::vector<int> tokens;   // including timestamp tokens
   double avg_logprob = 0;
   float no_speech_prob = 0;
+  std::vector<Word> words;   // with TranscribeOptions::word_timestamps
 };
 
 struct Transcript {
@@ -40,6 +51,10 @@ struct TranscribeOptions {
   float no_speech_threshold = 0.6f;
   // Default: −1.0.
   float log_prob_threshold = -1.0f;
+  // Word timestamps from cross-attention, as faster-whisper's word_timestamps=True (which also
+  // changes where the next window starts: after the last word). Needs the model's alignment
+  // heads. Default: false.
+  bool word_timestamps = false;
 };
 
 class Transcriber {

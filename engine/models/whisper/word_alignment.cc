@@ -166,13 +166,15 @@ std::vector<TimedWord> SplitWords(const Vocabulary& vocabulary, absl::Span<const
   return words;
 }
 
-void PostProcessWords(std::vector<TimedWord>& words) {
+WordDurations TruncateAndMergeWords(std::vector<TimedWord>& words) {
   std::vector<int> durations;
   for (const TimedWord& w : words) {
     if (w.end_ms != w.start_ms) durations.push_back(w.end_ms - w.start_ms);
   }
-  const double median_ms = durations.empty() ? 0.0 : std::min(700.0, Median(durations));
-  const double max_ms = 2 * median_ms;
+  WordDurations stats;
+  stats.median_ms = durations.empty() ? 0.0 : std::min(700.0, Median(durations));
+  stats.max_ms = 2 * stats.median_ms;
+  const double max_ms = stats.max_ms;
   // Sentence ends: a long word there is most likely stretched over a pause.
   if (!durations.empty()) {
     for (size_t i = 1; i < words.size(); ++i) {
@@ -218,6 +220,12 @@ void PostProcessWords(std::vector<TimedWord>& words) {
       i = j;
     }
   }
+  return stats;
+}
+
+void PostProcessWords(std::vector<TimedWord>& words) {
+  const WordDurations stats = TruncateAndMergeWords(words);
+  const double median_ms = stats.median_ms, max_ms = stats.max_ms;
   std::erase_if(words, [](const TimedWord& w) { return w.text.empty(); });
   // The first word after a pause (here: the start of the audio) that is too long most likely
   // took the pause's time.

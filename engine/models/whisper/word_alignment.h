@@ -62,6 +62,18 @@ struct TimedWord {
 // Times are left 0.
 std::vector<TimedWord> SplitWords(const Vocabulary& vocabulary, absl::Span<const int> text_tokens);
 
+// The median word duration (nonzero durations only, capped at 700 ms) and twice it, as
+// faster-whisper computes them for its clean-ups.
+struct WordDurations {
+  double median_ms = 0;
+  double max_ms = 0;
+};
+
+// The window-level part of faster-whisper's clean-ups (see PostProcessWords): long words at
+// sentence ends truncated, punctuation merged. Merged-away words stay, with empty text and no
+// tokens, so that words can be dealt to segments by token counts as faster-whisper does.
+WordDurations TruncateAndMergeWords(std::vector<TimedWord>& words);
+
 // faster-whisper's clean-ups after alignment (add_word_timestamps with its default punctuation),
 // with the audio's start as the last speech before the words: words at sentence boundaries
 // longer than twice the median word duration (≤ 0.7 s) are shortened; leading punctuation

@@ -166,5 +166,124 @@ TEST(WordAlignmentParityTest, MatchesFasterWhisperWordTimestamps) {
       word_diffs_ms[word_diffs_ms.size() / 2], exact, token_diffs.size(), token_diffs.back());
 }
 
+// A 16 kHz mono IEEE-float WAV file (audio16k.py passes 16 kHz through untouched).
+void WriteWavF32(const fs::path& path, const std::vector<float>& samples) {
+  std::ofstream out(path, std::ios::binary);
+  auto u32 = [&](uint32_t v) { out.write(reinterpret_cast<const char*>(&v), 4); };
+  auto u16 = [&](uint16_t v) { out.write(reinterpret_cast<const char*>(&v), 2); };
+  const uint32_t data_bytes = static_cast<uint32_t>(samples.size() * 4);
+  out.write("RIFF", 4);
+  u32(36 + data_bytes);
+  out.write("WAVEfmt ", 8);
+  u32(16);
+  u16(3);  // IEEE float
+  u16(1);
+  u32(16000);
+  u32(16000 * 4);
+  u16(4);
+  u16(32);
+  out.write("data", 4);
+  u32(data_bytes);
+  out.write(reinterpret_cast<const char*>(samples.data()), data_bytes);
+}
+
+// `waav transcribe --word-timestamps` (Transcriber with word_timestamps) against faster-whisper's
+// transcribe(word_timestamps=True): segments (whose bounds move to their words) and words,
+// including the seek to the last word's end; on jfk.wav, an LJ Speech clip and a 32 s
+// concatenation (two windows).
+TEST(WordAlignmentParityTest, TranscribeMatchesFasterWhisperWordTimestamps) {
+  const auto model_dir = testing::TinyEnModelDir();
+  if (!model_dir) GTEST_SKIP() << "models/whisper-tiny.en absent: run scripts/setup";
+  const auto python = testing::ReferencePython();
+  if (!python) GTEST_SKIP() << "WAAV_PYTHON absent or lacks faster_whisper: no reference";
+  const fs::path script =
+      fs::path(testing::SourceDir()) / "tests" / "reference" / "word_timestamps_reference.py";
+  std::vector<std::vector<float>> clips;
+  for (const std::string name : {"jfk.wav", "ljspeech/LJ001-0001.wav", "ljspeech/LJ001-0002.wav",
+                                 "ljspeech/LJ001-0003.wav"}) {
+    auto path = testing::SpeechFile(name);
+    if (!path)
+      GTEST_SKIP() << "shared speech data absent ($WAAV_SHARED_DATA/speech/" << name << ")";
+    auto audio = audio::LoadAudio16k(*path);
+    ASSERT_TRUE(audio.ok()) << audio.status();
+    clips.push_back(std::move(audio->samples));
+  }
+  std::vector<float> joined;
+  for (const std::vector<float>& clip : clips) {
+    joined.insert(joined.end(), clip.begin(), clip.end());
+    joined.insert(joined.end(), 8000, 0.0f);
+  }
+  const fs::path tmp = testing::MakeTempDir("waav-words-transcribe");
+  const std::vector<std::vector<float>> inputs = {clips[0], clips[1], joined};
+  std::vector<std::string> paths;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    paths.push_back((tmp / ("in" + std::to_string(i) + ".wav")).string());
+    WriteWavF32(paths.back(), inputs[i]);
+  }
+  const fs::path out = tmp / "reference.jsonl", log = tmp / "log.txt";
+  std::string command =
+      "'" + *python + "' '" + script.string() + "' --model '" + *model_dir + "' --transcribe";
+  for (const std::string& p : paths) command += " '" + p + "'";
+  command += " > '" + out.string() + "' 2> '" + log.string() + "'";
+  ASSERT_EQ(testing::RunCommand(command), 0) << command << "\n" << ReadText(log);
+  std::vector<nlohmann::json> references;
+  {
+    std::ifstream in(out);
+    std::string line;
+    while (std::getline(in, line)) {
+      auto parsed = text::ParseJson(line, out.string());
+      ASSERT_TRUE(parsed.ok()) << parsed.status();
+      references.push_back(std::move(*parsed));
+    }
+  }
+  ASSERT_EQ(references.size(), paths.size()) << ReadText(log);
+  fs::remove_all(tmp);
+
+  std::unique_ptr<Backend> backend = CreateCpuBackend({.num_threads = 2});
+  auto transcriber = Transcriber::Load(*model_dir, *backend);
+  ASSERT_TRUE(transcriber.ok()) << transcriber.status();
+  TranscribeOptions options;
+  options.word_timestamps = true;
+  std::vector<double> time_diffs_ms, probability_diffs;
+  for (size_t c = 0; c < inputs.size(); ++c) {
+    SCOPED_TRACE("input " + std::to_string(c));
+    auto transcript = (*transcriber)->Transcribe(inputs[c], options);
+    ASSERT_TRUE(transcript.ok()) << transcript.status();
+    const nlohmann::json& ref_segments = references[c]["segments"];
+    ASSERT_EQ(transcript->segments.size(), ref_segments.size());
+    for (size_t i = 0; i < ref_segments.size(); ++i) {
+      const Segment& s = transcript->segments[i];
+      const nlohmann::json& r = ref_segments[i];
+      EXPECT_EQ(s.text, r["text"].get<std::string>());
+      time_diffs_ms.push_back(std::abs(s.start_s - r["start"].get<double>()) * 1000);
+      time_diffs_ms.push_back(std::abs(s.end_s - r["end"].get<double>()) * 1000);
+      EXPECT_LE(time_diffs_ms.back(), kMaxWordDiffMs) << "segment " << i << " end";
+      const nlohmann::json& ref_words = r["words"];
+      ASSERT_EQ(s.words.size(), ref_words.size()) << "segment " << i;
+      for (size_t w = 0; w < s.words.size(); ++w) {
+        const Word& word = s.words[w];
+        const nlohmann::json& rw = ref_words[w];
+        EXPECT_EQ(word.word, rw["word"].get<std::string>());
+        const double start_diff = std::abs(word.start_s - rw["start"].get<double>()) * 1000;
+        const double end_diff = std::abs(word.end_s - rw["end"].get<double>()) * 1000;
+        time_diffs_ms.push_back(start_diff);
+        time_diffs_ms.push_back(end_diff);
+        EXPECT_LE(start_diff, kMaxWordDiffMs) << word.word;
+        EXPECT_LE(end_diff, kMaxWordDiffMs) << word.word;
+        probability_diffs.push_back(std::abs(word.probability - rw["probability"].get<double>()));
+      }
+    }
+  }
+  ASSERT_FALSE(time_diffs_ms.empty());
+  std::sort(time_diffs_ms.begin(), time_diffs_ms.end());
+  std::sort(probability_diffs.begin(), probability_diffs.end());
+  std::printf(
+      "transcribe: segment and word start/end over %zu times: max %.1f ms, median %.1f ms; word "
+      "probability (decoding vs faster-whisper's alignment pass): max |diff| %.3f, median %.4f\n",
+      time_diffs_ms.size(), time_diffs_ms.back(), time_diffs_ms[time_diffs_ms.size() / 2],
+      probability_diffs.empty() ? 0.0 : probability_diffs.back(),
+      probability_diffs.empty() ? 0.0 : probability_diffs[probability_diffs.size() / 2]);
+}
+
 }  // namespace
 }  // namespace waav::whisper
