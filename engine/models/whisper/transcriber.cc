@@ -28,11 +28,10 @@ double Round2(double x) { return std::nearbyint(x * 100.0) / 100.0; }
 // `segment_frames` mel frames of it audio): one alignment of all their text tokens, the
 // window-level clean-ups, the words dealt to the segments by token counts, then per segment the
 // clean-ups that use the last speech before it and the segment's own timestamps (which also
-// move the segment's start and end to its words'). `text_logprobs` are the decoding's
-// log-probabilities of the segments' text tokens, in order.
+// move the segment's start and end to its words'). Word probabilities are the mean of their
+// tokens' probabilities in the alignment pass, as faster-whisper's.
 absl::Status AddWordTimestamps(const WordAligner& aligner, const Vocabulary& vocabulary,
-                               const std::vector<float>& text_logprobs, double time_offset,
-                               int segment_frames, const DecoderState& state,
+                               double time_offset, int segment_frames, const DecoderState& state,
                                double last_speech_s, std::vector<Segment>& segments) {
   const int eot = vocabulary.special().eot;
   std::vector<int> text;
@@ -50,19 +49,16 @@ absl::Status AddWordTimestamps(const WordAligner& aligner, const Vocabulary& voc
   std::vector<float> probabilities;  // per word as split, before punctuation is merged
   WordDurations stats;
   if (!text.empty()) {
+    std::vector<float> token_probs;
     ASSIGN_OR_RETURN(const std::vector<int> starts,
                      aligner.TokenStarts(text, static_cast<size_t>(segment_frames) * kHopLength,
-                                         state));
+                                         state, &token_probs));
     words = SplitWords(vocabulary, text);
     for (TimedWord& w : words) {
       w.start_ms = starts[static_cast<size_t>(w.token_begin)] * kMsPerAudioPosition;
       w.end_ms = starts[static_cast<size_t>(w.token_end)] * kMsPerAudioPosition;
       double sum = 0;
-      for (int i = w.token_begin; i < w.token_end; ++i) {
-        sum += i < static_cast<int>(text_logprobs.size())
-                   ? std::exp(text_logprobs[static_cast<size_t>(i)])
-                   : 0.0;
-      }
+      for (int i = w.token_begin; i < w.token_end; ++i) sum += token_probs[static_cast<size_t>(i)];
       probabilities.push_back(static_cast<float>(sum / (w.token_end - w.token_begin)));
     }
     stats = TruncateAndMergeWords(words);
@@ -263,14 +259,8 @@ absl::StatusOr<Transcript> Transcriber::Transcribe(absl::Span<const float> sampl
     }
 
     if (options.word_timestamps) {
-      // The log-probabilities of the segments' text tokens: those of the first text tokens
-      // decoded (the segments are a prefix of the decoded tokens).
-      std::vector<float> text_logprobs;
-      for (size_t i = 0; i < tokens.size(); ++i) {
-        if (tokens[i] < special.eot) text_logprobs.push_back(result.token_logprobs[i]);
-      }
-      RETURN_IF_ERROR(AddWordTimestamps(*word_aligner_, vocabulary_, text_logprobs, time_offset,
-                                        segment_size, *state, last_speech_s, current));
+      RETURN_IF_ERROR(AddWordTimestamps(*word_aligner_, vocabulary_, time_offset, segment_size,
+                                        *state, last_speech_s, current));
       // faster-whisper resumes after the last word unless the window ended on one timestamp.
       if (!single_timestamp_ending) {
         const std::optional<double> last_word_end = EndOf(current);

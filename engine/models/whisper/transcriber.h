@@ -21,8 +21,8 @@ struct Word {
   std::string word;  // as the tokenizer decodes it, usually with a leading space
   double start_s = 0;
   double end_s = 0;
-  // Mean probability of the word's tokens in the decoding (faster-whisper takes them from the
-  // alignment pass instead, which has no earlier-text prompt: the values differ slightly).
+  // Mean probability of the word's tokens in the alignment pass (no earlier-text prompt;
+  // softmax over the text tokens), as faster-whisper's.
   float probability = 0;
 };
 

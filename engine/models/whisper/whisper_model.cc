@@ -555,7 +555,7 @@ absl::Status WhisperModel::DecodeStep(DecoderState& state) const {
 
 absl::StatusOr<std::vector<float>> WhisperModel::CrossAttentionScores(
     absl::Span<const int32_t> tokens, absl::Span<const AttentionHead> heads, int n_positions,
-    const DecoderState& encoded) const {
+    const DecoderState& encoded, std::vector<float>* next_token_probs, int probs_vocab) const {
   const int64_t t = static_cast<int64_t>(tokens.size()), d = dims_.d_model;
   if (encoded.batch_size() != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -579,6 +579,14 @@ absl::StatusOr<std::vector<float>> WhisperModel::CrossAttentionScores(
                        " (", dims_.n_decoder_layers, " layers of ", dims_.n_heads, " heads)"));
     }
     last_layer = std::max(last_layer, h.layer);
+  }
+  if (next_token_probs != nullptr) {
+    if (probs_vocab <= 0 || probs_vocab > dims_.n_vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("CrossAttentionScores: probabilities over ",
+                                                     probs_vocab, " of ", dims_.n_vocab,
+                                                     " tokens"));
+    }
+    last_layer = dims_.n_decoder_layers - 1;
   }
   for (int32_t token : tokens) {
     if (token < 0 || token >= dims_.n_vocab) {
@@ -632,10 +640,28 @@ absl::StatusOr<std::vector<float>> WhisperModel::CrossAttentionScores(
         }
       }
     }
-    if (i == last_layer) break;
+    if (i == last_layer && next_token_probs == nullptr) break;
     RETURN_IF_ERROR(RunAttention(layer.cross_attention, x, encoded.cross_k_[i], encoded.cross_v_[i],
                                  nullptr, nullptr, /*causal=*/false, scratch, ws));
     RETURN_IF_ERROR(RunFeedForward(layer.ffn, x, ws));
+  }
+  if (next_token_probs != nullptr) {
+    RETURN_IF_ERROR(backend_.LayerNorm(x, decoder_norm_gamma_, decoder_norm_beta_, 1e-5f, x));
+    ASSIGN_OR_RETURN(const Tensor rows, x.Reshape({t, d}));
+    ASSIGN_OR_RETURN(const Tensor logits, backend_.Allocate({t, dims_.n_vocab}, DType::kF32));
+    RETURN_IF_ERROR(backend_.Linear(rows, token_embedding_, nullptr, Activation::kNone, logits));
+    ASSIGN_OR_RETURN(const std::vector<float> host, Download<float>(backend_, logits));
+    next_token_probs->assign(static_cast<size_t>(t - 1), 0.0f);
+    for (int64_t row = 0; row + 1 < t; ++row) {
+      const int32_t next = tokens[static_cast<size_t>(row + 1)];
+      if (next >= probs_vocab) continue;
+      const float* l = host.data() + row * dims_.n_vocab;
+      const float max = *std::max_element(l, l + probs_vocab);
+      double sum = 0;
+      for (int v = 0; v < probs_vocab; ++v) sum += std::exp(static_cast<double>(l[v] - max));
+      (*next_token_probs)[static_cast<size_t>(row)] =
+          static_cast<float>(std::exp(static_cast<double>(l[next] - max)) / sum);
+    }
   }
   return scores;
 }

@@ -171,11 +171,14 @@ class WhisperModel {
   // (q·kᵀ × 1/√head_dim) of each of `heads` over encoder positions [0, n_positions): host
   // [heads.size(), T, n_positions]. Reads only the state's cross-attention K/V (its
   // self-attention cache and step buffers are left alone: the pass has its own), so it can run
-  // on a finished row of a batch still decoding. Layers after the deepest head are skipped.
-  absl::StatusOr<std::vector<float>> CrossAttentionScores(absl::Span<const int32_t> tokens,
-                                                          absl::Span<const AttentionHead> heads,
-                                                          int n_positions,
-                                                          const DecoderState& encoded) const;
+  // on a finished row of a batch still decoding. Layers after the deepest head are skipped,
+  // unless `next_token_probs` is given: then the whole decoder runs and it gets, for each
+  // position i < T − 1, the probability of tokens[i + 1] under a softmax of position i's logits
+  // over the tokens [0, probs_vocab) (T − 1 values; 0 for a token outside that range).
+  absl::StatusOr<std::vector<float>> CrossAttentionScores(
+      absl::Span<const int32_t> tokens, absl::Span<const AttentionHead> heads, int n_positions,
+      const DecoderState& encoded, std::vector<float>* next_token_probs = nullptr,
+      int probs_vocab = 0) const;
 
  private:
   struct AttentionWeights {

@@ -285,7 +285,8 @@ absl::StatusOr<std::unique_ptr<WordAligner>> WordAligner::Create(const WhisperMo
 
 absl::StatusOr<std::vector<int>> WordAligner::TokenStarts(absl::Span<const int> text_tokens,
                                                           size_t audio_samples,
-                                                          const DecoderState& encoded) const {
+                                                          const DecoderState& encoded,
+                                                          std::vector<float>* token_probs) const {
   const SpecialTokens& special = vocabulary_.special();
   const WhisperDims& dims = model_.dims();
   // The positions that hold audio: the second convolution halves the mel frames.
@@ -309,8 +310,16 @@ absl::StatusOr<std::vector<int>> WordAligner::TokenStarts(absl::Span<const int> 
   }
   tokens.push_back(special.eot);
   const int n_tokens = static_cast<int>(tokens.size());
-  ASSIGN_OR_RETURN(const std::vector<float> scores,
-                   model_.CrossAttentionScores(tokens, heads_, n_positions, encoded));
+  std::vector<float> next_probs;
+  ASSIGN_OR_RETURN(
+      const std::vector<float> scores,
+      model_.CrossAttentionScores(tokens, heads_, n_positions, encoded,
+                                  token_probs != nullptr ? &next_probs : nullptr, special.eot));
+  if (token_probs != nullptr) {
+    // Position first_row + k predicts text token k.
+    const auto first = next_probs.begin() + first_row;
+    token_probs->assign(first, first + static_cast<std::ptrdiff_t>(text_tokens.size()));
+  }
 
   const size_t plane = static_cast<size_t>(n_tokens) * n_positions;
   std::vector<float> mean(plane, 0.0f);

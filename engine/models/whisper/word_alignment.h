@@ -99,10 +99,12 @@ class WordAligner {
 
   // The start of each of `text_tokens` and of the <|endoftext|> after them (text_tokens.size() + 1
   // values), in encoder positions from the window's start: steps 1 to 3 above. `audio_samples`
-  // (16 kHz) is how much of the window `encoded` (batch 1) holds audio.
+  // (16 kHz) is how much of the window `encoded` (batch 1) holds audio. With `token_probs`, also
+  // each text token's probability in the alignment pass (softmax over the text vocabulary), as
+  // faster-whisper's word probabilities take them; that runs the whole decoder and its logits.
   absl::StatusOr<std::vector<int>> TokenStarts(absl::Span<const int> text_tokens,
-                                               size_t audio_samples,
-                                               const DecoderState& encoded) const;
+                                               size_t audio_samples, const DecoderState& encoded,
+                                               std::vector<float>* token_probs = nullptr) const;
 
   // Timed words of `text_tokens` (all below <|endoftext|>), post-processed; empty for no tokens.
   absl::StatusOr<std::vector<TimedWord>> Align(absl::Span<const int> text_tokens,
