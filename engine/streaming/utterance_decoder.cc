@@ -188,9 +188,10 @@ void UtteranceDecoder::FillWords(const std::vector<int>& tokens, const std::vect
                           : static_cast<float>(stable_words) / result->words.size();
 }
 
-// Words and times from the cross-attention alignment (whisper::WordAligner): words split and
-// punctuation merged as faster-whisper does; confidence as in FillWords, from the tokens' log
-// probabilities. All words of a final are stable.
+// Words as FillWords splits them (so that a word stable in a partial keeps its text in the
+// final), timed by the cross-attention alignment (whisper::WordAligner): a word spans the
+// aligned words (faster-whisper's split, cleaned up) that share its tokens, from the first's
+// start to the last's end. Confidence as in FillWords. All words of a final are stable.
 bool UtteranceDecoder::FillAlignedWords(const std::vector<int>& tokens,
                                         const std::vector<float>& logprobs, int64_t start_ms,
                                         int64_t end_ms, const AlignWordsFn& align_words,
@@ -203,23 +204,42 @@ bool UtteranceDecoder::FillAlignedWords(const std::vector<int>& tokens,
     text_logprobs.push_back(i < logprobs.size() ? logprobs[i] : 0.0f);
   }
   if (text.empty()) return false;
-  const absl::StatusOr<std::vector<whisper::TimedWord>> words = align_words(text);
-  if (!words.ok()) return false;
+  const absl::StatusOr<std::vector<whisper::TimedWord>> aligned = align_words(text);
+  if (!aligned.ok()) return false;
+  // The aligned word that holds each token (merged-away punctuation belongs to its neighbour).
+  std::vector<int> owner(text.size(), -1);
+  for (size_t a = 0; a < aligned->size(); ++a) {
+    const whisper::TimedWord& w = (*aligned)[a];
+    if (w.token_begin < 0 || w.token_end > static_cast<int>(text.size())) return false;
+    for (int i = w.token_begin; i < w.token_end; ++i)
+      owner[static_cast<size_t>(i)] = static_cast<int>(a);
+  }
   std::vector<WordResult> out;
-  for (const whisper::TimedWord& w : *words) {
-    if (w.token_begin < 0 || w.token_end > static_cast<int>(text.size()) ||
-        w.token_begin >= w.token_end) {
-      return false;
-    }
+  int64_t previous_start = start_ms;
+  for (size_t begin = 0; begin < text.size();) {
+    size_t end = begin + 1;
+    while (end < text.size() && !StartsWord(text[end])) ++end;
     WordResult word;
-    word.word = std::string(absl::StripAsciiWhitespace(w.text));
-    if (word.word.empty()) continue;
-    word.start_ms = std::clamp<int64_t>(start_ms + w.start_ms, start_ms, end_ms);
-    word.end_ms = std::clamp<int64_t>(start_ms + w.end_ms, word.start_ms, end_ms);
+    word.word = std::string(absl::StripAsciiWhitespace(
+        vocabulary_.DecodeText(std::vector<int>(text.begin() + static_cast<std::ptrdiff_t>(begin),
+                                                text.begin() + static_cast<std::ptrdiff_t>(end)))));
+    int64_t first_ms = -1, last_ms = -1;
     double sum = 0;
-    for (int i = w.token_begin; i < w.token_end; ++i) sum += text_logprobs[static_cast<size_t>(i)];
-    word.confidence = static_cast<float>(std::exp(sum / (w.token_end - w.token_begin)));
+    for (size_t i = begin; i < end; ++i) {
+      sum += text_logprobs[i];
+      if (owner[i] < 0) continue;
+      const whisper::TimedWord& w = (*aligned)[static_cast<size_t>(owner[i])];
+      if (first_ms < 0) first_ms = w.start_ms;
+      last_ms = std::max<int64_t>(last_ms, w.end_ms);
+    }
+    if (first_ms < 0) return false;  // tokens the alignment left out: use the estimate
+    word.start_ms = std::clamp<int64_t>(start_ms + first_ms, previous_start, end_ms);
+    word.end_ms = std::clamp<int64_t>(start_ms + last_ms, word.start_ms, end_ms);
+    word.confidence = static_cast<float>(std::exp(sum / static_cast<double>(end - begin)));
     word.stable = true;
+    begin = end;
+    if (word.word.empty()) continue;
+    previous_start = std::max(previous_start, word.start_ms);
     out.push_back(std::move(word));
   }
   result->words = std::move(out);

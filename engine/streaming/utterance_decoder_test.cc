@@ -73,6 +73,24 @@ TEST_F(UtteranceDecoderWordsTest, FinalTakesAlignedTimes) {
   EXPECT_FLOAT_EQ(r.stability, 1.0f);
 }
 
+TEST_F(UtteranceDecoderWordsTest, FinalKeepsThePartialsWordSplit) {
+  // faster-whisper splits " well-known" into " well" and "-known"; a partial shows one word, and
+  // a stable word keeps its text in the final: one word, from " well"'s start to "-known"'s end.
+  decoded_.tokens = vocabulary_->tokenizer().Encode(" A well-known fact.");
+  decoded_.token_logprobs.assign(decoded_.tokens.size(), -0.1f);
+  UtteranceDecoder decoder(*vocabulary_, options_);
+  const RecognitionResult r =
+      decoder.Finish(decoded_, 0, 160000, /*is_final=*/true, EndReason::kSilence,
+                     [this](const std::vector<int>& t) { return Align(t); });
+  ASSERT_EQ(r.words.size(), 3u);
+  EXPECT_EQ(r.words[1].word, "well-known");
+  // Aligned words: " A" 100-500, " well" 500-900, "-known" 900-1300, " fact." 1300-1700.
+  EXPECT_EQ(r.words[1].start_ms, 500);
+  EXPECT_EQ(r.words[1].end_ms, 1300);
+  EXPECT_EQ(r.words[2].word, "fact.");
+  EXPECT_EQ(r.words[2].start_ms, 1300);
+}
+
 TEST_F(UtteranceDecoderWordsTest, PartialsAndFailuresAreEstimated) {
   UtteranceDecoder decoder(*vocabulary_, options_);
   auto align = [this](const std::vector<int>& t) { return Align(t); };
