@@ -80,13 +80,17 @@ void KeepStableWords(v1::StreamingRecognitionResult* result, std::vector<v1::Wor
     v1::WordInfo& word = *words->Mutable(static_cast<int>(kept));
     const v1::WordInfo& was = (*stable)[kept];
     if (word.word() != was.word()) break;  // not the same word: nothing to keep from here on
-    word.set_start_ms(was.start_ms());
-    word.set_end_ms(was.end_ms());
+    // A final's offsets come from aligning its words to the audio; interim ones are estimates
+    // that the final replaces.
+    if (!result->is_final()) {
+      word.set_start_ms(was.start_ms());
+      word.set_end_ms(was.end_ms());
+    }
     word.set_confidence(was.confidence());
     word.set_stable(true);
   }
   // A word after the kept ones never starts before the last of them ends.
-  if (kept > 0) {
+  if (kept > 0 && !result->is_final()) {
     const uint32_t floor_ms = (*stable)[kept - 1].end_ms();
     for (int i = static_cast<int>(kept); i < words->size(); ++i) {
       v1::WordInfo& word = *words->Mutable(i);

@@ -33,9 +33,11 @@ void FinalFromLastInterim(const v1::StreamingRecognitionResult& last_interim,
                           v1::StreamingRecognitionResult* out);
 
 // Keeps the API's promise that a stable word keeps its text, offsets and confidence in every
-// later result of its utterance (the engine re-estimates word times as the utterance grows):
-// words of `result` that match, in order, the words in `stable` get the values first reported;
-// then `stable` becomes the result's stable words. Clear `stable` between utterances.
+// later interim result of its utterance (the engine re-estimates interim word times as the
+// utterance grows), and its text and confidence in the final, whose offsets are aligned to the
+// audio and replace the estimates: words of `result` that match, in order, the words in
+// `stable` get the values first reported; then `stable` becomes the result's stable words.
+// Clear `stable` between utterances.
 void KeepStableWords(v1::StreamingRecognitionResult* result, std::vector<v1::WordInfo>* stable);
 
 void FillSpeechEvent(v1::SpeechEvent::Type type, int utterance_index, int64_t offset_ms,

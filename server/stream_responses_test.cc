@@ -79,6 +79,28 @@ TEST(StreamResponsesTest, StableWordsKeepTheirFirstOffsets) {
   EXPECT_EQ(stable.size(), 3u);
 }
 
+TEST(StreamResponsesTest, FinalKeepsItsAlignedOffsets) {
+  std::vector<v1::WordInfo> stable;
+  v1::StreamingRecognitionResult first;
+  FillResult(Interim(), "en", false, &first);
+  KeepStableWords(&first, &stable);
+  ASSERT_EQ(stable.size(), 2u);
+
+  streaming::RecognitionResult final_result = Interim();
+  final_result.is_final = true;
+  final_result.words = {{"ask", 1100, 1350, 0.1f, true},
+                        {"not", 1350, 1500, 0.1f, true},
+                        {"what", 1500, 1800, 0.6f, true}};
+  v1::StreamingRecognitionResult f;
+  FillResult(final_result, "en", false, &f);
+  KeepStableWords(&f, &stable);
+  const auto& words = f.alternatives(0).words();
+  EXPECT_EQ(words[0].start_ms(), 1100u);  // the final's own offsets
+  EXPECT_EQ(words[1].end_ms(), 1500u);
+  EXPECT_EQ(words[2].start_ms(), 1500u);
+  EXPECT_FLOAT_EQ(words[1].confidence(), first.alternatives(0).words(1).confidence());
+}
+
 TEST(StreamResponsesTest, FinalFromTheLastInterimKeepsOnlyStableText) {
   v1::StreamingRecognitionResult interim;
   FillResult(Interim(), "en", false, &interim);

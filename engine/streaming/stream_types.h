@@ -32,7 +32,7 @@ struct StreamOptions {
 
 struct WordResult {
   std::string word;       // without surrounding spaces
-  int64_t start_ms = 0;   // estimated: see docs/streaming.md
+  int64_t start_ms = 0;   // finals: aligned; partials: estimated (docs/streaming.md)
   int64_t end_ms = 0;
   float confidence = 0;   // geometric mean of the word's token probabilities
   bool stable = false;    // committed: it will be in every later result of the utterance

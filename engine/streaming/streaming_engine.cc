@@ -645,8 +645,18 @@ class StreamingEngine::Impl {
       delivered[static_cast<size_t>(i)] = true;
       Stream& s = *row.stream;
       if (s.done) return;
-      RecognitionResult result = s.decoder.Finish(decoded, row.job.start_ms, row.job.audio.size(),
-                                                  row.job.kind == Job::kFinal, row.job.reason);
+      // A final's word times come from one more decoder pass over its window, still in the
+      // row's slot (a finished row's cross-attention K/V stay as encoded).
+      UtteranceDecoder::AlignWordsFn align_words;
+      const whisper::WordAligner* aligner = transcriber_.word_aligner();
+      if (aligner != nullptr && row.job.kind == Job::kFinal) {
+        align_words = [&, aligner, i](const std::vector<int>& text_tokens) {
+          return aligner->Align(text_tokens, row.job.audio.size(), decoders_->Row(i));
+        };
+      }
+      RecognitionResult result =
+          s.decoder.Finish(decoded, row.job.start_ms, row.job.audio.size(),
+                           row.job.kind == Job::kFinal, row.job.reason, align_words);
       ResultLatency& latency = result.latency;
       latency.ingest_wait_ms = row.job.ingest_wait_ms;
       latency.frontend_ms = row.job.frontend_ms;

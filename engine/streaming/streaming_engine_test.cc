@@ -215,6 +215,54 @@ TEST_F(StreamingEngineTest, SpeechGivesOrderedEventsStablePrefixesAndAFinal) {
             "can do for your country");
 }
 
+// Word times of a final come from the cross-attention alignment: in order, inside the result,
+// and where faster-whisper puts them (word_alignment_parity_test compares the alignment itself;
+// here the window starts where the VAD put the utterance, so allow some slack).
+TEST_F(StreamingEngineTest, FinalWordTimesAreAligned) {
+  ASSERT_NE(transcriber_->word_aligner(), nullptr) << "config.json without alignment_heads";
+  auto engine = MakeEngine();
+  auto sink = std::make_shared<RecordingSink>();
+  StreamOptions options;
+  options.endpoint.silence_ms = 1500;  // one utterance
+  options.word_time_offsets = true;
+  auto id = engine->OpenStream(options, sink);
+  ASSERT_TRUE(id.ok());
+  std::vector<float> audio(16000, 0.0f);  // 1 s of silence first: file time + 1000 ms
+  audio.insert(audio.end(), jfk_.begin(), jfk_.end());
+  PushAll(*engine, *id, audio);
+  ASSERT_TRUE(engine->FinishStream(*id).ok());
+  ASSERT_TRUE(sink->Wait().ok());
+  // faster-whisper on jfk.wav alone (tests/reference/word_timestamps_reference.py), in ms.
+  const std::vector<std::pair<std::string, int>> anchors = {
+      {"fellow", 1460}, {"your", 5700}, {"country", 6020}, {"country.", 10220}};
+  int finals = 0;
+  for (const Event& e : sink->events()) {
+    if (e.kind != "final") continue;
+    ++finals;
+    const RecognitionResult& r = e.result;
+    ASSERT_FALSE(r.words.empty());
+    int64_t previous_start = r.start_ms;
+    for (const WordResult& w : r.words) {
+      EXPECT_GE(w.start_ms, previous_start) << w.word;
+      EXPECT_LE(w.start_ms, w.end_ms) << w.word;
+      EXPECT_LE(w.end_ms, r.end_ms) << w.word;
+      EXPECT_TRUE(w.stable);
+      previous_start = w.start_ms;
+    }
+    int anchored = 0;
+    for (const auto& [word, start_ms] : anchors) {
+      const auto it = std::find_if(r.words.begin(), r.words.end(),
+                                   [&](const WordResult& w) { return w.word == word; });
+      if (it == r.words.end()) continue;
+      ++anchored;
+      EXPECT_NEAR(static_cast<double>(it->start_ms), 1000.0 + start_ms, 200.0)
+          << word << " in '" << r.transcript << "'";
+    }
+    EXPECT_GE(anchored, 3) << r.transcript;
+  }
+  EXPECT_EQ(finals, 1);
+}
+
 TEST_F(StreamingEngineTest, ResultsStopAtThePaddedEndOfSpeech) {
   auto engine = MakeEngine();
   auto sink = std::make_shared<RecordingSink>();

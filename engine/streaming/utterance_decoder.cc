@@ -77,7 +77,7 @@ UtteranceInput UtteranceDecoder::Prepare(const frontend::LogMel& log_mel, int n_
 
 RecognitionResult UtteranceDecoder::Finish(const whisper::GreedyResult& decoded, int64_t start_ms,
                                            size_t audio_samples, bool is_final,
-                                           EndReason end_reason) {
+                                           EndReason end_reason, const AlignWordsFn& align_words) {
   const whisper::SpecialTokens& special = vocabulary_.special();
   RecognitionResult result;
   result.utterance_index = utterance_index_;
@@ -120,7 +120,10 @@ RecognitionResult UtteranceDecoder::Finish(const whisper::GreedyResult& decoded,
   double sum = 0;
   for (float lp : logprobs) sum += lp;
   result.confidence = logprobs.empty() ? 0.0f : static_cast<float>(std::exp(sum / logprobs.size()));
-  FillWords(tokens, logprobs, stable, result.start_ms, result.end_ms, &result);
+  const bool aligned =
+      is_final && options_.word_time_offsets && align_words != nullptr &&
+      FillAlignedWords(tokens, logprobs, result.start_ms, result.end_ms, align_words, &result);
+  if (!aligned) FillWords(tokens, logprobs, stable, result.start_ms, result.end_ms, &result);
   if (!options_.word_time_offsets) {
     const size_t total = result.words.size();
     size_t stable_words = 0;
@@ -183,6 +186,65 @@ void UtteranceDecoder::FillWords(const std::vector<int>& tokens, const std::vect
   result->stability = result->words.empty()
                           ? 0.0f
                           : static_cast<float>(stable_words) / result->words.size();
+}
+
+// Words as FillWords splits them (so that a word stable in a partial keeps its text in the
+// final), timed by the cross-attention alignment (whisper::WordAligner): a word spans the
+// aligned words (faster-whisper's split, cleaned up) that share its tokens, from the first's
+// start to the last's end. Confidence as in FillWords. All words of a final are stable.
+bool UtteranceDecoder::FillAlignedWords(const std::vector<int>& tokens,
+                                        const std::vector<float>& logprobs, int64_t start_ms,
+                                        int64_t end_ms, const AlignWordsFn& align_words,
+                                        RecognitionResult* result) const {
+  std::vector<int> text;
+  std::vector<float> text_logprobs;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] >= vocabulary_.special().eot) continue;
+    text.push_back(tokens[i]);
+    text_logprobs.push_back(i < logprobs.size() ? logprobs[i] : 0.0f);
+  }
+  if (text.empty()) return false;
+  const absl::StatusOr<std::vector<whisper::TimedWord>> aligned = align_words(text);
+  if (!aligned.ok()) return false;
+  // The aligned word that holds each token (merged-away punctuation belongs to its neighbour).
+  std::vector<int> owner(text.size(), -1);
+  for (size_t a = 0; a < aligned->size(); ++a) {
+    const whisper::TimedWord& w = (*aligned)[a];
+    if (w.token_begin < 0 || w.token_end > static_cast<int>(text.size())) return false;
+    for (int i = w.token_begin; i < w.token_end; ++i)
+      owner[static_cast<size_t>(i)] = static_cast<int>(a);
+  }
+  std::vector<WordResult> out;
+  int64_t previous_start = start_ms;
+  for (size_t begin = 0; begin < text.size();) {
+    size_t end = begin + 1;
+    while (end < text.size() && !StartsWord(text[end])) ++end;
+    WordResult word;
+    word.word = std::string(absl::StripAsciiWhitespace(
+        vocabulary_.DecodeText(std::vector<int>(text.begin() + static_cast<std::ptrdiff_t>(begin),
+                                                text.begin() + static_cast<std::ptrdiff_t>(end)))));
+    int64_t first_ms = -1, last_ms = -1;
+    double sum = 0;
+    for (size_t i = begin; i < end; ++i) {
+      sum += text_logprobs[i];
+      if (owner[i] < 0) continue;
+      const whisper::TimedWord& w = (*aligned)[static_cast<size_t>(owner[i])];
+      if (first_ms < 0) first_ms = w.start_ms;
+      last_ms = std::max<int64_t>(last_ms, w.end_ms);
+    }
+    if (first_ms < 0) return false;  // tokens the alignment left out: use the estimate
+    word.start_ms = std::clamp<int64_t>(start_ms + first_ms, previous_start, end_ms);
+    word.end_ms = std::clamp<int64_t>(start_ms + last_ms, word.start_ms, end_ms);
+    word.confidence = static_cast<float>(std::exp(sum / static_cast<double>(end - begin)));
+    word.stable = true;
+    begin = end;
+    if (word.word.empty()) continue;
+    previous_start = std::max(previous_start, word.start_ms);
+    out.push_back(std::move(word));
+  }
+  result->words = std::move(out);
+  result->stability = result->words.empty() ? 0.0f : 1.0f;
+  return true;
 }
 
 }  // namespace waav::streaming

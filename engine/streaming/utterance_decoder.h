@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "absl/types/span.h"
 #include "engine/frontend/log_mel.h"
 #include "engine/models/whisper/transcriber.h"
+#include "engine/models/whisper/word_alignment.h"
 #include "engine/streaming/local_agreement.h"
 #include "engine/streaming/stream_types.h"
 
@@ -41,8 +43,17 @@ class UtteranceDecoder {
   // utterance and moves its text into the context for the next one. Results with an empty
   // transcript are returned as they are; the caller decides what to send. Latency fields other
   // than decoder_steps are the caller's.
+  //
+  // Word times: a final result with word time offsets requested takes them from `align_words`
+  // when given (the cross-attention alignment of the final's text tokens over its window, see
+  // whisper::WordAligner; times relative to the window's start); partial results, and finals
+  // without it or when it fails, get times estimated by spreading the utterance over the words'
+  // characters.
+  using AlignWordsFn = std::function<absl::StatusOr<std::vector<whisper::TimedWord>>(
+      const std::vector<int>& text_tokens)>;
   RecognitionResult Finish(const whisper::GreedyResult& decoded, int64_t start_ms,
-                           size_t audio_samples, bool is_final, EndReason end_reason);
+                           size_t audio_samples, bool is_final, EndReason end_reason,
+                           const AlignWordsFn& align_words = nullptr);
 
   int utterance_index() const { return utterance_index_; }
 
@@ -51,6 +62,10 @@ class UtteranceDecoder {
   void FillWords(const std::vector<int>& tokens, const std::vector<float>& logprobs,
                  size_t stable_tokens, int64_t start_ms, int64_t end_ms,
                  RecognitionResult* result) const;
+  // Words from the alignment; false (nothing filled) when it failed or does not fit `tokens`.
+  bool FillAlignedWords(const std::vector<int>& tokens, const std::vector<float>& logprobs,
+                        int64_t start_ms, int64_t end_ms, const AlignWordsFn& align_words,
+                        RecognitionResult* result) const;
   bool StartsWord(int token) const;
 
   const whisper::Vocabulary& vocabulary_;

@@ -24,14 +24,27 @@ std::string OneLine(std::string message) {
   return message;
 }
 
-void PrintJson(const std::string& file, const whisper::Transcript& transcript) {
+void PrintJson(const std::string& file, const whisper::Transcript& transcript,
+               bool word_timestamps) {
   std::string out =
       absl::StrFormat("{\"file\": %s, \"duration_s\": %.3f, \"text\": %s, \"segments\": [",
                       JsonString(file), transcript.duration_s, JsonString(transcript.Text()));
   for (size_t i = 0; i < transcript.segments.size(); ++i) {
     const whisper::Segment& s = transcript.segments[i];
-    absl::StrAppendFormat(&out, "%s{\"start\": %.2f, \"end\": %.2f, \"text\": %s}",
+    absl::StrAppendFormat(&out, "%s{\"start\": %.2f, \"end\": %.2f, \"text\": %s",
                           i == 0 ? "" : ", ", s.start_s, s.end_s, JsonString(s.text));
+    if (word_timestamps) {
+      out += ", \"words\": [";
+      for (size_t w = 0; w < s.words.size(); ++w) {
+        const whisper::Word& word = s.words[w];
+        absl::StrAppendFormat(
+            &out, "%s{\"word\": %s, \"start\": %.2f, \"end\": %.2f, \"probability\": %.4f}",
+            w == 0 ? "" : ", ", JsonString(word.word), word.start_s, word.end_s,
+            word.probability);
+      }
+      out += "]";
+    }
+    out += "}";
   }
   out += "]}";
   std::cout << out << std::endl;
@@ -83,6 +96,10 @@ CLI::App* AddTranscribeCommand(CLI::App& app, TranscribeArgs* args) {
       ->check(CLI::Range(0, 1024));
   cmd->add_flag("--json", args->json,
                 "Print one JSON object per file: text and segments with start/end seconds");
+  cmd->add_flag("--word-timestamps", args->word_timestamps,
+                "With --json: words with start/end seconds in every segment, aligned as "
+                "faster-whisper's word_timestamps=True (which also moves each next window to "
+                "the last word's end)");
   cmd->add_flag("-v,--verbose", args->verbose, "Print load time and real-time factor");
   return cmd;
 }
@@ -116,7 +133,9 @@ int RunTranscribe(const TranscribeArgs& args) {
       exit_code = 1;
       continue;
     }
-    auto transcript = (*transcriber)->Transcribe(audio->samples);
+    whisper::TranscribeOptions options;
+    options.word_timestamps = args.word_timestamps;
+    auto transcript = (*transcriber)->Transcribe(audio->samples, options);
     if (!transcript.ok()) {
       std::cerr << "waav: " << file << ": " << OneLine(std::string(transcript.status().message()))
                 << std::endl;
@@ -124,7 +143,7 @@ int RunTranscribe(const TranscribeArgs& args) {
       continue;
     }
     if (args.json) {
-      PrintJson(file, *transcript);
+      PrintJson(file, *transcript, args.word_timestamps);
     } else {
       std::cout << transcript->Text() << std::endl;
     }

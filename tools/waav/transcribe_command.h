@@ -12,11 +12,12 @@ namespace waav::cli {
 
 struct TranscribeArgs {
   std::vector<std::string> files;
-  std::string model_dir;        // folder with model.bin and tokenizer.json
-  std::string backend = "cpu";  // --backend
-  int threads = 0;              // 0: all cores
-  bool json = false;            // one JSON object per file and line
-  bool verbose = false;         // timings on stderr
+  std::string model_dir;         // folder with model.bin and tokenizer.json
+  std::string backend = "cpu";   // --backend
+  int threads = 0;               // 0: all cores
+  bool json = false;             // one JSON object per file and line
+  bool word_timestamps = false;  // words with times in the JSON segments
+  bool verbose = false;          // timings on stderr
 };
 
 // Registers `transcribe` with its options on `app`; the values land in `*args` (whose

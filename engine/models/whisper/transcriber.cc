@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,101 @@ constexpr int kFramesPerTimestamp = 2;   // mel frames per timestamp token (inpu
 
 bool IsBlank(const std::string& text) {
   return absl::StripAsciiWhitespace(text).empty();
+}
+
+// Python's round(x, 2), as faster-whisper rounds word times.
+double Round2(double x) { return std::nearbyint(x * 100.0) / 100.0; }
+
+// faster-whisper's add_word_timestamps for the segments of one window (encoded in `state`,
+// `segment_frames` mel frames of it audio): one alignment of all their text tokens, the
+// window-level clean-ups, the words dealt to the segments by token counts, then per segment the
+// clean-ups that use the last speech before it and the segment's own timestamps (which also
+// move the segment's start and end to its words'). Word probabilities are the mean of their
+// tokens' probabilities in the alignment pass, as faster-whisper's.
+absl::Status AddWordTimestamps(const WordAligner& aligner, const Vocabulary& vocabulary,
+                               double time_offset, int segment_frames, const DecoderState& state,
+                               double last_speech_s, std::vector<Segment>& segments) {
+  const int eot = vocabulary.special().eot;
+  std::vector<int> text;
+  std::vector<size_t> per_segment;
+  for (const Segment& s : segments) {
+    size_t n = 0;
+    for (int t : s.tokens) {
+      if (t >= eot) continue;
+      text.push_back(t);
+      ++n;
+    }
+    per_segment.push_back(n);
+  }
+  std::vector<TimedWord> words;
+  std::vector<float> probabilities;  // per word as split, before punctuation is merged
+  WordDurations stats;
+  if (!text.empty()) {
+    std::vector<float> token_probs;
+    ASSIGN_OR_RETURN(const std::vector<int> starts,
+                     aligner.TokenStarts(text, static_cast<size_t>(segment_frames) * kHopLength,
+                                         state, &token_probs));
+    words = SplitWords(vocabulary, text);
+    for (TimedWord& w : words) {
+      w.start_ms = starts[static_cast<size_t>(w.token_begin)] * kMsPerAudioPosition;
+      w.end_ms = starts[static_cast<size_t>(w.token_end)] * kMsPerAudioPosition;
+      double sum = 0;
+      for (int i = w.token_begin; i < w.token_end; ++i) sum += token_probs[static_cast<size_t>(i)];
+      probabilities.push_back(static_cast<float>(sum / (w.token_end - w.token_begin)));
+    }
+    stats = TruncateAndMergeWords(words);
+  }
+  const double median = stats.median_ms / 1000, max = stats.max_ms / 1000;
+  size_t index = 0;
+  for (size_t si = 0; si < segments.size(); ++si) {
+    Segment& segment = segments[si];
+    std::vector<Word> out;
+    for (size_t saved = 0; index < words.size() && saved < per_segment[si]; ++index) {
+      const TimedWord& w = words[index];
+      if (!w.text.empty()) {
+        out.push_back({w.text, Round2(time_offset + w.start_ms / 1000.0),
+                       Round2(time_offset + w.end_ms / 1000.0), probabilities[index]});
+      }
+      saved += static_cast<size_t>(w.token_end - w.token_begin);
+    }
+    if (!out.empty()) {
+      // The first word after a pause, if too long, most likely took the pause's time.
+      Word& first = out[0];
+      if (first.end_s - last_speech_s > median * 4 &&
+          (first.end_s - first.start_s > max ||
+           (out.size() > 1 && out[1].end_s - first.start_s > max * 2))) {
+        if (out.size() > 1 && out[1].end_s - out[1].start_s > max) {
+          const double boundary = std::max(out[1].end_s / 2, out[1].end_s - max);
+          first.end_s = out[1].start_s = boundary;
+        }
+        first.start_s = std::max(0.0, first.end_s - max);
+      }
+      // The segment's own timestamps win over a first or last word that is too long.
+      if (segment.start_s < first.end_s && segment.start_s - 0.5 > first.start_s) {
+        first.start_s = std::max(0.0, std::min(first.end_s - median, segment.start_s));
+      } else {
+        segment.start_s = first.start_s;
+      }
+      Word& last = out.back();
+      if (segment.end_s > last.start_s && segment.end_s + 0.5 < last.end_s) {
+        last.end_s = std::max(last.start_s + median, segment.end_s);
+      } else {
+        segment.end_s = last.end_s;
+      }
+      last_speech_s = segment.end_s;
+    }
+    segment.words = std::move(out);
+  }
+  return absl::OkStatus();
+}
+
+// faster-whisper's get_end: the end of the last word, or of the last segment if none has words.
+std::optional<double> EndOf(const std::vector<Segment>& segments) {
+  for (auto s = segments.rbegin(); s != segments.rend(); ++s) {
+    if (!s->words.empty()) return s->words.back().end_s;
+  }
+  if (segments.empty()) return std::nullopt;
+  return segments.back().end_s;
 }
 
 }  // namespace
@@ -41,7 +137,18 @@ absl::StatusOr<std::unique_ptr<Transcriber>> Transcriber::Load(const std::string
   }
   ASSIGN_OR_RETURN(Vocabulary vocabulary,
                    Vocabulary::Create(std::move(tokenizer), model->dims().n_vocab));
-  return std::unique_ptr<Transcriber>(new Transcriber(std::move(model), std::move(vocabulary)));
+  auto transcriber =
+      std::unique_ptr<Transcriber>(new Transcriber(std::move(model), std::move(vocabulary)));
+  // Word timestamps need the model's alignment heads (config.json); a model folder without
+  // them still transcribes, and word times are then estimated by the callers.
+  absl::StatusOr<std::unique_ptr<WordAligner>> aligner =
+      WordAligner::Create(*transcriber->model_, transcriber->vocabulary_, model_dir);
+  if (aligner.ok()) {
+    transcriber->word_aligner_ = std::move(*aligner);
+  } else if (!absl::IsNotFound(aligner.status())) {
+    return aligner.status();
+  }
+  return transcriber;
 }
 
 absl::StatusOr<Transcript> Transcriber::Transcribe(absl::Span<const float> samples,
@@ -57,6 +164,11 @@ absl::StatusOr<Transcript> Transcriber::Transcribe(absl::Span<const float> sampl
   }
   // The front end appends one frame of padding; it is not content.
   const int content_frames = features.n_frames - 1;
+  if (options.word_timestamps && word_aligner_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "word timestamps need the model's alignment heads (\"alignment_heads\" in config.json)");
+  }
+  double last_speech_s = 0;
   Transcript transcript;
   transcript.duration_s = static_cast<double>(samples.size()) / kSampleRateHz;
 
@@ -146,6 +258,18 @@ absl::StatusOr<Transcript> Transcriber::Transcribe(absl::Span<const float> sampl
       seek += segment_size;
     }
 
+    if (options.word_timestamps) {
+      RETURN_IF_ERROR(AddWordTimestamps(*word_aligner_, vocabulary_, time_offset, segment_size,
+                                        *state, last_speech_s, current));
+      // faster-whisper resumes after the last word unless the window ended on one timestamp.
+      if (!single_timestamp_ending) {
+        const std::optional<double> last_word_end = EndOf(current);
+        if (last_word_end && *last_word_end > time_offset) {
+          seek = static_cast<int>(std::nearbyint(*last_word_end * (kSampleRateHz / kHopLength)));
+        }
+      }
+      if (const std::optional<double> end = EndOf(current)) last_speech_s = *end;
+    }
     if (seek <= previous_seek) {
       // A window whose only segment opens at <|0.00|> would otherwise be decoded forever;
       // move on by the whole window (faster-whisper has no guard here).

@@ -47,6 +47,13 @@ enum class GraphUse {
   kNever,   // eager calls everywhere
 };
 
+// One head of a decoder layer's cross-attention (config.json "alignment_heads" lists the heads
+// whose attention follows the audio, for word timestamps).
+struct AttentionHead {
+  int layer = 0;
+  int head = 0;
+};
+
 struct WhisperModelOptions {
   // Element type the large projection weights are kept in on the device. f32 doubles the memory
   // of the f16 file but lets the CPU backend use BLAS; f16 halves weight traffic. Values are the
@@ -217,6 +224,20 @@ class WhisperModel {
   // tensors at replay. Otherwise, or where the backend cannot capture, it calls DecodeStep.
   // Decode with one token per row runs through it; prompts of several tokens stay eager.
   absl::Status RunDecodeStep(DecoderState& state) const;
+
+  // A teacher-forced decoder pass over `tokens` (positions 0 .. T − 1) against the window encoded
+  // into `encoded` (batch 1), returning the cross-attention scores before the softmax
+  // (q·kᵀ × 1/√head_dim) of each of `heads` over encoder positions [0, n_positions): host
+  // [heads.size(), T, n_positions]. Reads only the state's cross-attention K/V (its
+  // self-attention cache and step buffers are left alone: the pass has its own), so it can run
+  // on a finished row of a batch still decoding. Layers after the deepest head are skipped,
+  // unless `next_token_probs` is given: then the whole decoder runs and it gets, for each
+  // position i < T − 1, the probability of tokens[i + 1] under a softmax of position i's logits
+  // over the tokens [0, probs_vocab) (T − 1 values; 0 for a token outside that range).
+  absl::StatusOr<std::vector<float>> CrossAttentionScores(
+      absl::Span<const int32_t> tokens, absl::Span<const AttentionHead> heads, int n_positions,
+      const DecoderState& encoded, std::vector<float>* next_token_probs = nullptr,
+      int probs_vocab = 0) const;
 
  private:
   struct AttentionWeights {

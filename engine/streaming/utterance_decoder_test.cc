@@ -1,0 +1,126 @@
+// UtteranceDecoder's word times: a final with word time offsets takes them from the alignment
+// callback (offset by the utterance's start, clamped to its audio); partials, finals whose
+// alignment fails and finals without a callback keep the estimate. The alignment here is a fake
+// with known times; the real one is tested in engine/models/whisper/word_alignment_*_test.
+#include "engine/streaming/utterance_decoder.h"
+
+#include <cmath>
+
+#include "gtest/gtest.h"
+#include "tests/support/test_env.h"
+
+namespace waav::streaming {
+namespace {
+
+class UtteranceDecoderWordsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto model = testing::TinyEnModelDir();
+    if (!model) GTEST_SKIP() << "models/whisper-tiny.en absent (its tokenizer is needed)";
+    auto tokenizer = text::BpeTokenizer::FromTokenizerJson(*model + "/tokenizer.json");
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    auto vocabulary = whisper::Vocabulary::Create(std::move(*tokenizer), 51864);
+    ASSERT_TRUE(vocabulary.ok()) << vocabulary.status();
+    vocabulary_ = std::make_unique<whisper::Vocabulary>(std::move(*vocabulary));
+    options_.word_time_offsets = true;
+    // " Hello, big world." -> tokens; log-probabilities −0.1 each except the last (−0.5).
+    decoded_.tokens = vocabulary_->tokenizer().Encode(" Hello, big world.");
+    decoded_.token_logprobs.assign(decoded_.tokens.size(), -0.1f);
+    decoded_.token_logprobs.back() = -0.5f;
+    decoded_.sum_logprob = -1.0;
+  }
+
+  // The fake alignment: the words faster-whisper would make, at fixed times (ms in the window).
+  absl::StatusOr<std::vector<whisper::TimedWord>> Align(const std::vector<int>& text_tokens) {
+    ++align_calls_;
+    aligned_tokens_ = text_tokens;
+    std::vector<whisper::TimedWord> words = whisper::SplitWords(*vocabulary_, text_tokens);
+    int t = 100;
+    for (whisper::TimedWord& w : words) {
+      w.start_ms = t;
+      w.end_ms = t += 400;
+    }
+    whisper::PostProcessWords(words);
+    return words;
+  }
+
+  std::unique_ptr<whisper::Vocabulary> vocabulary_;
+  StreamOptions options_;
+  whisper::GreedyResult decoded_;
+  int align_calls_ = 0;
+  std::vector<int> aligned_tokens_;
+};
+
+TEST_F(UtteranceDecoderWordsTest, FinalTakesAlignedTimes) {
+  UtteranceDecoder decoder(*vocabulary_, options_);
+  // 1 s of audio starting at 5 s.
+  const RecognitionResult r =
+      decoder.Finish(decoded_, 5000, 16000, /*is_final=*/true, EndReason::kSilence,
+                     [this](const std::vector<int>& t) { return Align(t); });
+  EXPECT_EQ(align_calls_, 1);
+  EXPECT_EQ(aligned_tokens_, decoded_.tokens);
+  ASSERT_EQ(r.words.size(), 3u);
+  EXPECT_EQ(r.words[0].word, "Hello,");
+  EXPECT_EQ(r.words[0].start_ms, 5100);
+  EXPECT_EQ(r.words[0].end_ms, 5500);  // "," merged: Hello's own end
+  EXPECT_EQ(r.words[1].word, "big");
+  EXPECT_EQ(r.words[2].word, "world.");
+  // " world" runs 1300..1700 ms in the window, past the 1 s of audio: clamped to its end.
+  EXPECT_EQ(r.words[2].start_ms, 6000);
+  EXPECT_EQ(r.words[2].end_ms, 6000);
+  EXPECT_NEAR(r.words[2].confidence, std::exp((-0.1 - 0.5) / 2), 1e-6);
+  for (const WordResult& w : r.words) EXPECT_TRUE(w.stable);
+  EXPECT_FLOAT_EQ(r.stability, 1.0f);
+}
+
+TEST_F(UtteranceDecoderWordsTest, FinalKeepsThePartialsWordSplit) {
+  // faster-whisper splits " well-known" into " well" and "-known"; a partial shows one word, and
+  // a stable word keeps its text in the final: one word, from " well"'s start to "-known"'s end.
+  decoded_.tokens = vocabulary_->tokenizer().Encode(" A well-known fact.");
+  decoded_.token_logprobs.assign(decoded_.tokens.size(), -0.1f);
+  UtteranceDecoder decoder(*vocabulary_, options_);
+  const RecognitionResult r =
+      decoder.Finish(decoded_, 0, 160000, /*is_final=*/true, EndReason::kSilence,
+                     [this](const std::vector<int>& t) { return Align(t); });
+  ASSERT_EQ(r.words.size(), 3u);
+  EXPECT_EQ(r.words[1].word, "well-known");
+  // Aligned words: " A" 100-500, " well" 500-900, "-known" 900-1300, " fact." 1300-1700.
+  EXPECT_EQ(r.words[1].start_ms, 500);
+  EXPECT_EQ(r.words[1].end_ms, 1300);
+  EXPECT_EQ(r.words[2].word, "fact.");
+  EXPECT_EQ(r.words[2].start_ms, 1300);
+}
+
+TEST_F(UtteranceDecoderWordsTest, PartialsAndFailuresAreEstimated) {
+  UtteranceDecoder decoder(*vocabulary_, options_);
+  auto align = [this](const std::vector<int>& t) { return Align(t); };
+  const RecognitionResult partial =
+      decoder.Finish(decoded_, 0, 32000, /*is_final=*/false, EndReason::kSilence, align);
+  EXPECT_EQ(align_calls_, 0);
+  ASSERT_FALSE(partial.words.empty());
+  EXPECT_EQ(partial.words.front().start_ms, 0);  // the estimate spans the whole utterance
+  EXPECT_EQ(partial.words.back().end_ms, 2000);
+
+  auto failing = [](const std::vector<int>&) -> absl::StatusOr<std::vector<whisper::TimedWord>> {
+    return absl::InternalError("no alignment");
+  };
+  const RecognitionResult final =
+      decoder.Finish(decoded_, 0, 32000, /*is_final=*/true, EndReason::kSilence, failing);
+  ASSERT_FALSE(final.words.empty());
+  EXPECT_EQ(final.words.front().start_ms, 0);
+  EXPECT_EQ(final.words.back().end_ms, 2000);
+}
+
+TEST_F(UtteranceDecoderWordsTest, NoWordsWithoutWordTimeOffsets) {
+  options_.word_time_offsets = false;
+  UtteranceDecoder decoder(*vocabulary_, options_);
+  const RecognitionResult r =
+      decoder.Finish(decoded_, 0, 16000, /*is_final=*/true, EndReason::kSilence,
+                     [this](const std::vector<int>& t) { return Align(t); });
+  EXPECT_EQ(align_calls_, 0);
+  EXPECT_TRUE(r.words.empty());
+  EXPECT_FALSE(r.transcript.empty());
+}
+
+}  // namespace
+}  // namespace waav::streaming
