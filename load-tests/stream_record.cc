@@ -16,13 +16,19 @@ double LatencyMs(double received_s, uint32_t ms, double speed) {
   return (received_s - SpokenAt(ms, speed)) * 1000.0;
 }
 
-bool HasWord(const ObservedResult& result, const ObservedWord& word, uint32_t slack_ms,
+// Whether `result` shows the final's word `word`, the `rank`-th word of that text in the final
+// (0: its first): a word of the same text that is either the same occurrence (the rank-th of
+// that text in `result` too) or ends within `slack_ms` of it. The occurrence matches even when
+// the times disagree: interim word times are estimates, and a long utterance's final (aligned)
+// times can be seconds away from them.
+bool HasWord(const ObservedResult& result, const ObservedWord& word, int rank, uint32_t slack_ms,
              bool stable_only = false) {
+  int seen = 0;
   for (const ObservedWord& w : result.words) {
+    if (w.text != word.text) continue;
     const int64_t gap = static_cast<int64_t>(w.end_ms) - static_cast<int64_t>(word.end_ms);
-    if (w.text == word.text && std::llabs(gap) <= slack_ms && (w.stable || !stable_only)) {
-      return true;
-    }
+    const bool same = seen++ == rank || std::llabs(gap) <= slack_ms;
+    if (same && (w.stable || !stable_only)) return true;
   }
   return false;
 }
@@ -86,12 +92,16 @@ StreamLatencies AnalyzeStream(const StreamRecord& record, uint32_t match_slack_m
       return first;
     };
     if (out.reference == Reference::kWordEnds) {
-      for (const ObservedWord& word : final.words) {
-        const double first =
-            earliest([&](const ObservedResult& r) { return HasWord(r, word, match_slack_ms); });
+      for (size_t i = 0; i < final.words.size(); ++i) {
+        const ObservedWord& word = final.words[i];
+        const int rank = static_cast<int>(
+            std::count_if(final.words.begin(), final.words.begin() + static_cast<ptrdiff_t>(i),
+                          [&](const ObservedWord& w) { return w.text == word.text; }));
+        const double first = earliest(
+            [&](const ObservedResult& r) { return HasWord(r, word, rank, match_slack_ms); });
         out.first_partial_ms.push_back(LatencyMs(first, word.end_ms, speed));
         const double stable = earliest([&](const ObservedResult& r) {
-          return r.is_final || HasWord(r, word, match_slack_ms, /*stable_only=*/true);
+          return r.is_final || HasWord(r, word, rank, match_slack_ms, /*stable_only=*/true);
         });
         out.first_stable_ms.push_back(LatencyMs(stable, word.end_ms, speed));
         out.final_ms.push_back(LatencyMs(final.received_s, word.end_ms, speed));

@@ -37,23 +37,28 @@ TEST(AnalyzeStreamTest, WordEndsFromFinalWordsAndEarliestMatchingPartial) {
       Result(1.2, 0, false, 1150, {{"hello", 620}, {"word", 1000}}),  // "world" misheard
       Result(1.3, 0, false, 1250, {{"hello", 610}, {"world", 1000}, {"extra", 1240}}),
       Result(1.6, 0, true, 1000, {{"hello", 600}, {"world", 1000}}),
-      // Utterance 1: its only word appeared at a far-off time first (no match), then right.
-      Result(2.5, 1, false, 2450, {{"again", 900}}),
-      Result(2.6, 1, false, 2550, {{"again", 2400}}),
-      Result(3.0, 1, true, 2400, {{"again", 2400}}),
+      // Utterance 1: "the" twice; a partial with only the first "the" (at a far-off time: the
+      // same occurrence still matches) shows the first, not the second.
+      Result(2.5, 1, false, 2450, {{"the", 900}, {"cat", 2000}}),
+      Result(2.6, 1, false, 2550, {{"the", 1000}, {"cat", 2000}, {"the", 2400}}),
+      Result(3.0, 1, true, 2400, {{"the", 1900}, {"cat", 2000}, {"the", 2400}}),
   };
   const StreamLatencies l = AnalyzeStream(record, 500);
   EXPECT_EQ(l.reference, Reference::kWordEnds);
   EXPECT_EQ(l.finals, 2u);
-  EXPECT_EQ(l.words, 3u);
-  ASSERT_EQ(l.first_partial_ms.size(), 3u);
+  EXPECT_EQ(l.words, 5u);
+  ASSERT_EQ(l.first_partial_ms.size(), 5u);
   EXPECT_NEAR(l.first_partial_ms[0], 300, 1e-9);  // 0.9 s - 0.6 s
   EXPECT_NEAR(l.first_partial_ms[1], 300, 1e-9);  // 1.3 s - 1.0 s (the 1.2 s one was wrong)
-  EXPECT_NEAR(l.first_partial_ms[2], 200, 1e-9);  // 2.6 s - 2.4 s
-  ASSERT_EQ(l.final_ms.size(), 3u);
+  EXPECT_NEAR(l.first_partial_ms[2], 600, 1e-9);  // 2.5 s - 1.9 s: first "the", same occurrence
+  EXPECT_NEAR(l.first_partial_ms[3], 500, 1e-9);  // 2.5 s - 2.0 s
+  EXPECT_NEAR(l.first_partial_ms[4], 200, 1e-9);  // 2.6 s - 2.4 s: the second "the" came later
+  ASSERT_EQ(l.final_ms.size(), 5u);
   EXPECT_NEAR(l.final_ms[0], 1000, 1e-9);
   EXPECT_NEAR(l.final_ms[1], 600, 1e-9);
-  EXPECT_NEAR(l.final_ms[2], 600, 1e-9);
+  EXPECT_NEAR(l.final_ms[2], 1100, 1e-9);
+  EXPECT_NEAR(l.final_ms[3], 1000, 1e-9);
+  EXPECT_NEAR(l.final_ms[4], 600, 1e-9);
   ASSERT_EQ(l.utterance_final_ms.size(), 2u);
   EXPECT_NEAR(l.utterance_final_ms[0], 600, 1e-9);
   EXPECT_NEAR(l.utterance_final_ms[1], 600, 1e-9);
