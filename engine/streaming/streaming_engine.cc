@@ -24,6 +24,10 @@ namespace waav::streaming {
 namespace {
 
 constexpr int kSampleRateHz = 16000;
+// A decode whose tokens end in this many copies of one n-gram is looping (seen: a final whose
+// forced prefix held the whole utterance went on with ". . . ." for 225 steps, 1.1 s of CPU):
+// it stops there, keeping one copy.
+constexpr int kMaxRepeats = 4;
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -608,7 +612,8 @@ class StreamingEngine::Impl {
   void DecodeBatch(std::vector<Row>& rows, const frontend::LogMel& log_mel) {
     const whisper::WhisperModel& model = transcriber_.model();
     const whisper::Vocabulary& vocabulary = transcriber_.vocabulary();
-    const whisper::GreedyOptions greedy{};
+    whisper::GreedyOptions greedy;
+    greedy.max_repeats = kMaxRepeats;
     const int64_t picked_ns = NowNs();
     for (Row& row : rows) {
       row.queue_ms = NsToMs(picked_ns - row.job.queued_ns);

@@ -86,11 +86,12 @@ class GreedyBatchTest : public ::testing::Test {
     };
   }
 
-  GreedyResult DecodeAlone(const std::vector<float>& window, const std::vector<int>& prompt) {
+  GreedyResult DecodeAlone(const std::vector<float>& window, const std::vector<int>& prompt,
+                           const GreedyOptions& options = {}) {
     auto state = model().NewDecoderState(1);
     EXPECT_TRUE(state.ok()) << state.status();
     EXPECT_TRUE(model().Encode(window, **state).ok());
-    auto result = DecodeGreedy(model(), vocabulary(), prompt, GreedyOptions{}, **state);
+    auto result = DecodeGreedy(model(), vocabulary(), prompt, options, **state);
     EXPECT_TRUE(result.ok()) << result.status();
     return result.ok() ? *result : GreedyResult{};
   }
@@ -246,6 +247,43 @@ TEST_F(GreedyBatchTest, BatchedEncoderPassesFillTheirSlots) {
   EXPECT_FALSE((*encoder)->Rows(2, 2).ok());
   EXPECT_FALSE((*pool)->Range(3, 2).ok());
   EXPECT_FALSE((*pool)->Range(-1, 1).ok());
+}
+
+// The loop a streaming final fell into: LJ001-0002 ("in being comparatively modern.") plus
+// 0.19 s of silence, its whole text forced as the committed prefix. At temperature 0 the model
+// goes on with ". . . ." to the length limit; max_repeats stops it, and since the repeated
+// n-gram holds no word no copy is kept.
+TEST_F(GreedyBatchTest, RepetitionLoopsAreCut) {
+  std::vector<float> audio = clips_[2];
+  audio.resize(audio.size() + 3040, 0.0f);
+  const std::vector<float> window = Window(audio);
+  std::vector<int> prompt = vocabulary().SotSequence();
+  prompt.push_back(vocabulary().special().no_timestamps);
+  const std::vector<int> prefix = vocabulary().tokenizer().Encode(" in being comparatively modern.");
+  prompt.insert(prompt.end(), prefix.begin(), prefix.end());
+
+  const GreedyResult looping = DecodeAlone(window, prompt);
+  GreedyOptions options;
+  options.max_repeats = 4;
+  const GreedyResult cut = DecodeAlone(window, prompt, options);
+  std::cout << "without the cut: " << looping.tokens.size() << " tokens '"
+            << vocabulary().tokenizer().Decode(looping.tokens) << "'; with it: "
+            << cut.tokens.size() << " tokens '" << vocabulary().tokenizer().Decode(cut.tokens)
+            << "'\n";
+  ASSERT_GE(looping.tokens.size(), 16u) << "the loop this test is about did not happen";
+  EXPECT_FALSE(looping.cut_repetition);
+  EXPECT_TRUE(cut.cut_repetition);
+  EXPECT_LE(cut.tokens.size(), 16u);
+  const std::string cut_text = vocabulary().tokenizer().Decode(cut.tokens);
+  EXPECT_TRUE(std::none_of(cut_text.begin(), cut_text.end(), [](char c) { return c == '.'; }))
+      << "'" << cut_text << "'";
+  // Up to the cut both decodes are the same.
+  ASSERT_LE(cut.tokens.size(), looping.tokens.size());
+  EXPECT_TRUE(std::equal(cut.tokens.begin(), cut.tokens.end(), looping.tokens.begin()));
+  // Another window decodes as before: nothing repeats in it.
+  const GreedyResult plain = DecodeAlone(Window(clips_[0]), Prompts()[1], options);
+  EXPECT_FALSE(plain.cut_repetition);
+  EXPECT_EQ(plain.tokens, DecodeAlone(Window(clips_[0]), Prompts()[1]).tokens);
 }
 
 TEST_F(GreedyBatchTest, BadBatchesAreRefused) {

@@ -7,6 +7,7 @@
 #include <limits>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "engine/runtime/status.h"
 
@@ -175,7 +176,8 @@ class RowSampler {
  public:
   RowSampler(const Vocabulary& vocabulary, const GreedyOptions& options,
              const std::vector<int>& prompt, const PromptPlan& plan)
-      : special_(vocabulary.special()),
+      : vocabulary_(vocabulary),
+        special_(vocabulary.special()),
         options_(options),
         plan_(plan),
         rules_(vocabulary, options, plan.timestamps),
@@ -210,6 +212,35 @@ class RowSampler {
     sampled_.push_back(token);
     input_ = token;
     done_ = step_ >= plan_.max_steps;
+    if (const int n = RepeatedNgram(); n > 0) {
+      // One copy stays, unless it holds no letter or digit (". . . .": punctuation only).
+      const auto ngram = absl::MakeConstSpan(sampled_).last(static_cast<size_t>(n));
+      const std::string text = vocabulary_.tokenizer().Decode(ngram);
+      const bool wordless = std::none_of(text.begin(), text.end(), [](char c) {
+        return absl::ascii_isalnum(static_cast<unsigned char>(c));
+      });
+      const int copies = wordless ? options_.max_repeats : options_.max_repeats - 1;
+      const size_t keep = sampled_.size() - static_cast<size_t>(n * copies);
+      sampled_.resize(keep);
+      result_.token_logprobs.resize(keep);
+      result_.cut_repetition = true;
+      done_ = true;
+    }
+  }
+
+  // The n of an n-gram that ends `sampled_` options_.max_repeats times in a row, 0 if none.
+  int RepeatedNgram() const {
+    const int copies = options_.max_repeats;
+    if (copies < 2) return 0;
+    const int size = static_cast<int>(sampled_.size());
+    for (int n = 1; n <= 16 && n * copies <= size; ++n) {
+      bool repeated = true;
+      for (int i = size - n * (copies - 1); i < size && repeated; ++i) {
+        repeated = sampled_[static_cast<size_t>(i)] == sampled_[static_cast<size_t>(i - n)];
+      }
+      if (repeated) return n;
+    }
+    return 0;
   }
 
   GreedyResult Finish() {
@@ -220,6 +251,7 @@ class RowSampler {
   }
 
  private:
+  const Vocabulary& vocabulary_;
   const SpecialTokens& special_;
   const GreedyOptions& options_;
   const PromptPlan plan_;

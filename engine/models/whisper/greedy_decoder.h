@@ -29,6 +29,11 @@ struct GreedyOptions {
   // the token is chosen; for parity tests and diagnostics. DecodeGreedyBatch calls it for every
   // row still decoding, in row order. Default: none.
   std::function<void(int step, absl::Span<const float> logits)> on_step;
+  // When > 0: a row stops as soon as its sampled tokens end with this many copies in a row of
+  // the same n-gram (n <= 16), keeping one copy (none when it holds no letter or digit): Whisper at temperature 0 can loop (". . . ." to
+  // the length limit) where the reference would fall back to sampling, which a streaming
+  // decoder has no time for. 0 (the reference's behaviour, for offline parity): never.
+  int max_repeats = 0;
 };
 
 struct GreedyResult {
@@ -38,6 +43,7 @@ struct GreedyResult {
   double avg_logprob = 0;             // sum_logprob / (tokens + 1), as faster-whisper reports it
   float no_speech_prob = 0;           // P(<|nospeech|>) at the <|startoftranscript|> position
   int steps = 0;                      // single-token decoder steps (the prefill not counted)
+  bool cut_repetition = false;        // stopped by GreedyOptions::max_repeats
 };
 
 // The logit rules on one row of logits (in place: disallowed entries become −inf).
