@@ -27,12 +27,18 @@ absl::Status Backend::LstmCell(const Tensor&, const Tensor&, const Tensor&, cons
   return NotImplemented(name(), "LstmCell");
 }
 
+absl::Status Backend::ArgmaxLogSumExp(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  return NotImplemented(name(), "ArgmaxLogSumExp");
+}
+
 absl::Status Backend::BeginCapture() {
-  return absl::UnimplementedError(absl::StrCat("backend '", std::string(name()), "' cannot capture graphs"));
+  return absl::UnimplementedError(
+      absl::StrCat("backend '", std::string(name()), "' cannot capture graphs"));
 }
 
 absl::StatusOr<std::unique_ptr<Graph>> Backend::EndCapture() {
-  return absl::UnimplementedError(absl::StrCat("backend '", std::string(name()), "' cannot capture graphs"));
+  return absl::UnimplementedError(
+      absl::StrCat("backend '", std::string(name()), "' cannot capture graphs"));
 }
 
 BackendStats Backend::stats() const { return {}; }

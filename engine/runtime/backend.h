@@ -58,6 +58,8 @@ enum class Op : uint8_t {
   kActivate,
   kComplexMagnitude,
   kLstmCell,
+  // Optional kernel (greedy decoding).
+  kArgmaxLogSumExp,
 };
 
 // A captured sequence of kernel calls. Replay() re-runs them on the tensors they were captured
@@ -121,8 +123,8 @@ class Backend {
                               Activation act, const Tensor& y) = 0;
   // 1-D convolution over time, time-major: x[B, T, Cin], weight[Cout, Cin, K], bias[Cout],
   // y[B, Tout, Cout] with Tout = (T + 2·padding − K) / stride + 1, zero padding.
-  virtual absl::Status Conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                              int stride, int padding, Activation act, const Tensor& y) = 0;
+  virtual absl::Status Conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int stride,
+                              int padding, Activation act, const Tensor& y) = 0;
   // Row-wise layer normalisation over the last dim: y = (x − mean) / sqrt(var + eps) · γ + β.
   virtual absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                  float eps, const Tensor& y) = 0;
@@ -137,8 +139,8 @@ class Backend {
   //   Tk). With `causal`, query i of row b sits at position kv_lengths[b] − Tq + i and sees keys
   //   at positions ≤ its own (this is how a decoder attends to its KV cache).
   virtual absl::Status Attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                 const Tensor* kv_lengths, int num_heads, float scale,
-                                 bool causal, const Tensor& out) = 0;
+                                 const Tensor* kv_lengths, int num_heads, float scale, bool causal,
+                                 const Tensor& out) = 0;
 
   // Writes src[B, T, C] into dst[B, L, C] at rows positions[b] .. positions[b] + T − 1 of each
   // batch row b (positions: i32[B]). Used to append to KV caches.
@@ -176,6 +178,25 @@ class Backend {
                                 const Tensor& weight, const Tensor& bias, const Tensor& h_out,
                                 const Tensor& c_out);
 
+  // Greedy choice over masked logits, per row: what sampling at temperature 0 needs, reduced
+  // where the logits are, so that a decoder step downloads a few numbers per row instead of them.
+  //   logits f32 [B, V], V < 2^24. masks i32 [M, ceil(V / 32)]: bit t % 32 of word t / 32 of row m
+  //   is set when mask m disables token t. mask_index i32 [B]: the mask of row b, or −1 to leave
+  //   row b out (its row of `out` is not written).
+  //   out f32 [B, 5]; for row b, over the tokens t its mask allows, with x_t its logit:
+  //     [0] the token of the largest x_t, the lowest such id on ties, as a float (exact: V < 2^24);
+  //     [1] that largest logit, mx;
+  //     [2..4] s = Σ_t exp(double(x_t − mx)) (the difference in f32, exp and sum in f64) as three
+  //         floats whose double sum JoinF64(&out[2]) is s exactly (SplitF64). The row's
+  //         log-sum-exp is mx + log(s).
+  //   When no allowed logit is above −inf: token 0, mx = −inf, s = 0 (as std::max_element and a
+  //   log-sum-exp on the host give: the first element, −inf). The CPU backend sums s in token
+  //   order, so its result equals that host loop bit for bit; other backends may add in another
+  //   order (s then differs in the last bits of a double). NaN logits: unspecified. A mask_index
+  //   outside [−1, M) is InvalidArgument (on a GPU, reported like a bad token id).
+  virtual absl::Status ArgmaxLogSumExp(const Tensor& logits, const Tensor& masks,
+                                       const Tensor& mask_index, const Tensor& out);
+
   // ---- Graph capture (optional) ------------------------------------------------------------
   // Between BeginCapture() and EndCapture(), kernel calls are recorded instead of (or as well
   // as, backend-defined) executed; EndCapture() returns the graph. Memory calls other than
@@ -191,6 +212,20 @@ class Backend {
   // relaxed atomic add per call or replay, never anything per element. Default: all zeros.
   virtual BackendStats stats() const;
 };
+
+// A double as three floats whose sum in double, parts[0] + (parts[1] + parts[2]), is the double
+// exactly (24 + 24 + 24 bits cover its 53; for values well inside float range), and back:
+// ArgmaxLogSumExp's sums travel in f32.
+inline void SplitF64(double value, float* parts) {
+  parts[0] = static_cast<float>(value);
+  const double rest = value - static_cast<double>(parts[0]);  // exact
+  parts[1] = static_cast<float>(rest);
+  parts[2] = static_cast<float>(rest - static_cast<double>(parts[1]));  // exact
+}
+inline double JoinF64(const float* parts) {
+  return static_cast<double>(parts[0]) +
+         (static_cast<double>(parts[1]) + static_cast<double>(parts[2]));
+}
 
 // Uploads host data into a new tensor on `backend`.
 absl::StatusOr<Tensor> Upload(Backend& backend, const Shape& shape, DType dtype, const void* src);

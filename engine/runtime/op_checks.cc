@@ -219,6 +219,34 @@ absl::StatusOr<RowDims> ValidateLogSoftmax(DeviceKind device, const Tensor& x, c
   return RowDims{cols == 0 ? 0 : x.numel() / cols, cols};
 }
 
+absl::StatusOr<ArgmaxDims> ValidateArgmaxLogSumExp(DeviceKind device, const Tensor& logits,
+                                                   const Tensor& masks, const Tensor& mask_index,
+                                                   const Tensor& out) {
+  constexpr const char* kOp = "ArgmaxLogSumExp";
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "logits", logits, {DType::kF32}, 2));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "masks", masks, {DType::kI32}, 2));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "mask_index", mask_index, {DType::kI32}, 1));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "out", out, {DType::kF32}, 2));
+  const int64_t rows = logits.dim(0), cols = logits.dim(1);
+  if (cols < 1 || cols >= (int64_t{1} << 24)) {
+    return Invalid(kOp, absl::StrCat("logits ", logits.Describe(),
+                                     " must have between 1 and 2^24 - 1 columns"));
+  }
+  const int64_t words = (cols + 31) / 32;
+  if (masks.dim(1) != words || masks.dim(0) < 1) {
+    return Invalid(kOp, absl::StrCat("masks ", masks.Describe(), " must be [M >= 1, ", words,
+                                     "]: one bit per column of logits ", logits.Describe()));
+  }
+  RETURN_IF_ERROR(CheckShape(kOp, "mask_index", mask_index, Shape{rows}, "one per row of logits"));
+  RETURN_IF_ERROR(CheckShape(kOp, "out", out, Shape{rows, 5}, "[B, 5]"));
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"logits", &logits},
+                                {"masks", &masks},
+                                {"mask_index", &mask_index}}) {
+    RETURN_IF_ERROR(CheckDisjoint(kOp, "out", out, name, *t));
+  }
+  return ArgmaxDims{rows, cols, masks.dim(0), words};
+}
+
 absl::StatusOr<AttentionDims> ValidateAttention(DeviceKind device, const Tensor& q, const Tensor& k,
                                                 const Tensor& v, const Tensor* kv_lengths,
                                                 int num_heads, float scale, const Tensor& out) {

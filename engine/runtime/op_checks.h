@@ -61,6 +61,13 @@ absl::Status ValidateAdd(DeviceKind device, const Tensor& a, const Tensor& b, co
 absl::Status ValidateGelu(DeviceKind device, const Tensor& x, const Tensor& y);
 absl::StatusOr<RowDims> ValidateLogSoftmax(DeviceKind device, const Tensor& x, const Tensor& y);
 
+struct ArgmaxDims {
+  int64_t rows, cols, num_masks, mask_words;
+};
+absl::StatusOr<ArgmaxDims> ValidateArgmaxLogSumExp(DeviceKind device, const Tensor& logits,
+                                                   const Tensor& masks, const Tensor& mask_index,
+                                                   const Tensor& out);
+
 struct AttentionDims {
   int64_t batch, q_len, kv_len, heads, head_dim;
 };

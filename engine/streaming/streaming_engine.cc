@@ -696,9 +696,9 @@ class StreamingEngine::Impl {
     // Where a batch's time goes (waavd --log-level debug): the profile of issue 5's scaling.
     spdlog::debug(
         "batch of {}: encoder {:.2f} ms, prefill {:.2f} ms, {} steps {:.2f} ms "
-        "({} row-steps), sampling {:.2f} ms, decoder total {:.2f} ms",
+        "({} row-steps, {} on the device), sampling {:.2f} ms, decoder total {:.2f} ms",
         batch, encode_ms, timings.prefill_ms, timings.steps, timings.step_ms, timings.row_steps,
-        timings.sample_ms, decoder_ms);
+        timings.device_steps, timings.sample_ms, decoder_ms);
     int batch_steps = 1;
     for (const whisper::GreedyResult& r : *decoded) batch_steps = std::max(batch_steps, r.steps);
     // One observation per batch: every row of it shared each step.

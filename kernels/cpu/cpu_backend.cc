@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/runtime/op_checks.h"
 #include "engine/runtime/status.h"
 #include "kernels/cpu/cpu_memory.h"
 #include "kernels/cpu/kernels.h"
@@ -543,6 +544,54 @@ class CpuBackend final : public Backend {
     return Submit([state = state_, x, y, rows, cols]() {
       cpu::LogSoftmaxKernel(state->context(), x.data_as<float>(), rows, cols, y.data_as<float>());
       return state->ScratchStatus(kOp);
+    });
+  }
+
+  // ---- Optional kernels (greedy decoding) ----------------------------------------------------
+
+  // The host loop of greedy sampling, row by row in token order (backend.h): its sums equal a
+  // sequential f64 log-sum-exp over the masked row bit for bit.
+  absl::Status ArgmaxLogSumExp(const Tensor& logits, const Tensor& masks, const Tensor& mask_index,
+                               const Tensor& out) override {
+    constexpr const char* kOp = "ArgmaxLogSumExp";
+    ASSIGN_OR_RETURN(
+        const checks::ArgmaxDims d,
+        checks::ValidateArgmaxLogSumExp(DeviceKind::kCpu, logits, masks, mask_index, out));
+    return Submit([logits, masks, mask_index, out, d]() {
+      const int32_t* index = mask_index.data_as<int32_t>();
+      for (int64_t b = 0; b < d.rows; ++b) {
+        if (index[b] < -1 || index[b] >= d.num_masks) {
+          return Invalid(kOp, absl::StrCat("mask_index[", b, "] = ", index[b], " is outside [-1, ",
+                                           d.num_masks, ") of masks ", masks.Describe()));
+        }
+      }
+      constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+      for (int64_t b = 0; b < d.rows; ++b) {
+        if (index[b] < 0) continue;
+        const float* x = logits.data_as<float>() + b * d.cols;
+        const auto* bits =
+            reinterpret_cast<const uint32_t*>(masks.data_as<int32_t>()) + index[b] * d.mask_words;
+        auto allowed = [bits](int64_t t) { return ((bits[t >> 5] >> (t & 31)) & 1u) == 0; };
+        float best = kNegInf;
+        int64_t best_id = 0;
+        for (int64_t t = 0; t < d.cols; ++t) {
+          if (allowed(t) && x[t] > best) {
+            best = x[t];
+            best_id = t;
+          }
+        }
+        double sum = 0;
+        if (best != kNegInf) {
+          for (int64_t t = 0; t < d.cols; ++t) {
+            if (allowed(t)) sum += std::exp(static_cast<double>(x[t] - best));
+          }
+        }
+        float* o = out.data_as<float>() + b * 5;
+        o[0] = static_cast<float>(best_id);
+        o[1] = best;
+        SplitF64(sum, o + 2);
+      }
+      return absl::OkStatus();
     });
   }
 

@@ -86,7 +86,8 @@ enum class SigOp : int64_t {
   kLogSoftmax,
   kCopy,
   kFusedLinear,
-  kRaw
+  kRaw,
+  kArgmaxLogSumExp
 };
 
 absl::StatusOr<cuda::Epilogue> ToEpilogue(const char* op, Activation act) {
@@ -127,6 +128,9 @@ absl::Status DecodeDeviceError(unsigned long long code) {
       }
       return checks::Invalid("Embed", absl::StrCat("tokens (flat index ", index, ") = ", value,
                                                    " is outside token_table", when));
+    case cuda::DeviceErrorOp::kArgmaxLogSumExp:
+      return checks::Invalid("ArgmaxLogSumExp", absl::StrCat("mask_index[", index, "] = ", value,
+                                                             " is outside [-1, M) of masks", when));
     case cuda::DeviceErrorOp::kNone:
       break;
   }
@@ -152,6 +156,7 @@ class CudaBackend final : public Backend, public CudaExtensions {
       case Op::kEmbed:
       case Op::kLogSoftmax:
       case Op::kGraphCapture:
+      case Op::kArgmaxLogSumExp:
         return true;
       default:  // optional ops this backend does not implement
         return false;
@@ -385,6 +390,19 @@ class CudaBackend final : public Backend, public CudaExtensions {
                        d.batch, d.time, token_table.data(), token_table.dtype() == DType::kF16,
                        d.vocab, position_table.data(), position_table.dtype() == DType::kF16,
                        d.max_positions, d.channels, y.data_as<float>()));
+    });
+  }
+
+  absl::Status ArgmaxLogSumExp(const Tensor& logits, const Tensor& masks, const Tensor& mask_index,
+                               const Tensor& out) override {
+    ASSIGN_OR_RETURN(const checks::ArgmaxDims d,
+                     checks::ValidateArgmaxLogSumExp(kGpuKind, logits, masks, mask_index, out));
+    Sign({static_cast<int64_t>(SigOp::kArgmaxLogSumExp), d.rows, d.cols, d.num_masks});
+    return Submit([state = state_, logits, masks, mask_index, out, d]() {
+      return GpuStatus("ArgmaxLogSumExp", cuda::LaunchArgmaxLogSumExp(
+                                              state->ctx, logits.data_as<float>(), d.rows, d.cols,
+                                              masks.data_as<int32_t>(), d.mask_words, d.num_masks,
+                                              mask_index.data_as<int32_t>(), out.data_as<float>()));
     });
   }
 

@@ -305,6 +305,56 @@ TEST_P(CudaParityTest, LogSoftmaxMatchesCpuAlsoInPlace) {
   }
 }
 
+// The greedy choice: the same token and maximum as the CPU backend, the sum to f64 rounding
+// (another order); rows left out stay unwritten; a bad mask index is reported.
+TEST_P(CudaParityTest, ArgmaxLogSumExpMatchesCpu) {
+  for (int64_t rows : {int64_t{1}, int64_t{5}, int64_t{64}}) {
+    const int64_t cols = 51864, masks = 4, words = (cols + 31) / 32;
+    const std::string what = absl::StrCat("ArgmaxLogSumExp ", rows, "x", cols);
+    std::vector<float> x = Random(rows * cols, -20.0f, 20.0f);
+    for (int64_t r = 0; r < rows; ++r) {  // ties at the maximum: the lower id must win
+      const int64_t a = RandomInt(0, static_cast<int>(cols) - 1);
+      const int64_t b = RandomInt(0, static_cast<int>(cols) - 1);
+      x[static_cast<size_t>(r * cols + a)] = x[static_cast<size_t>(r * cols + b)] = 21.0f;
+    }
+    std::vector<int32_t> bits(static_cast<size_t>(masks * words));
+    for (int64_t w = 0; w < words; ++w) {
+      bits[static_cast<size_t>(w)] = static_cast<int32_t>(rng_());
+      bits[static_cast<size_t>(words + w)] = 0;
+      bits[static_cast<size_t>(2 * words + w)] = -1;
+      bits[static_cast<size_t>(3 * words + w)] = static_cast<int32_t>(rng_() | rng_());
+    }
+    std::vector<int32_t> index(static_cast<size_t>(rows));
+    for (int32_t& i : index) i = RandomInt(-1, static_cast<int>(masks) - 1);
+    const Pair logits = F32({rows, cols}, x), m = I32({masks, words}, bits),
+               idx = I32({rows}, index);
+    const Pair out = Poisoned({rows, 5});
+    ASSERT_TRUE(cpu_->ArgmaxLogSumExp(logits.cpu, m.cpu, idx.cpu, out.cpu).ok());
+    ASSERT_TRUE(gpu_->ArgmaxLogSumExp(logits.gpu, m.gpu, idx.gpu, out.gpu).ok());
+    const std::vector<float> c = Cpu(out.cpu), g = Gpu(out.gpu);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* cr = c.data() + r * 5;
+      const float* gr = g.data() + r * 5;
+      if (index[static_cast<size_t>(r)] < 0) {
+        for (int i = 0; i < 5; ++i) EXPECT_TRUE(std::isnan(gr[i])) << what << " row " << r;
+        continue;
+      }
+      EXPECT_EQ(gr[0], cr[0]) << what << " row " << r;
+      EXPECT_EQ(gr[1], cr[1]) << what << " row " << r;
+      const double sc = JoinF64(cr + 2), sg = JoinF64(gr + 2);
+      EXPECT_LE(std::abs(sg - sc), 1e-12 * std::max(1.0, sc)) << what << " row " << r;
+    }
+  }
+  const Pair logits = F32({2, 100}, Random(200));
+  const Pair m = I32({1, 4}, {0, 0, 0, 0});
+  const Pair bad = I32({2}, {0, 1});
+  const Pair out = Poisoned({2, 5});
+  ASSERT_TRUE(gpu_->ArgmaxLogSumExp(logits.gpu, m.gpu, bad.gpu, out.gpu).ok());
+  const absl::Status reported = gpu_->Synchronize();
+  EXPECT_EQ(reported.code(), absl::StatusCode::kInvalidArgument) << reported;
+  EXPECT_NE(reported.message().find("mask_index[1] = 1"), absl::string_view::npos) << reported;
+}
+
 TEST_P(CudaParityTest, EmbedMatchesCpu) {
   const int64_t batch = 3, time = 2, channels = 384, vocab = 1000, positions = 448;
   for (DType token_dtype : {DType::kF32, DType::kF16}) {

@@ -11,7 +11,13 @@
 namespace waav::cuda {
 
 // Ops whose kernels validate index values on the device (see ReportDeviceError in common.cuh).
-enum class DeviceErrorOp : uint8_t { kNone = 0, kAttention = 1, kWriteRows = 2, kEmbed = 3 };
+enum class DeviceErrorOp : uint8_t {
+  kNone = 0,
+  kAttention = 1,
+  kWriteRows = 2,
+  kEmbed = 3,
+  kArgmaxLogSumExp = 4,
+};
 
 // Where and how a launcher issues its kernels.
 struct LaunchContext {

@@ -5,22 +5,25 @@
 #   DEST/call1/part_a       the first 55 MB of model.bin
 #     call 1: carry DEST/call1, command: mkdir -p /tmp/waav-model && cp DEST/call1/part_a /tmp/waav-model/
 #   DEST/call2/             part_b (the rest), payload.tar.xz (waavd, waav, waav-load,
-#                           whisper_graph_cuda_test, whisper_gpu_bench, their non-system libraries, the model's
+#                           whisper_graph_cuda_test, whisper_gpu_bench, cuda_backend_test, their non-system
+#                           libraries, the model's
 #                           other files, the Silero VAD, jfk.wav and two LJ Speech clips,
-#                           bench/streaming_latency.sh) and waavd_device.sh
+#                           bench/streaming_latency.sh, bench/gpu/batch_profile.py) and waavd_device.sh
 #     call 2: carry DEST/call2, command: bash DEST/call2/waavd_device.sh
 #
 #   tests/gpu/stage_waavd_device.sh BUILD_DIR DEST MODELS_DIR SHARED_DATA
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=$1 dest=$2 models=$3 data=$4
-cmake --build "$build" --target waavd waav waav-load whisper_graph_cuda_test whisper_gpu_bench -j2
+cmake --build "$build" --target waavd waav waav-load whisper_graph_cuda_test whisper_gpu_bench \
+  cuda_backend_test -j2
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$stage/models/whisper-tiny.en" "$stage/models/silero-vad" \
   "$stage/data/speech/ljspeech" "$stage/bench"
 cp "$build/server/waavd" "$build/tools/waav/waav" "$build/load-tests/waav-load" \
-  "$build/kernels/cuda/whisper_graph_cuda_test" "$build/bench/gpu/whisper_gpu_bench" "$stage/bin/"
+  "$build/kernels/cuda/whisper_graph_cuda_test" "$build/bench/gpu/whisper_gpu_bench" \
+  "$build/kernels/cuda/cuda_backend_test" "$stage/bin/"
 strip "$stage/bin/"*
 # Every shared library outside the C runtime (the GPU machine runs another distribution); the
 # CUDA runtime is linked in statically and cuBLAS is loaded from the machine's CUDA install.
@@ -35,7 +38,7 @@ cp "$models/silero-vad/silero_vad_16k_op15.onnx" "$stage/models/silero-vad/"
 cp "$data/speech/jfk.wav" "$stage/data/speech/"
 cp "$data/speech/ljspeech/LJ001-0001.wav" "$data/speech/ljspeech/LJ001-0008.wav" \
   "$stage/data/speech/ljspeech/"
-cp bench/streaming_latency.sh "$stage/bench/"
+cp bench/streaming_latency.sh bench/gpu/batch_profile.py "$stage/bench/"
 rm -rf "$dest"
 mkdir -p "$dest/call1" "$dest/call2"
 split -b 55000000 -d "$tiny/model.bin" "$stage/part_"

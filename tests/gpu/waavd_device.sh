@@ -9,7 +9,8 @@
 #      waavd --backend cuda, then --backend cpu, then (time permitting) cuda with --max-batch 32;
 #      or, when WAAV_RAMPS is set, the ramps it lists ("name|steps|waavd args;..."), e.g.
 #      WAAV_RAMPS="b32|64,128,256|--backend cuda --max-batch 32 --log-level debug".
-# Options (environment): WAAV_SKIP_CPU=1 leaves the CPU out of part 2; WAAV_BENCH_ARGS, when
+# Options (environment): WAAV_SKIP_CPU=1 leaves the CPU out of part 2; WAAV_BACKEND_TEST, when
+# set, runs cuda_backend_test with that --gtest_filter after part 1; WAAV_BENCH_ARGS, when
 # set, runs whisper_gpu_bench with them (random weights: micro benchmarks) after part 1, into
 # bench.tsv / bench.log; WAAV_MAX_STREAMS (default 80) is waavd's --max-streams.
 # Everything lands in $OUT/results.tar.xz (re-packed after each part) and $OUT/summary.txt.
@@ -49,9 +50,18 @@ say "== 1. graph test"
 WAAV_MODELS_DIR=$d/models WAAV_SHARED_DATA=$d/data timeout 150 "$d/bin/whisper_graph_cuda_test" \
   > "$r/graph_test.log" 2>&1
 say "graph test rc=$?"
-grep -E '^\[ +(OK|FAILED|SKIPPED|PASSED) |graphs vs eager|eager:|graphs:|Failure' "$r/graph_test.log" \
+grep -E '^\[ +(OK|FAILED|SKIPPED|PASSED) |graphs vs eager|eager:|graphs:|defaults took|log-probability difference|Failure' "$r/graph_test.log" \
   | tee -a "$r/summary.txt"
 pack
+
+if [ -n "${WAAV_BACKEND_TEST:-}" ] && [ -x "$d/bin/cuda_backend_test" ]; then
+  say "== 1a. cuda_backend_test --gtest_filter=$WAAV_BACKEND_TEST"
+  timeout 120 "$d/bin/cuda_backend_test" --gtest_filter="$WAAV_BACKEND_TEST" \
+    > "$r/backend_test.log" 2>&1
+  say "backend test rc=$?"
+  grep -E '^\[ +(OK|FAILED|PASSED|SKIPPED) |Failure' "$r/backend_test.log" | tee -a "$r/summary.txt"
+  pack
+fi
 
 if [ -n "${WAAV_BENCH_ARGS:-}" ] && [ -x "$d/bin/whisper_gpu_bench" ]; then
   say "== 1b. whisper_gpu_bench $WAAV_BENCH_ARGS"
@@ -122,6 +132,13 @@ ramp_run() {  # ramp_run NAME RAMP WAAVD-ARGS
     > "$r/$name.log" 2>&1
   say "$name rc=$?"
   grep -E '^ *[0-9]+ +[0-9]+ |largest N|does not keep up|^ *N ' "$r/$name.log" | tee -a "$r/summary.txt"
+  # The per-batch profile (waavd --log-level debug lines), medians per batch-size range.
+  local logs; logs=$(find "$r/$name" -name 'waavd*.log' 2>/dev/null)
+  if [ -n "$logs" ] && command -v python3 > /dev/null; then
+    # shellcheck disable=SC2086  # a list of paths without spaces
+    python3 "$d/bench/batch_profile.py" $logs > "$r/$name-profile.txt" 2>&1
+    tee -a "$r/summary.txt" < "$r/$name-profile.txt"
+  fi
   pack
 }
 if [ -n "${WAAV_RAMPS:-}" ]; then

@@ -100,7 +100,8 @@ class GreedyBatchTest : public ::testing::Test {
   std::vector<GreedyResult> DecodeBatched(DecoderStatePool& pool,
                                           const std::vector<std::vector<float>>& windows,
                                           const std::vector<std::vector<int>>& prompts,
-                                          const std::vector<int>& order) {
+                                          const std::vector<int>& order,
+                                          const GreedyOptions& options = {}) {
     auto encoder = model().NewEncoderBuffers(1);
     EXPECT_TRUE(encoder.ok()) << encoder.status();
     std::vector<std::vector<int>> batch_prompts;
@@ -110,7 +111,7 @@ class GreedyBatchTest : public ::testing::Test {
       EXPECT_TRUE(model().EncodeOnDevice(**encoder, &pool.Row(static_cast<int>(b))).ok());
       batch_prompts.push_back(prompts[i]);
     }
-    auto results = DecodeGreedyBatch(model(), vocabulary(), batch_prompts, GreedyOptions{}, pool);
+    auto results = DecodeGreedyBatch(model(), vocabulary(), batch_prompts, options, pool);
     EXPECT_TRUE(results.ok()) << results.status();
     return results.ok() ? *results : std::vector<GreedyResult>{};
   }
@@ -165,6 +166,73 @@ TEST_F(GreedyBatchTest, EveryRowDecodesAsItDoesAlone) {
       ExpectSame(batched[b], alone[static_cast<size_t>(o[b])],
                  "window " + std::to_string(o[b]) + " in slot " + std::to_string(b) + " of " +
                      std::to_string(o.size()) + " (shuffle seed " + std::to_string(seed) + ")");
+    }
+  }
+}
+
+// The greedy choice through Backend::ArgmaxLogSumExp (its CPU version sums in the host loop's
+// order) gives every row's result bit for bit; the batched prompt prefill (one pass over the
+// rows, padded) gives the same tokens, its values differing only by rounding.
+TEST_F(GreedyBatchTest, DeviceChoiceAndBatchedPrefillMatchTheHostPath) {
+  std::vector<std::vector<float>> windows;
+  for (const auto& clip : clips_) windows.push_back(Window(clip));
+  const std::vector<std::vector<int>> prompts = Prompts();
+  auto pool = DecoderStatePool::Create(model(), 8);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  std::vector<int> order(windows.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  const unsigned seed = std::random_device{}();
+  std::mt19937 rng(seed);
+  std::shuffle(order.begin(), order.end(), rng);
+  GreedyOptions host;
+  host.batch_prefill = GraphUse::kNever;
+  host.reduce_on_device = GraphUse::kNever;
+  const std::vector<GreedyResult> reference = DecodeBatched(**pool, windows, prompts, order, host);
+  GreedyOptions device = host;
+  device.reduce_on_device = GraphUse::kAlways;
+  GreedyBatchTimings timings;
+  {
+    // DecodeBatched with timings: the device path must have been taken.
+    auto encoder = model().NewEncoderBuffers(1);
+    ASSERT_TRUE(encoder.ok());
+    std::vector<std::vector<int>> batch_prompts;
+    for (size_t b = 0; b < order.size(); ++b) {
+      const size_t i = static_cast<size_t>(order[b]);
+      ASSERT_TRUE(model().WriteMel(windows[i], 0, **encoder).ok());
+      ASSERT_TRUE(model().EncodeOnDevice(**encoder, &(*pool)->Row(static_cast<int>(b))).ok());
+      batch_prompts.push_back(prompts[i]);
+    }
+    auto results =
+        DecodeGreedyBatch(model(), vocabulary(), batch_prompts, device, **pool, nullptr, &timings);
+    ASSERT_TRUE(results.ok()) << results.status();
+    ASSERT_EQ(results->size(), reference.size());
+    for (size_t b = 0; b < reference.size(); ++b) {
+      ExpectSame(
+          (*results)[b], reference[b],
+          "device choice, slot " + std::to_string(b) + " (seed " + std::to_string(seed) + ")");
+    }
+  }
+  std::cout << "device choice: " << timings.device_steps << " of " << timings.steps
+            << " steps without logits\n";
+  EXPECT_GT(timings.device_steps, 0);
+
+  for (GraphUse reduce : {GraphUse::kNever, GraphUse::kAlways}) {
+    GreedyOptions batched = host;
+    batched.batch_prefill = GraphUse::kAlways;
+    batched.reduce_on_device = reduce;
+    const std::vector<GreedyResult> results =
+        DecodeBatched(**pool, windows, prompts, order, batched);
+    ASSERT_EQ(results.size(), reference.size());
+    for (size_t b = 0; b < reference.size(); ++b) {
+      const std::string what =
+          "batched prefill, slot " + std::to_string(b) + " (seed " + std::to_string(seed) + ")";
+      EXPECT_EQ(results[b].tokens, reference[b].tokens) << what;
+      ASSERT_EQ(results[b].token_logprobs.size(), reference[b].token_logprobs.size()) << what;
+      for (size_t t = 0; t < reference[b].token_logprobs.size(); ++t) {
+        EXPECT_NEAR(results[b].token_logprobs[t], reference[b].token_logprobs[t], 1e-4) << what;
+      }
+      EXPECT_NEAR(results[b].no_speech_prob, reference[b].no_speech_prob, 1e-5) << what;
+      EXPECT_EQ(results[b].steps, reference[b].steps) << what;
     }
   }
 }

@@ -49,6 +49,55 @@ LogitRules::LogitRules(const Vocabulary& vocabulary, const GreedyOptions& option
 }
 
 void LogitRules::Apply(absl::Span<const int> sampled, absl::Span<float> logits) const {
+  ApplyRules(timestamps_, sampled, logits);
+}
+
+int LogitRules::FixedMask(absl::Span<const int> sampled) const {
+  const size_t step = sampled.size();
+  if (!timestamps_) return step == 0 ? kTextFirst : kText;
+  if (step == 0) return kTimestampFirst;
+  const int ts_begin = special_.timestamp_begin;
+  const int last = sampled[step - 1];
+  const int penultimate = step >= 2 ? sampled[step - 2] : last;
+  if (last >= ts_begin && penultimate >= ts_begin) return kText;  // a pair just closed
+  return -1;
+}
+
+std::vector<int32_t> LogitRules::FixedMaskBits() const {
+  const size_t words = (static_cast<size_t>(n_vocab_) + 31) / 32;
+  std::vector<int32_t> bits(kNumFixedMasks * words, 0);
+  std::vector<float> logits(static_cast<size_t>(n_vocab_));
+  auto store = [&](int row) {
+    for (size_t t = 0; t < logits.size(); ++t) {
+      if (logits[t] == kNegInf) {
+        bits[static_cast<size_t>(row) * words + t / 32] |= static_cast<int32_t>(1u << (t % 32));
+      }
+    }
+  };
+  const int text = 0;  // any text token: without timestamps only the step count matters
+  struct Case {
+    int row;
+    bool timestamps;
+    absl::Span<const int> sampled;
+  };
+  // kText is also what the timestamp rules give right after a pair (FixedMask relies on it;
+  // greedy_decoder_test checks every fixed mask against Apply on random histories).
+  for (const Case& c :
+       {Case{kTextFirst, false, {}}, Case{kText, false, absl::MakeConstSpan(&text, 1)},
+        Case{kTimestampFirst, true, {}}}) {
+    std::fill(logits.begin(), logits.end(), 1.0f);
+    ApplyRules(c.timestamps, c.sampled, absl::MakeSpan(logits));
+    store(c.row);
+  }
+  for (size_t w = 0; w < words; ++w) bits[kOnlyNoSpeech * words + w] = -1;
+  const size_t ns = static_cast<size_t>(special_.no_speech);
+  bits[kOnlyNoSpeech * words + ns / 32] &= ~static_cast<int32_t>(1u << (ns % 32));
+  // Bits past n_vocab stay as set (no column reads them).
+  return bits;
+}
+
+void LogitRules::ApplyRules(bool timestamps, absl::Span<const int> sampled,
+                            absl::Span<float> logits) const {
   const int step = static_cast<int>(sampled.size());
   const int ts_begin = special_.timestamp_begin;
   for (int id : suppress_) Disable(logits, id, id + 1);
@@ -56,7 +105,7 @@ void LogitRules::Apply(absl::Span<const int> sampled, absl::Span<float> logits) 
     for (int id : suppress_begin_) Disable(logits, id, id + 1);
   }
   Disable(logits, special_.no_timestamps, special_.no_timestamps + 1);
-  if (!timestamps_) {
+  if (!timestamps) {
     Disable(logits, ts_begin, n_vocab_);  // the prompt asked for text only
     return;
   }
@@ -201,7 +250,26 @@ class RowSampler {
     if (options_.on_step) options_.on_step(step_, logits);
     const auto best = std::max_element(logits.begin(), logits.end());
     const int token = static_cast<int>(best - logits.begin());
-    const double logprob = static_cast<double>(*best) - LogSumExp(logits.data(), n_vocab);
+    Take(token, static_cast<double>(*best) - LogSumExp(logits.data(), n_vocab));
+  }
+
+  // The row of LogitRules::FixedMaskBits() this step's rules amount to, or −1 when the step
+  // needs the logits on the host (the timestamp rules, the no-speech probability, on_step).
+  int FixedMask() const {
+    if (options_.on_step) return -1;
+    if (step_ == 0 && plan_.sot_index == plan_.start_step) return -1;
+    return rules_.FixedMask(sampled_);
+  }
+
+  // Consumes the choice Backend::ArgmaxLogSumExp made under FixedMask(): the token, its logit
+  // (the masked maximum) and Σ exp(x − max); the same arithmetic as Sample's from there on.
+  void Choose(int token, float best, double sum) {
+    const double log_total = best == kNegInf ? static_cast<double>(kNegInf) : best + std::log(sum);
+    Take(token, static_cast<double>(best) - log_total);
+  }
+
+ private:
+  void Take(int token, double logprob) {
     result_.sum_logprob += logprob;
     ++step_;
     if (token == special_.eot) {
@@ -243,6 +311,7 @@ class RowSampler {
     return 0;
   }
 
+ public:
   GreedyResult Finish() {
     result_.tokens = std::move(sampled_);
     result_.steps = step_;
@@ -310,6 +379,43 @@ absl::StatusOr<GreedyResult> DecodeGreedy(const WhisperModel& model, const Vocab
   return row.Finish();
 }
 
+namespace {
+
+bool Resolve(GraphUse use, const Backend& backend) {
+  switch (use) {
+    case GraphUse::kAuto:
+      return backend.device() != DeviceKind::kCpu;
+    case GraphUse::kAlways:
+      return true;
+    case GraphUse::kNever:
+      return false;
+  }
+  return false;
+}
+
+// Device buffers of the on-device greedy choice for one DecodeGreedyBatch call.
+struct DeviceChoice {
+  Tensor masks;       // i32 [kNumFixedMasks, words]
+  Tensor mask_index;  // i32 [max_batch]
+  Tensor out;         // f32 [max_batch, 5]
+  std::vector<int32_t> index;
+  std::vector<float> chosen;
+
+  // Runs the op on rows [0, rows) of `logits` with index[0, rows) and downloads its output.
+  absl::Status Run(Backend& backend, const Tensor& logits, int rows) {
+    ASSIGN_OR_RETURN(const Tensor idx, mask_index.Slice(0, rows));
+    ASSIGN_OR_RETURN(const Tensor o, out.Slice(0, rows));
+    ASSIGN_OR_RETURN(const Tensor x, logits.Slice(0, rows));
+    RETURN_IF_ERROR(backend.CopyFromHost(index.data(), static_cast<size_t>(rows) * 4, idx));
+    RETURN_IF_ERROR(backend.ArgmaxLogSumExp(x, masks, idx, o));
+    chosen.resize(static_cast<size_t>(rows) * 5);
+    return backend.CopyToHost(o, chosen.data(), o.size_bytes());
+  }
+  const float* row(int b) const { return chosen.data() + static_cast<size_t>(b) * 5; }
+};
+
+}  // namespace
+
 absl::StatusOr<std::vector<GreedyResult>> DecodeGreedyBatch(
     const WhisperModel& model, const Vocabulary& vocabulary,
     absl::Span<const std::vector<int>> prompts, const GreedyOptions& options,
@@ -328,18 +434,87 @@ absl::StatusOr<std::vector<GreedyResult>> DecodeGreedyBatch(
     return absl::InvalidArgumentError(
         absl::StrCat(n, " prompts for a decoder pool of ", pool.max_batch(), " slots"));
   }
+  Backend& backend = model.backend();
+  const SpecialTokens& special = vocabulary.special();
+  const bool on_device = options.on_step == nullptr && backend.supports(Op::kArgmaxLogSumExp) &&
+                         Resolve(options.reduce_on_device, backend);
+  const bool batch_prefill = n > 0 && Resolve(options.batch_prefill, backend);
+  DeviceChoice choice;
+  if (on_device) {
+    const std::vector<int32_t> bits = LogitRules(vocabulary, options).FixedMaskBits();
+    const int64_t words = static_cast<int64_t>(bits.size()) / LogitRules::kNumFixedMasks;
+    ASSIGN_OR_RETURN(choice.masks, Upload(backend, {LogitRules::kNumFixedMasks, words}, DType::kI32,
+                                          bits.data()));
+    ASSIGN_OR_RETURN(choice.mask_index, backend.Allocate({pool.max_batch()}, DType::kI32));
+    ASSIGN_OR_RETURN(choice.out, backend.Allocate({pool.max_batch(), 5}, DType::kF32));
+  }
   std::vector<RowSampler> rows;
+  std::vector<PromptPlan> plans;
   rows.reserve(prompts.size());
   for (int b = 0; b < n; ++b) {
     const std::vector<int>& prompt = prompts[static_cast<size_t>(b)];
-    auto plan = PlanPrompt(vocabulary.special(), prompt, options, model.dims().n_text_ctx);
+    auto plan = PlanPrompt(special, prompt, options, model.dims().n_text_ctx);
     if (!plan.ok()) {
       return absl::Status(plan.status().code(),
                           absl::StrCat("batch row ", b, ": ", plan.status().message()));
     }
+    plans.push_back(*plan);
     rows.emplace_back(vocabulary, options, prompt, *plan);
-    RETURN_IF_ERROR(
-        Prefill(model, vocabulary.special(), prompt, *plan, pool.Row(b), &rows.back().result()));
+    if (!batch_prefill) {
+      RETURN_IF_ERROR(Prefill(model, special, prompt, *plan, pool.Row(b), &rows.back().result()));
+    }
+  }
+  if (batch_prefill) {
+    // One pass over every row's prompt but its last token; the no-speech probability is read at
+    // <|startoftranscript|> of the rows whose prompt goes on past it (as Prefill does).
+    DecoderState& state = pool.ForRows(n);
+    const int batch = state.batch_size();
+    std::vector<std::vector<int32_t>> feed(static_cast<size_t>(batch));
+    std::vector<int> read_at(static_cast<size_t>(batch), -1);
+    bool any_feed = false;
+    for (int b = 0; b < n; ++b) {
+      const PromptPlan& plan = plans[static_cast<size_t>(b)];
+      const std::vector<int>& prompt = prompts[static_cast<size_t>(b)];
+      feed[static_cast<size_t>(b)].assign(prompt.begin(), prompt.begin() + plan.start_step);
+      any_feed = any_feed || plan.start_step > 0;
+      if (plan.sot_index < plan.start_step) read_at[static_cast<size_t>(b)] = plan.sot_index;
+    }
+    if (any_feed) {
+      ASSIGN_OR_RETURN(const Tensor logits, model.PrefillRows(feed, read_at, state));
+      if (logits.defined() && on_device) {
+        // log-sum-exp of the raw logits, then the <|nospeech|> logit alone, per reading row.
+        choice.index.assign(static_cast<size_t>(batch), -1);
+        for (int b = 0; b < n; ++b) {
+          if (read_at[static_cast<size_t>(b)] >= 0) {
+            choice.index[static_cast<size_t>(b)] = LogitRules::kAllowAll;
+          }
+        }
+        RETURN_IF_ERROR(choice.Run(backend, logits, n));
+        std::vector<float> all = choice.chosen;
+        for (int32_t& i : choice.index) i = i >= 0 ? LogitRules::kOnlyNoSpeech : -1;
+        RETURN_IF_ERROR(choice.Run(backend, logits, n));
+        for (int b = 0; b < n; ++b) {
+          if (read_at[static_cast<size_t>(b)] < 0) continue;
+          const float* a = all.data() + static_cast<size_t>(b) * 5;
+          const double log_total =
+              a[1] == kNegInf ? static_cast<double>(kNegInf) : a[1] + std::log(JoinF64(a + 2));
+          rows[static_cast<size_t>(b)].result().no_speech_prob =
+              static_cast<float>(std::exp(choice.row(b)[1] - log_total));
+        }
+      } else if (logits.defined()) {
+        ASSIGN_OR_RETURN(const Tensor head, logits.Slice(0, n));
+        std::vector<float> host(static_cast<size_t>(head.numel()));
+        RETURN_IF_ERROR(backend.CopyToHost(head, host.data(), head.size_bytes()));
+        const size_t n_vocab = static_cast<size_t>(model.dims().n_vocab);
+        for (int b = 0; b < n; ++b) {
+          if (read_at[static_cast<size_t>(b)] < 0) continue;
+          const float* x = host.data() + static_cast<size_t>(b) * n_vocab;
+          const double log_total = LogSumExp(x, static_cast<int>(n_vocab));
+          rows[static_cast<size_t>(b)].result().no_speech_prob =
+              static_cast<float>(std::exp(x[static_cast<size_t>(special.no_speech)] - log_total));
+        }
+      }
+    }
   }
 
   t.prefill_ms = since_ms(prefill_start);
@@ -357,7 +532,7 @@ absl::StatusOr<std::vector<GreedyResult>> DecodeGreedyBatch(
   const size_t n_vocab = static_cast<size_t>(model.dims().n_vocab);
   std::vector<int32_t> tokens, positions;
   std::vector<float> logits;
-  std::vector<int> live;
+  std::vector<int> live, on_host;
   for (;;) {
     int highest = -1;  // the highest row still decoding
     live.clear();
@@ -372,24 +547,49 @@ absl::StatusOr<std::vector<GreedyResult>> DecodeGreedyBatch(
     const int batch = state.batch_size();
     // Finished rows and the bucket's unused rows are fed <|endoftext|> at position 0: a step
     // computes them but nothing reads what it writes there.
-    tokens.assign(static_cast<size_t>(batch), vocabulary.special().eot);
+    tokens.assign(static_cast<size_t>(batch), special.eot);
     positions.assign(static_cast<size_t>(batch), 0);
+    on_host.clear();
+    if (on_device) choice.index.assign(static_cast<size_t>(highest + 1), -1);
     for (int b : live) {
       const RowSampler& row = rows[static_cast<size_t>(b)];
       tokens[static_cast<size_t>(b)] = row.input();
       positions[static_cast<size_t>(b)] = row.position();
+      const int mask = on_device ? row.FixedMask() : -1;
+      if (mask < 0) {
+        on_host.push_back(b);
+      } else {
+        choice.index[static_cast<size_t>(b)] = mask;
+      }
     }
     auto start = std::chrono::steady_clock::now();
-    RETURN_IF_ERROR(model.DecodeStepToHost(tokens, positions, state, highest + 1, logits));
+    RETURN_IF_ERROR(model.DecodeStepAsync(tokens, positions, state));
+    if (on_host.size() < live.size()) {
+      RETURN_IF_ERROR(choice.Run(backend, state.step_logits(), highest + 1));
+    }
+    if (!on_host.empty()) {
+      ASSIGN_OR_RETURN(const Tensor out, state.step_logits().Slice(0, highest + 1));
+      logits.resize(static_cast<size_t>(out.numel()));
+      RETURN_IF_ERROR(backend.CopyToHost(out, logits.data(), out.size_bytes()));
+    } else {
+      ++t.device_steps;
+    }
     t.step_ms += since_ms(start);
     ++t.steps;
     t.row_steps += static_cast<int64_t>(live.size());
     start = std::chrono::steady_clock::now();
+    if (on_host.size() < live.size()) {
+      for (int b : live) {
+        if (choice.index[static_cast<size_t>(b)] < 0) continue;
+        const float* c = choice.row(b);
+        rows[static_cast<size_t>(b)].Choose(static_cast<int>(c[0]), c[1], JoinF64(c + 2));
+      }
+    }
     auto sample = [&](int b) {
       rows[static_cast<size_t>(b)].Sample(
           absl::Span<float>(logits.data() + static_cast<size_t>(b) * n_vocab, n_vocab));
     };
-    SampleRows(live, options.on_step == nullptr, sample);
+    SampleRows(on_host, options.on_step == nullptr, sample);
     t.sample_ms += since_ms(start);
     finish_done_rows();
   }

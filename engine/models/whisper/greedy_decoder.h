@@ -30,10 +30,23 @@ struct GreedyOptions {
   // row still decoding, in row order. Default: none.
   std::function<void(int step, absl::Span<const float> logits)> on_step;
   // When > 0: a row stops as soon as its sampled tokens end with this many copies in a row of
-  // the same n-gram (n <= 16), keeping one copy (none when it holds no letter or digit): Whisper at temperature 0 can loop (". . . ." to
-  // the length limit) where the reference would fall back to sampling, which a streaming
-  // decoder has no time for. 0 (the reference's behaviour, for offline parity): never.
+  // the same n-gram (n <= 16), keeping one copy (none when it holds no letter or digit):
+  // Whisper at temperature 0 can loop (". . . ." to the length limit) where the reference would
+  // fall back to sampling, which a streaming decoder has no time for. 0 (the reference's
+  // behaviour, for offline parity): never.
   int max_repeats = 0;
+  // DecodeGreedyBatch: prefill the rows' prompts in one batched pass (WhisperModel::PrefillRows)
+  // instead of one row at a time. kAuto: on backends whose device is not the CPU (on the CPU a
+  // pass over more rows may take another GEMM path and differ in the last bits). Default: kAuto.
+  GraphUse batch_prefill = GraphUse::kAuto;
+  // DecodeGreedyBatch: make the greedy choice where the logits are (Backend::ArgmaxLogSumExp with
+  // the rules' fixed masks, LogitRules::FixedMask) at the steps whose rules allow it, downloading
+  // five numbers per row instead of the logits; other steps and rows (the timestamp rules that
+  // need the distribution, the no-speech probability at the first step) sample on the host.
+  // kAuto: on backends whose device is not the CPU that implement the op; kAlways: wherever
+  // implemented; kNever: host only. Never while on_step is set (it needs the logits).
+  // Default: kAuto.
+  GraphUse reduce_on_device = GraphUse::kAuto;
 };
 
 struct GreedyResult {
@@ -55,7 +68,26 @@ class LogitRules {
   LogitRules(const Vocabulary& vocabulary, const GreedyOptions& options, bool timestamps = true);
   void Apply(absl::Span<const int> sampled, absl::Span<float> logits) const;
 
+  // Masks that Apply amounts to at some steps, whatever the logits (Backend::ArgmaxLogSumExp's
+  // layout), rows:
+  enum FixedMaskRow : int {
+    kTextFirst = 0,       // no timestamps, first step
+    kText = 1,            // no timestamps, later steps; with timestamps, right after a pair
+    kTimestampFirst = 2,  // timestamps, first step
+    kAllowAll = 3,        // nothing disabled (the no-speech probability's log-sum-exp)
+    kOnlyNoSpeech = 4,    // everything but <|nospeech|> disabled (reads its logit)
+    kNumFixedMasks = 5,
+  };
+  // The row of FixedMaskBits() that Apply(sampled, ·) equals, or −1 when the step's rules depend
+  // on the logits (the timestamp rules after text or an open timestamp).
+  int FixedMask(absl::Span<const int> sampled) const;
+  // i32 [kNumFixedMasks, ceil(n_vocab / 32)], bit t % 32 of word t / 32 set when the mask
+  // disables token t; made by Apply itself on finite logits, so it cannot drift from the rules.
+  std::vector<int32_t> FixedMaskBits() const;
+
  private:
+  void ApplyRules(bool timestamps, absl::Span<const int> sampled, absl::Span<float> logits) const;
+
   const SpecialTokens special_;
   const bool timestamps_;
   const int n_vocab_;
@@ -80,16 +112,19 @@ absl::StatusOr<GreedyResult> DecodeGreedy(const WhisperModel& model, const Vocab
 
 // Where DecodeGreedyBatch spent its time (host wall clock, ms), for profiles and logs.
 struct GreedyBatchTimings {
-  double prefill_ms = 0;  // the prompts' prefills, one row at a time
-  double step_ms = 0;     // decoder steps: inputs up, the step (graph replay), logits down
+  double prefill_ms = 0;  // the prompts' prefills (one row at a time, or one batched pass)
+  double step_ms = 0;     // decoder steps: inputs up, the step (graph replay), logits or the
+                          // device's choices (ArgmaxLogSumExp) down
   double sample_ms = 0;   // the logit rules and the choice of each row's token, on the host
+  int device_steps = 0;   // steps whose rows all took the device's choice (no logits down)
   int steps = 0;          // batched decoder steps
   int64_t row_steps = 0;  // rows decoding, summed over the steps
 };
 
 // Greedy decoding of prompts.size() windows in lockstep, window b in slot b of `pool`: its
 // cross-attention K/V must already be there (WhisperModel::EncodeOnDevice on pool.Row(b)).
-// Each row's prompt is prefilled on its own slot exactly as DecodeGreedy prefills it; then one
+// Each row's prompt is prefilled on its own slot exactly as DecodeGreedy prefills it, or all rows
+// in one batched pass (GreedyOptions::batch_prefill; the same values up to rounding); then one
 // DecoderStep serves every row at its own position with its own rules, until each row samples
 // <|endoftext|> or reaches its length limit. A finished row stays in the batch, masked (fed a
 // dummy token at position 0, its logits ignored), until every row above it has finished too;

@@ -2,6 +2,8 @@
 #include "engine/models/whisper/greedy_decoder.h"
 
 #include <cmath>
+#include <random>
+#include <string>
 
 #include "gtest/gtest.h"
 #include "tests/support/test_env.h"
@@ -28,7 +30,9 @@ class LogitRulesTest : public ::testing::Test {
     return logits;
   }
   int Ts(int index) const { return s_.timestamp_begin + index; }
-  static bool Off(const std::vector<float>& l, int id) { return std::isinf(l[static_cast<size_t>(id)]); }
+  static bool Off(const std::vector<float>& l, int id) {
+    return std::isinf(l[static_cast<size_t>(id)]);
+  }
 
   std::unique_ptr<Vocabulary> vocabulary_;
   SpecialTokens s_;
@@ -65,9 +69,9 @@ TEST_F(LogitRulesTest, OpenTimestampAllowsAnotherTimestampOrTheEnd) {
   logits[100] = 50.0f;
   logits[static_cast<size_t>(s_.eot)] = 60.0f;  // likelier than all timestamps together
   const auto l = Apply({Ts(0), 100, Ts(7)}, logits);
-  EXPECT_TRUE(Off(l, 100));        // no text inside a timestamp pair
-  EXPECT_FALSE(Off(l, s_.eot));    // the end may follow a single timestamp
-  EXPECT_TRUE(Off(l, Ts(6)));      // never backwards
+  EXPECT_TRUE(Off(l, 100));      // no text inside a timestamp pair
+  EXPECT_FALSE(Off(l, s_.eot));  // the end may follow a single timestamp
+  EXPECT_TRUE(Off(l, Ts(6)));    // never backwards
   EXPECT_FALSE(Off(l, Ts(7)));
   EXPECT_FALSE(Off(l, Ts(8)));
 }
@@ -115,6 +119,59 @@ TEST_F(LogitRulesTest, SpecialTokensAreWhereTheModelExpectsThem) {
   EXPECT_EQ(vocabulary_->SotSequence(), std::vector<int>{s_.sot});
   EXPECT_EQ(vocabulary_->DecodeText({s_.sot, 843, Ts(3), s_.eot}),
             vocabulary_->tokenizer().Decode(std::vector<int>{843}));
+}
+
+// Wherever FixedMask names a mask, Apply disables exactly that mask's tokens and leaves every
+// other logit as it was, on random logits after random histories of text and timestamps.
+TEST_F(LogitRulesTest, FixedMasksEqualApplyWhereTheyApply) {
+  const unsigned seed = std::random_device{}();
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> logit(0.0f, 3.0f);
+  std::uniform_int_distribution<int> text(0, s_.eot - 1), ts(0, 1500), length(0, 5), coin(0, 1);
+  const size_t words = (51864 + 31) / 32;
+  int checked[LogitRules::kNumFixedMasks] = {};
+  for (bool timestamps : {false, true}) {
+    const LogitRules rules(*vocabulary_, GreedyOptions{}, timestamps);
+    const std::vector<int32_t> bits = rules.FixedMaskBits();
+    ASSERT_EQ(bits.size(), LogitRules::kNumFixedMasks * words);
+    for (int trial = 0; trial < 200; ++trial) {
+      std::vector<int> sampled;
+      const int n = length(rng);
+      for (int i = 0; i < n; ++i) sampled.push_back(coin(rng) ? text(rng) : Ts(ts(rng)));
+      if (trial % 4 == 0 && timestamps) sampled = {Ts(3), text(rng), Ts(7), Ts(7)};  // a pair
+      const int mask = rules.FixedMask(sampled);
+      if (mask < 0) continue;
+      ++checked[mask];
+      std::vector<float> logits(51864);
+      for (float& v : logits) v = logit(rng);
+      const std::vector<float> before = logits;
+      rules.Apply(sampled, absl::MakeSpan(logits));
+      for (size_t t = 0; t < logits.size(); ++t) {
+        const bool off =
+            (static_cast<uint32_t>(bits[static_cast<size_t>(mask) * words + t / 32]) >> (t % 32)) &
+            1u;
+        if (off) {
+          ASSERT_TRUE(std::isinf(logits[t]) && logits[t] < 0)
+              << "mask " << mask << " token " << t << " seed " << seed;
+        } else {
+          ASSERT_EQ(logits[t], before[t]) << "mask " << mask << " token " << t << " seed " << seed;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked[LogitRules::kTextFirst] + checked[LogitRules::kText], 0);
+  EXPECT_GT(checked[LogitRules::kTimestampFirst], 0);
+  // The no-speech masks: all allowed; only <|nospeech|> allowed.
+  const std::vector<int32_t> bits = LogitRules(*vocabulary_, GreedyOptions{}).FixedMaskBits();
+  for (size_t t = 0; t < 51864; ++t) {
+    const auto bit = [&](int row) {
+      return (static_cast<uint32_t>(bits[static_cast<size_t>(row) * words + t / 32]) >> (t % 32)) &
+             1u;
+    };
+    ASSERT_EQ(bit(LogitRules::kAllowAll), 0u) << t;
+    ASSERT_EQ(bit(LogitRules::kOnlyNoSpeech), t == static_cast<size_t>(s_.no_speech) ? 0u : 1u)
+        << t;
+  }
 }
 
 }  // namespace

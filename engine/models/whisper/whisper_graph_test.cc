@@ -217,6 +217,85 @@ TEST_P(WhisperGraphTest, RealModelBatchDecodeEqualsEager) {
   }
 }
 
+// The real tiny.en on real speech, DecodeGreedyBatch with this backend's defaults (on a GPU: the
+// batched prompt prefill and the greedy choice on the device) against the host path (prefill
+// one row at a time, logits downloaded every step): the same tokens; values to rounding.
+TEST_P(WhisperGraphTest, RealModelDeviceChoiceAndBatchedPrefillMatchHostPath) {
+  const auto model_dir = waav::testing::TinyEnModelDir();
+  if (!model_dir) GTEST_SKIP() << "models/whisper-tiny.en absent: run scripts/setup";
+  std::vector<std::vector<float>> windows;
+  frontend::LogMel log_mel;
+  for (const char* name : {"jfk.wav", "ljspeech/LJ001-0001.wav", "ljspeech/LJ001-0008.wav"}) {
+    const auto path = waav::testing::SpeechFile(name);
+    if (!path)
+      GTEST_SKIP() << "shared speech data absent ($WAAV_SHARED_DATA/speech/" << name << ")";
+    auto audio = audio::LoadAudio16k(*path);
+    ASSERT_TRUE(audio.ok()) << audio.status();
+    const frontend::LogMel::Features f = log_mel.Compute(audio->samples);
+    const int n_frames = 3000;
+    const int frames = std::min(n_frames, f.n_frames - 1);
+    std::vector<float> window(static_cast<size_t>(f.n_mels) * n_frames, 0.0f);
+    for (int m = 0; m < f.n_mels; ++m) {
+      std::copy(f.data.begin() + static_cast<std::ptrdiff_t>(m) * f.n_frames,
+                f.data.begin() + static_cast<std::ptrdiff_t>(m) * f.n_frames + frames,
+                window.begin() + static_cast<std::ptrdiff_t>(m) * n_frames);
+    }
+    windows.push_back(std::move(window));
+  }
+  auto transcriber = Transcriber::Load(*model_dir, *backend_, {});
+  ASSERT_TRUE(transcriber.ok()) << transcriber.status();
+  const WhisperModel& model = (*transcriber)->model();
+  const Vocabulary& vocabulary = (*transcriber)->vocabulary();
+  const SpecialTokens& s = vocabulary.special();
+  // Prompts of different lengths: timestamps, text only, earlier text, a forced prefix.
+  std::vector<int> text_only = vocabulary.SotSequence();
+  text_only.push_back(s.no_timestamps);
+  std::vector<int> earlier = {s.sot_prev};
+  for (int t : vocabulary.tokenizer().Encode(" And so my fellow Americans, the printing press."))
+    earlier.push_back(t);
+  earlier.insert(earlier.end(), text_only.begin(), text_only.end());
+  std::vector<int> prefix = text_only;
+  for (int t : vocabulary.tokenizer().Encode(" And so")) prefix.push_back(t);
+  const std::vector<std::vector<int>> kinds = {vocabulary.SotSequence(), text_only, earlier,
+                                               prefix};
+  auto pool = DecoderStatePool::Create(model, 16);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  auto encoder = model.NewEncoderBuffers(1);
+  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  std::vector<std::vector<int>> prompts;
+  for (int b = 0; b < 12; ++b) {
+    ASSERT_TRUE(
+        model.WriteMel(windows[static_cast<size_t>(b) % windows.size()], 0, **encoder).ok());
+    ASSERT_TRUE(model.RunEncoder(**encoder, &(*pool)->Row(b)).ok());
+    prompts.push_back(kinds[static_cast<size_t>(b) % kinds.size()]);
+  }
+  GreedyOptions host;
+  host.batch_prefill = GraphUse::kNever;
+  host.reduce_on_device = GraphUse::kNever;
+  auto reference = DecodeGreedyBatch(model, vocabulary, prompts, host, **pool);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  GreedyBatchTimings timings;
+  auto fast =
+      DecodeGreedyBatch(model, vocabulary, prompts, GreedyOptions{}, **pool, nullptr, &timings);
+  ASSERT_TRUE(fast.ok()) << fast.status();
+  std::cout << GetParam() << ": defaults took " << timings.device_steps << " of " << timings.steps
+            << " steps without logits; prefill " << timings.prefill_ms << " ms\n";
+  ASSERT_EQ(reference->size(), fast->size());
+  double worst = 0;
+  for (size_t b = 0; b < fast->size(); ++b) {
+    const GreedyResult& r = (*reference)[b];
+    const GreedyResult& f = (*fast)[b];
+    EXPECT_EQ(f.tokens, r.tokens) << "row " << b;
+    ASSERT_EQ(f.token_logprobs.size(), r.token_logprobs.size()) << "row " << b;
+    for (size_t t = 0; t < r.token_logprobs.size(); ++t)
+      worst =
+          std::max(worst, std::abs(static_cast<double>(f.token_logprobs[t] - r.token_logprobs[t])));
+    EXPECT_NEAR(f.no_speech_prob, r.no_speech_prob, 1e-3) << "row " << b;
+  }
+  std::cout << GetParam() << ": largest log-probability difference " << worst << "\n";
+  EXPECT_LT(worst, 1e-2);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, WhisperGraphTest, ::testing::Values("cpu", "cuda"),
                          [](const auto& info) { return info.param; });
 

@@ -551,7 +551,7 @@ absl::StatusOr<std::vector<float>> WhisperModel::Decode(absl::Span<const int32_t
                                                         int tokens_per_row,
                                                         absl::Span<const int32_t> positions,
                                                         DecoderState& state) const {
-  const int64_t b = state.batch_size(), t = tokens_per_row, d = dims_.d_model;
+  const int64_t b = state.batch_size(), t = tokens_per_row;
   if (t <= 0 || static_cast<int64_t>(tokens.size()) != b * t ||
       static_cast<int64_t>(positions.size()) != b) {
     return absl::InvalidArgumentError(absl::StrCat("Decode: ", tokens.size(), " tokens and ",
@@ -580,8 +580,16 @@ absl::StatusOr<std::vector<float>> WhisperModel::Decode(absl::Span<const int32_t
   }
   RETURN_IF_ERROR(backend_.CopyFromHost(positions.data(), positions.size() * 4, state.positions_));
   RETURN_IF_ERROR(backend_.CopyFromHost(lengths.data(), lengths.size() * 4, state.lengths_));
-  ASSIGN_OR_RETURN(Tensor token_ids, Upload(backend_, {b, t}, DType::kI32, tokens.data()));
+  ASSIGN_OR_RETURN(const Tensor token_ids, Upload(backend_, {b, t}, DType::kI32, tokens.data()));
+  ASSIGN_OR_RETURN(const Tensor x, DecoderForward(token_ids, state));
+  // Only each row's last position needs logits.
+  ASSIGN_OR_RETURN(const Tensor logits, LogitsAt(x, std::vector<int64_t>(b, t - 1)));
+  return Download<float>(backend_, logits);
+}
 
+absl::StatusOr<Tensor> WhisperModel::DecoderForward(const Tensor& token_ids,
+                                                    DecoderState& state) const {
+  const int64_t b = token_ids.dim(0), t = token_ids.dim(1), d = dims_.d_model;
   ASSIGN_OR_RETURN(Tensor x, backend_.Allocate({b, t, d}, DType::kF32));
   ASSIGN_OR_RETURN(Tensor scratch, backend_.Allocate({b, t, d}, DType::kF32));
   ASSIGN_OR_RETURN(const Workspace ws, NewWorkspace(x.shape()));
@@ -596,8 +604,12 @@ absl::StatusOr<std::vector<float>> WhisperModel::Decode(absl::Span<const int32_t
     RETURN_IF_ERROR(RunFeedForward(layer.ffn, x, ws));
   }
   RETURN_IF_ERROR(backend_.LayerNorm(x, decoder_norm_gamma_, decoder_norm_beta_, 1e-5f, x));
+  return x;
+}
 
-  // Only each row's last position needs logits.
+absl::StatusOr<Tensor> WhisperModel::LogitsAt(const Tensor& x,
+                                              absl::Span<const int64_t> index) const {
+  const int64_t b = x.dim(0), t = x.dim(1), d = dims_.d_model;
   ASSIGN_OR_RETURN(Tensor flat, x.Reshape({b * t, d}));
   Tensor last;
   if (t == 1) {
@@ -605,26 +617,82 @@ absl::StatusOr<std::vector<float>> WhisperModel::Decode(absl::Span<const int32_t
   } else {
     ASSIGN_OR_RETURN(last, backend_.Allocate({b, d}, DType::kF32));
     for (int64_t i = 0; i < b; ++i) {
-      ASSIGN_OR_RETURN(Tensor src, flat.Slice(i * t + t - 1, i * t + t));
+      const int64_t row = i * t + index[static_cast<size_t>(i)];
+      ASSIGN_OR_RETURN(Tensor src, flat.Slice(row, row + 1));
       ASSIGN_OR_RETURN(Tensor dst, last.Slice(i, i + 1));
       RETURN_IF_ERROR(backend_.Copy(src, dst));
     }
   }
   ASSIGN_OR_RETURN(Tensor logits, backend_.Allocate({b, dims_.n_vocab}, DType::kF32));
   RETURN_IF_ERROR(backend_.Linear(last, token_embedding_, nullptr, Activation::kNone, logits));
-  return Download<float>(backend_, logits);
+  return logits;
 }
 
-absl::Status WhisperModel::DecodeStepToHost(absl::Span<const int32_t> tokens,
-                                            absl::Span<const int32_t> positions,
-                                            DecoderState& state, int rows_out,
-                                            std::vector<float>& logits) const {
+absl::StatusOr<Tensor> WhisperModel::PrefillRows(absl::Span<const std::vector<int32_t>> tokens,
+                                                 absl::Span<const int> read_at,
+                                                 DecoderState& state) const {
   const int64_t b = state.batch_size();
-  if (static_cast<int64_t>(tokens.size()) != b || static_cast<int64_t>(positions.size()) != b ||
-      rows_out < 1 || rows_out > b) {
-    return absl::InvalidArgumentError(absl::StrCat("DecodeStepToHost: ", tokens.size(), " tokens, ",
-                                                   positions.size(), " positions and ", rows_out,
-                                                   " rows out for batch ", b));
+  if (static_cast<int64_t>(tokens.size()) != b ||
+      (!read_at.empty() && static_cast<int64_t>(read_at.size()) != b)) {
+    return absl::InvalidArgumentError(absl::StrCat("PrefillRows: ", tokens.size(), " rows and ",
+                                                   read_at.size(), " read positions for batch ",
+                                                   b));
+  }
+  int64_t t = 0;
+  for (const std::vector<int32_t>& row : tokens) t = std::max(t, static_cast<int64_t>(row.size()));
+  if (t == 0) return absl::InvalidArgumentError("PrefillRows: no row has a token to feed");
+  if (t > dims_.n_text_ctx) {
+    return absl::OutOfRangeError(absl::StrCat("decoder context of ", dims_.n_text_ctx,
+                                              " tokens exceeded (a prompt of ", t, " tokens)"));
+  }
+  // Rows padded to t with their last token (0 for an empty row): the padding's K/V land at
+  // positions past the row's tokens, which the row's next steps overwrite before attending to.
+  std::vector<int32_t> flat(static_cast<size_t>(b * t), 0);
+  bool any_read = false;
+  for (int64_t i = 0; i < b; ++i) {
+    const std::vector<int32_t>& row = tokens[static_cast<size_t>(i)];
+    for (int32_t token : row) {
+      if (token < 0 || token >= dims_.n_vocab) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("token id ", token, " is outside the vocabulary"));
+      }
+    }
+    const int32_t pad = row.empty() ? 0 : row.back();
+    std::copy(row.begin(), row.end(), flat.begin() + i * t);
+    std::fill(flat.begin() + i * t + static_cast<int64_t>(row.size()), flat.begin() + (i + 1) * t,
+              pad);
+    if (!read_at.empty()) {
+      const int at = read_at[static_cast<size_t>(i)];
+      if (at < -1 || at >= static_cast<int>(row.size())) {
+        return absl::InvalidArgumentError(absl::StrCat("PrefillRows: read_at[", i, "] = ", at,
+                                                       " for a row of ", row.size(), " tokens"));
+      }
+      any_read = any_read || at >= 0;
+    }
+  }
+  const std::vector<int32_t> positions(static_cast<size_t>(b), 0);
+  const std::vector<int32_t> lengths(static_cast<size_t>(b), static_cast<int32_t>(t));
+  RETURN_IF_ERROR(backend_.CopyFromHost(positions.data(), positions.size() * 4, state.positions_));
+  RETURN_IF_ERROR(backend_.CopyFromHost(lengths.data(), lengths.size() * 4, state.lengths_));
+  ASSIGN_OR_RETURN(const Tensor token_ids, Upload(backend_, {b, t}, DType::kI32, flat.data()));
+  ASSIGN_OR_RETURN(const Tensor x, DecoderForward(token_ids, state));
+  if (!any_read) return Tensor();
+  std::vector<int64_t> index(static_cast<size_t>(b), t - 1);
+  for (int64_t i = 0; i < b; ++i) {
+    if (read_at[static_cast<size_t>(i)] >= 0)
+      index[static_cast<size_t>(i)] = read_at[static_cast<size_t>(i)];
+  }
+  return LogitsAt(x, index);
+}
+
+absl::Status WhisperModel::DecodeStepAsync(absl::Span<const int32_t> tokens,
+                                           absl::Span<const int32_t> positions,
+                                           DecoderState& state) const {
+  const int64_t b = state.batch_size();
+  if (static_cast<int64_t>(tokens.size()) != b || static_cast<int64_t>(positions.size()) != b) {
+    return absl::InvalidArgumentError(absl::StrCat("DecodeStepAsync: ", tokens.size(),
+                                                   " tokens and ", positions.size(),
+                                                   " positions for batch ", b));
   }
   std::vector<int32_t> lengths(positions.begin(), positions.end());
   for (int32_t& length : lengths) {
@@ -643,7 +711,18 @@ absl::Status WhisperModel::DecodeStepToHost(absl::Span<const int32_t> tokens,
   RETURN_IF_ERROR(backend_.CopyFromHost(positions.data(), positions.size() * 4, state.positions_));
   RETURN_IF_ERROR(backend_.CopyFromHost(lengths.data(), lengths.size() * 4, state.lengths_));
   RETURN_IF_ERROR(backend_.CopyFromHost(tokens.data(), tokens.size() * 4, state.step_.tokens));
-  RETURN_IF_ERROR(RunDecodeStep(state));
+  return RunDecodeStep(state);
+}
+
+absl::Status WhisperModel::DecodeStepToHost(absl::Span<const int32_t> tokens,
+                                            absl::Span<const int32_t> positions,
+                                            DecoderState& state, int rows_out,
+                                            std::vector<float>& logits) const {
+  if (rows_out < 1 || rows_out > state.batch_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DecodeStepToHost: ", rows_out, " rows out for batch ", state.batch_size()));
+  }
+  RETURN_IF_ERROR(DecodeStepAsync(tokens, positions, state));
   ASSIGN_OR_RETURN(const Tensor out, state.step_.logits.Slice(0, rows_out));
   logits.resize(static_cast<size_t>(out.numel()));
   return backend_.CopyToHost(out, logits.data(), out.size_bytes());

@@ -210,6 +210,22 @@ class WhisperModel {
                                 absl::Span<const int32_t> positions, DecoderState& state,
                                 int rows_out, std::vector<float>& logits) const;
 
+  // Prompt prefill of every row of `state` in one pass: row b's tokens[b] (its own count, at
+  // most n_text_ctx; empty rows are allowed) at positions 0, 1, ..., each row attending to its
+  // own earlier tokens only, as Decode on that row alone would (the same values up to rounding:
+  // GEMMs over more rows may take another path). Rows are padded to the longest with their last
+  // token; the padding writes K/V past the row's tokens, where the row's next tokens are written
+  // before anything attends to them. Returns the logits f32 [B, n_vocab] on the device of token
+  // read_at[b] of each row b (−1: any row, meaningless), or an undefined tensor when read_at is
+  // empty or all −1. Eager (its length varies per call), asynchronous.
+  absl::StatusOr<Tensor> PrefillRows(absl::Span<const std::vector<int32_t>> tokens,
+                                     absl::Span<const int> read_at, DecoderState& state) const;
+
+  // DecodeStepToHost without the download: inputs up and the step (RunDecodeStep); the logits
+  // are left in state.step_logits() for the caller (asynchronous).
+  absl::Status DecodeStepAsync(absl::Span<const int32_t> tokens,
+                               absl::Span<const int32_t> positions, DecoderState& state) const;
+
   // One decoder step on the device: reads state.step_tokens(), positions() and lengths() as they
   // are when the kernels run, appends each row's K/V to its self-attention cache and writes
   // state.step_logits(). Allocates nothing, copies nothing to or from the host and does not
@@ -271,6 +287,11 @@ class WhisperModel {
                             bool causal, const Tensor& out, const Workspace& ws) const;
   absl::Status RunFeedForward(const FeedForwardWeights& w, const Tensor& x,
                               const Workspace& ws) const;
+  // The decoder over token_ids i32 [B, T] at state's positions()/lengths() (already written):
+  // the final-normed activations [B, T, d_model] (eager, allocated per call).
+  absl::StatusOr<Tensor> DecoderForward(const Tensor& token_ids, DecoderState& state) const;
+  // Logits f32 [B, n_vocab] of x[b, index[b]] for each row b.
+  absl::StatusOr<Tensor> LogitsAt(const Tensor& x, absl::Span<const int64_t> index) const;
   // The encoder pass of EncodeOnDevice (into buffers.output()) and its cross-attention K/V
   // projection into `state`.
   absl::Status EncoderPass(EncoderBuffers& buffers) const;
