@@ -80,27 +80,8 @@ class RecurrentKernelTest : public ::testing::Test {
   std::unique_ptr<Backend> backend_;
 };
 
-::testing::AssertionResult Close(const std::vector<float>& got, const std::vector<double>& want,
-                                 double tolerance = kTolerance) {
-  if (got.size() != want.size()) {
-    return ::testing::AssertionFailure() << "size " << got.size() << " vs " << want.size();
-  }
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(got[i])) {
-      return ::testing::AssertionFailure()
-             << "element " << i << " is " << got[i] << " (want " << want[i] << ")";
-    }
-    diff += (got[i] - want[i]) * (got[i] - want[i]);
-    norm += want[i] * want[i];
-  }
-  const double rel = norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
-  if (rel <= tolerance) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "relative L2 error " << rel << " > " << tolerance;
-}
-
-// Like Close, but the error is relative to the size of the terms that were summed
-// (`scale[i]` = |bias| + sum |x w| of output i) rather than to the result: a dot product that
+// Relative L2 error of `got` against `want`, relative to the L2 norm of `scale`. For sums,
+// `scale[i]` = |bias| + sum |x w| of output i rather than the result: a dot product that
 // nearly cancels (one output of N = 1, say) has a tiny result but an f32 rounding error the size
 // of eps times its terms. The activations here (ReLU, sigmoid) have slopes <= 1, so they do not
 // enlarge that error.
@@ -122,8 +103,15 @@ class RecurrentKernelTest : public ::testing::Test {
   }
   const double rel = norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
   if (rel <= tolerance) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "error relative to the terms' size " << rel << " > "
-                                       << tolerance;
+  return ::testing::AssertionFailure() << "relative L2 error " << rel << " > " << tolerance;
+}
+
+// Relative L2 error against the result itself.
+::testing::AssertionResult Close(const std::vector<float>& got, const std::vector<double>& want,
+                                 double tolerance = kTolerance) {
+  std::vector<double> scale(want.size());
+  for (size_t i = 0; i < want.size(); ++i) scale[i] = std::abs(want[i]);
+  return CloseToScale(got, want, scale, tolerance);
 }
 
 double Apply(Activation act, double x) {
