@@ -55,6 +55,25 @@ std::vector<float> Noise(size_t n) {
   return v;
 }
 
+// Host cost of putting one log-mel window into the encoder's input (arg 0: the front end's
+// [n_mels, n_frames], transposed on the host; arg 1: time-major, what the streaming scheduler
+// prepares, copied as it is). On the CPU backend the copy is a memcpy; a GPU adds the transfer.
+void BM_WriteMel(benchmark::State& state) {
+  const WhisperModel* model = TheModel();
+  if (model == nullptr) return state.SkipWithError("model not loaded (run scripts/setup)");
+  auto buffers = model->NewEncoderBuffers(1);
+  if (!buffers.ok()) return state.SkipWithError("allocation failed");
+  const WhisperDims& d = model->dims();
+  const std::vector<float> mel = Noise(static_cast<size_t>(d.n_mels) * d.n_frames());
+  const auto layout = state.range(0) == 0 ? WhisperModel::MelLayout::kMelMajor
+                                          : WhisperModel::MelLayout::kTimeMajor;
+  for (auto _ : state) {
+    if (!model->WriteMel(mel, 0, **buffers, layout).ok()) {
+      return state.SkipWithError("WriteMel failed");
+    }
+  }
+}
+
 void BM_Encoder(benchmark::State& state) {
   const WhisperModel* model = TheModel();
   if (model == nullptr) return state.SkipWithError("model not loaded (run scripts/setup)");
@@ -98,6 +117,7 @@ void BM_DecodeStep(benchmark::State& state) {
                                                          benchmark::Counter::kInvert);
 }
 
+BENCHMARK(BM_WriteMel)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Encoder)->Arg(1)->Arg(2)->Arg(4)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_DecodeStep)
     ->Arg(1)

@@ -592,7 +592,8 @@ class StreamingEngine::Impl {
           *encoders_[static_cast<size_t>(std::countr_zero(static_cast<unsigned>(size)))];
       const auto start = std::chrono::steady_clock::now();
       for (int i = 0; i < size; ++i) {
-        RETURN_IF_ERROR(model.WriteMel(rows[static_cast<size_t>(begin + i)].input.mel, i, buffers));
+        RETURN_IF_ERROR(model.WriteMel(rows[static_cast<size_t>(begin + i)].input.mel, i, buffers,
+                                       whisper::WhisperModel::MelLayout::kTimeMajor));
       }
       ASSIGN_OR_RETURN(whisper::DecoderState * slots, decoders_->Range(begin, size));
       RETURN_IF_ERROR(model.RunEncoder(buffers, slots));

@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "engine/runtime/status.h"
+#include "engine/runtime/transpose.h"
 
 namespace waav::streaming {
 namespace {
@@ -53,12 +54,11 @@ UtteranceInput UtteranceDecoder::Prepare(const frontend::LogMel& log_mel, int n_
   UtteranceInput input;
   // Log-mel of the utterance, zero-padded to one window like the offline path.
   const frontend::LogMel::Features features = log_mel.Compute(audio);
+  // Time-major, the encoder's layout: the scheduler copies it to the device as it is.
   const int frames = std::min(n_frames, features.n_frames - 1);
   input.mel.assign(static_cast<size_t>(features.n_mels) * n_frames, 0.0f);
-  for (int m = 0; m < features.n_mels; ++m) {
-    const float* src = features.data.data() + static_cast<size_t>(m) * features.n_frames;
-    std::copy(src, src + frames, input.mel.begin() + static_cast<size_t>(m) * n_frames);
-  }
+  TransposeTiled(features.data.data(), features.n_mels, frames, features.n_frames, input.mel.data(),
+                 features.n_mels);
 
   // Prompt: earlier text, then the task, text only, then what is already committed.
   std::vector<int>& prompt = input.prompt;
@@ -90,8 +90,9 @@ RecognitionResult UtteranceDecoder::Finish(const whisper::GreedyResult& decoded,
 
   // Whisper's own silence test (as faster-whisper applies it): likely no speech and an
   // unconfident decode means the VAD let noise through.
-  const bool no_speech = decoded.no_speech_prob > 0.6f &&
-                         decoded.sum_logprob / static_cast<double>(decoded.tokens.size() + 1) < -1.0;
+  const bool no_speech =
+      decoded.no_speech_prob > 0.6f &&
+      decoded.sum_logprob / static_cast<double>(decoded.tokens.size() + 1) < -1.0;
 
   std::vector<int> tokens = committed;
   std::vector<float> logprobs = committed_logprobs_;
@@ -111,12 +112,14 @@ RecognitionResult UtteranceDecoder::Finish(const whisper::GreedyResult& decoded,
     stable = tokens.size();
     tokens.insert(tokens.end(), decoded.tokens.begin() + static_cast<std::ptrdiff_t>(newly),
                   decoded.tokens.end());
-    logprobs.insert(logprobs.end(), decoded.token_logprobs.begin() + static_cast<std::ptrdiff_t>(newly),
+    logprobs.insert(logprobs.end(),
+                    decoded.token_logprobs.begin() + static_cast<std::ptrdiff_t>(newly),
                     decoded.token_logprobs.end());
   }
 
   result.transcript = TextOf(tokens);
-  result.stable_transcript = TextOf(std::vector<int>(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(stable)));
+  result.stable_transcript = TextOf(
+      std::vector<int>(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(stable)));
   double sum = 0;
   for (float lp : logprobs) sum += lp;
   result.confidence = logprobs.empty() ? 0.0f : static_cast<float>(std::exp(sum / logprobs.size()));
@@ -155,14 +158,16 @@ void UtteranceDecoder::FillWords(const std::vector<int>& tokens, const std::vect
   std::vector<Span> spans;
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] >= vocabulary_.special().eot) continue;
-    if (spans.empty() || StartsWord(tokens[i])) spans.push_back({i, i + 1});
-    else spans.back().end = i + 1;
+    if (spans.empty() || StartsWord(tokens[i]))
+      spans.push_back({i, i + 1});
+    else
+      spans.back().end = i + 1;
   }
   std::vector<std::string> words;
   size_t total_chars = 0;
   for (const Span& s : spans) {
-    words.emplace_back(absl::StripAsciiWhitespace(
-        vocabulary_.DecodeText(std::vector<int>(tokens.begin() + s.begin, tokens.begin() + s.end))));
+    words.emplace_back(absl::StripAsciiWhitespace(vocabulary_.DecodeText(
+        std::vector<int>(tokens.begin() + s.begin, tokens.begin() + s.end))));
     total_chars += std::max<size_t>(1, words.back().size());
   }
   size_t chars_before = 0;
@@ -173,9 +178,11 @@ void UtteranceDecoder::FillWords(const std::vector<int>& tokens, const std::vect
     WordResult word;
     word.word = words[w];
     const size_t chars = std::max<size_t>(1, words[w].size());
-    word.start_ms = start_ms + static_cast<int64_t>(duration * chars_before / std::max<size_t>(1, total_chars));
+    word.start_ms =
+        start_ms + static_cast<int64_t>(duration * chars_before / std::max<size_t>(1, total_chars));
     chars_before += chars;
-    word.end_ms = start_ms + static_cast<int64_t>(duration * chars_before / std::max<size_t>(1, total_chars));
+    word.end_ms =
+        start_ms + static_cast<int64_t>(duration * chars_before / std::max<size_t>(1, total_chars));
     double sum = 0;
     for (size_t i = spans[w].begin; i < spans[w].end; ++i) sum += logprobs[i];
     word.confidence = static_cast<float>(std::exp(sum / (spans[w].end - spans[w].begin)));
@@ -183,9 +190,8 @@ void UtteranceDecoder::FillWords(const std::vector<int>& tokens, const std::vect
     stable_words += word.stable ? 1 : 0;
     result->words.push_back(std::move(word));
   }
-  result->stability = result->words.empty()
-                          ? 0.0f
-                          : static_cast<float>(stable_words) / result->words.size();
+  result->stability =
+      result->words.empty() ? 0.0f : static_cast<float>(stable_words) / result->words.size();
 }
 
 // Words as FillWords splits them (so that a word stable in a partial keeps its text in the

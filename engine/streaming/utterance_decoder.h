@@ -21,7 +21,7 @@ namespace waav::streaming {
 
 // One utterance window ready for the model.
 struct UtteranceInput {
-  std::vector<float> mel;   // log-mel [n_mels, n_frames], zero-padded to one window
+  std::vector<float> mel;   // log-mel, time-major [n_frames, n_mels], zero-padded to one window
   std::vector<int> prompt;  // the decoder prompt (see UtteranceDecoder::Prepare)
 };
 

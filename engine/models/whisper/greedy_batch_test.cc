@@ -327,7 +327,8 @@ TEST_F(GreedyBatchTest, RepetitionLoopsAreCut) {
   const std::vector<float> window = Window(audio);
   std::vector<int> prompt = vocabulary().SotSequence();
   prompt.push_back(vocabulary().special().no_timestamps);
-  const std::vector<int> prefix = vocabulary().tokenizer().Encode(" in being comparatively modern.");
+  const std::vector<int> prefix =
+      vocabulary().tokenizer().Encode(" in being comparatively modern.");
   prompt.insert(prompt.end(), prefix.begin(), prefix.end());
 
   const GreedyResult looping = DecodeAlone(window, prompt);
@@ -335,9 +336,9 @@ TEST_F(GreedyBatchTest, RepetitionLoopsAreCut) {
   options.max_repeats = 4;
   const GreedyResult cut = DecodeAlone(window, prompt, options);
   std::cout << "without the cut: " << looping.tokens.size() << " tokens '"
-            << vocabulary().tokenizer().Decode(looping.tokens) << "'; with it: "
-            << cut.tokens.size() << " tokens '" << vocabulary().tokenizer().Decode(cut.tokens)
-            << "'\n";
+            << vocabulary().tokenizer().Decode(looping.tokens)
+            << "'; with it: " << cut.tokens.size() << " tokens '"
+            << vocabulary().tokenizer().Decode(cut.tokens) << "'\n";
   ASSERT_GE(looping.tokens.size(), 16u) << "the loop this test is about did not happen";
   EXPECT_FALSE(looping.cut_repetition);
   EXPECT_TRUE(cut.cut_repetition);
@@ -391,6 +392,42 @@ TEST_F(GreedyBatchTest, BadBatchesAreRefused) {
   const std::vector<float> window(static_cast<size_t>(80 * 3000), 0.0f);
   EXPECT_FALSE(model().WriteMel(window, 2, **encoder).ok());
   EXPECT_TRUE(model().WriteMel(window, 1, **encoder).ok());
+  EXPECT_FALSE(
+      model()
+          .WriteMel(std::vector<float>(10), 0, **encoder, WhisperModel::MelLayout::kTimeMajor)
+          .ok());
+}
+
+// The two host layouts of WriteMel put the same window on the device: the front end's
+// [n_mels, n_frames] transposed, and time-major copied as it is.
+TEST_F(GreedyBatchTest, MelLayoutsWriteTheSameWindow) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> value(-1.5f, 1.5f);
+  const int mels = model().dims().n_mels, frames = model().dims().n_frames();
+  std::vector<float> mel_major(static_cast<size_t>(mels) * frames);
+  for (float& v : mel_major) v = value(rng);
+  std::vector<float> time_major(mel_major.size());
+  for (int m = 0; m < mels; ++m) {
+    for (int t = 0; t < frames; ++t) {
+      time_major[static_cast<size_t>(t) * mels + m] =
+          mel_major[static_cast<size_t>(m) * frames + t];
+    }
+  }
+  auto encoder = model().NewEncoderBuffers(2);
+  ASSERT_TRUE(encoder.ok());
+  ASSERT_TRUE(model().WriteMel(mel_major, 0, **encoder).ok());
+  ASSERT_TRUE(model().WriteMel(time_major, 1, **encoder, WhisperModel::MelLayout::kTimeMajor).ok());
+  std::vector<float> device(2 * time_major.size());
+  ASSERT_TRUE(model()
+                  .backend()
+                  .CopyToHost((*encoder)->mel(), device.data(), device.size() * sizeof(float))
+                  .ok());
+  for (size_t i = 0; i < time_major.size(); ++i) {
+    ASSERT_EQ(device[i], time_major[i]) << "mel-major row, element " << i;
+    ASSERT_EQ(device[time_major.size() + i], time_major[i]) << "time-major row, element " << i;
+  }
 }
 
 }  // namespace

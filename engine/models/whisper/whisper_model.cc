@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/models/ct2/model_file.h"
 #include "engine/runtime/status.h"
+#include "engine/runtime/transpose.h"
 
 namespace waav::whisper {
 namespace {
@@ -454,8 +455,8 @@ absl::StatusOr<std::unique_ptr<EncoderBuffers>> WhisperModel::UploadMel(absl::Sp
   return buffers;
 }
 
-absl::Status WhisperModel::WriteMel(absl::Span<const float> mel, int row,
-                                    EncoderBuffers& buffers) const {
+absl::Status WhisperModel::WriteMel(absl::Span<const float> mel, int row, EncoderBuffers& buffers,
+                                    MelLayout layout) const {
   const int64_t frames = dims_.n_frames(), mels = dims_.n_mels;
   if (static_cast<int64_t>(mel.size()) != mels * frames) {
     return absl::InvalidArgumentError(
@@ -465,10 +466,12 @@ absl::Status WhisperModel::WriteMel(absl::Span<const float> mel, int row,
     return absl::InvalidArgumentError(
         absl::StrCat("row ", row, " of encoder buffers for batch ", buffers.batch_size()));
   }
-  std::vector<float> time_major(mel.size());
-  for (int64_t m = 0; m < mels; ++m)
-    for (int64_t t = 0; t < frames; ++t) time_major[t * mels + m] = mel[m * frames + t];
   ASSIGN_OR_RETURN(const Tensor dst, buffers.mel_.Slice(row, row + 1));
+  if (layout == MelLayout::kTimeMajor) {
+    return backend_.CopyFromHost(mel.data(), mel.size() * sizeof(float), dst);
+  }
+  std::vector<float> time_major(mel.size());
+  TransposeTiled(mel.data(), mels, frames, time_major.data());
   return backend_.CopyFromHost(time_major.data(), time_major.size() * sizeof(float), dst);
 }
 

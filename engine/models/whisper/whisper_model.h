@@ -189,9 +189,14 @@ class WhisperModel {
   // capture of your own is open.
   absl::Status RunEncoder(EncoderBuffers& buffers, DecoderState* state) const;
 
-  // Writes one log-mel window (host [n_mels, n_frames], the front end's layout) into row `row`
-  // of buffers.mel(), transposed to time-major. Copies to the device; allocates nothing there.
-  absl::Status WriteMel(absl::Span<const float> mel, int row, EncoderBuffers& buffers) const;
+  // Writes one log-mel window into row `row` of buffers.mel() (time-major). `layout` says how
+  // `mel` is laid out on the host: the front end's [n_mels, n_frames] (transposed here, in tiles)
+  // or already time-major [n_frames, n_mels] (copied as it is: what the streaming scheduler
+  // prepares, so that no transpose sits on its thread). Copies to the device; allocates nothing
+  // there.
+  enum class MelLayout { kMelMajor, kTimeMajor };
+  absl::Status WriteMel(absl::Span<const float> mel, int row, EncoderBuffers& buffers,
+                        MelLayout layout = MelLayout::kMelMajor) const;
 
   // Encoder output only (host [B, n_audio_ctx, d_model]); for tests and parity checks.
   absl::StatusOr<std::vector<float>> EncoderOutput(absl::Span<const float> mel, int batch) const;
