@@ -15,6 +15,7 @@
 #include "engine/metrics/stage_metrics.h"
 #include "engine/models/whisper/decoder_pool.h"
 #include "engine/runtime/status.h"
+#include "engine/runtime/thread_pool.h"
 #include "engine/streaming/endpointer.h"
 #include "engine/streaming/ingest_ring.h"
 #include "engine/streaming/utterance_decoder.h"
@@ -41,6 +42,13 @@ double MsSince(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
+// Threads of the scheduler's window preparation (EngineOptions::prepare_threads).
+int PrepareThreads(const EngineOptions& options) {
+  if (options.prepare_threads > 0) return options.prepare_threads;
+  const int hardware = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return std::min({options.max_batch, hardware, 8});
+}
+
 }  // namespace
 
 absl::Status EngineOptions::Validate() const {
@@ -55,6 +63,10 @@ absl::Status EngineOptions::Validate() const {
   if (max_batch < 1 || max_batch > 256) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_batch must be in [1, 256]; got ", max_batch));
+  }
+  if (prepare_threads < 0 || prepare_threads > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prepare_threads must be in [0, 64]; got ", prepare_threads));
   }
   if (encoder_batch < 0 || encoder_batch > 256) {
     return absl::InvalidArgumentError(
@@ -72,6 +84,7 @@ class StreamingEngine::Impl {
         transcriber_(transcriber),
         vad_(vad),
         decoders_(std::move(decoders)),
+        prepare_pool_(PrepareThreads(options)),
         encoders_(std::move(encoders)),
         ring_(static_cast<size_t>(options.ingest_ring_slots)) {
     frontend_ = std::thread([this] { FrontendLoop(); });
@@ -616,12 +629,17 @@ class StreamingEngine::Impl {
     whisper::GreedyOptions greedy;
     greedy.max_repeats = kMaxRepeats;
     const int64_t picked_ns = NowNs();
-    for (Row& row : rows) {
-      row.queue_ms = NsToMs(picked_ns - row.job.queued_ns);
-      const auto start = std::chrono::steady_clock::now();
-      row.input = row.stream->decoder.Prepare(log_mel, model.dims().n_frames(), row.job.audio);
-      row.encoder_ms = MsSince(start);  // log-mel now; the encoder below adds to it
-    }
+    // Each row is another stream's decoder, and the front end is immutable: rows are prepared
+    // in parallel.
+    prepare_pool_.ParallelFor(static_cast<int64_t>(rows.size()), [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        Row& row = rows[static_cast<size_t>(i)];
+        row.queue_ms = NsToMs(picked_ns - row.job.queued_ns);
+        const auto start = std::chrono::steady_clock::now();
+        row.input = row.stream->decoder.Prepare(log_mel, model.dims().n_frames(), row.job.audio);
+        row.encoder_ms = MsSince(start);  // log-mel now; the encoder below adds to it
+      }
+    });
     // A prompt that cannot be decoded fails its own stream, not the batch.
     std::erase_if(rows, [&](Row& row) {
       const absl::Status status =
@@ -730,6 +748,7 @@ class StreamingEngine::Impl {
   const whisper::Transcriber& transcriber_;
   VoiceActivityModel& vad_;
   std::unique_ptr<whisper::DecoderStatePool> decoders_;  // max_batch slots
+  ThreadPool prepare_pool_;  // driven by the scheduler thread (DecodeBatch)
   // Views of one set of encoder buffers for 1, 2, 4, ... windows (encoders_[k]: 2^k rows).
   std::vector<std::unique_ptr<whisper::EncoderBuffers>> encoders_;
   IngestRing ring_;

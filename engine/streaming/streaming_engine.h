@@ -45,6 +45,11 @@ struct EngineOptions {
   // windows' decoder slots, so no pass computes padding rows. Memory: encoder buffers for the
   // largest pass (tiny.en: about 30 MB per window). Default: 0; 0..256.
   int encoder_batch = 0;
+  // Threads (the scheduler's included) that prepare a batch's windows (log-mel of each stream's
+  // utterance, ~0.9 ms per 30 s of audio on one core) before the encoder runs: with dozens of
+  // windows per batch on a GPU, one thread would spend longer on them than the encoder. 0
+  // (auto): min(max_batch, hardware threads, 8). Default: 0; 0..64.
+  int prepare_threads = 0;
   // Stage timings go here when set (not owned). Default: none.
   metrics::StageMetrics* stage_metrics = nullptr;
   // Called on the scheduler thread after each batch is decoded, with the number of windows in

@@ -434,6 +434,9 @@ TEST_F(StreamingEngineTest, ConcurrentStreamsShareBatchesAndMatchUnbatched) {
     EngineOptions options;
     options.max_batch = max_batch;
     options.encoder_batch = encoder_batch;
+    // Batched runs prepare their windows on 3 threads (more than this machine's cores, so
+    // they interleave); the one-window run prepares serially; both must decode the same.
+    options.prepare_threads = max_batch > 1 ? 3 : 1;
     options.batch_observer = [&](int n) {
       if (n > largest.load()) largest.store(n);
     };
@@ -529,6 +532,13 @@ TEST_F(StreamingEngineTest, BadOptionsAreRefused) {
     auto engine = StreamingEngine::Create(bad_encoder, *transcriber_, vad_);
     ASSERT_FALSE(engine.ok());
     EXPECT_NE(engine.status().message().find("encoder_batch"), absl::string_view::npos);
+  }
+  for (int threads : {-1, 65}) {
+    EngineOptions bad_threads;
+    bad_threads.prepare_threads = threads;
+    auto engine = StreamingEngine::Create(bad_threads, *transcriber_, vad_);
+    ASSERT_FALSE(engine.ok());
+    EXPECT_NE(engine.status().message().find("prepare_threads"), absl::string_view::npos);
   }
 }
 

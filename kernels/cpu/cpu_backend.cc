@@ -24,7 +24,7 @@
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/pointwise.h"
 #include "kernels/cpu/scratch.h"
-#include "kernels/cpu/thread_pool.h"
+#include "engine/runtime/thread_pool.h"
 #include "spdlog/spdlog.h"
 
 namespace waav {
@@ -33,7 +33,7 @@ namespace {
 using cpu::CpuMemoryPool;
 using cpu::KernelContext;
 using cpu::Scratch;
-using cpu::ThreadPool;
+using waav::ThreadPool;
 
 // What kernels run with, shared by the backend and the closures of captured graphs so that a
 // graph stays runnable after the backend is gone.

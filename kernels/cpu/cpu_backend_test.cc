@@ -25,7 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/runtime/status.h"
 #include "kernels/cpu/cpu_memory.h"
-#include "kernels/cpu/thread_pool.h"
+#include "engine/runtime/thread_pool.h"
 
 namespace waav {
 namespace {
@@ -224,7 +224,7 @@ TEST_F(CpuBackendTest, RejectsTensorsOfOtherDevices) {
 
 TEST(ThreadPoolTest, CoversEachIndexOnce) {
   for (int threads : {1, 2, 3}) {
-    cpu::ThreadPool pool(threads);
+    ThreadPool pool(threads);
     EXPECT_EQ(pool.num_threads(), threads);
     for (int64_t n : {0, 1, 2, 3, 7, 100, 1001}) {
       for (int64_t grain : {1, 4, 64}) {
@@ -262,7 +262,7 @@ TEST(ThreadPoolTest, CoversEachIndexOnce) {
 }
 
 TEST(ThreadPoolTest, NestedCallsRunInline) {
-  cpu::ThreadPool pool(2);
+  ThreadPool pool(2);
   std::vector<int> hits(100, 0);
   pool.ParallelFor(2, [&](int64_t begin, int64_t end) {
     for (int64_t outer = begin; outer < end; ++outer) {

@@ -8,7 +8,7 @@
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/simd.h"
-#include "kernels/cpu/thread_pool.h"
+#include "engine/runtime/thread_pool.h"
 
 namespace waav::cpu {
 namespace {

@@ -9,9 +9,13 @@
 
 #include "engine/runtime/dtype.h"
 
+namespace waav {
+class ThreadPool;
+}  // namespace waav
+
 namespace waav::cpu {
 
-class ThreadPool;
+using waav::ThreadPool;
 class Scratch;
 
 // What every kernel runs with. Scratch has one slot per pool participant plus one shared slot

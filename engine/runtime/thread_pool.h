@@ -1,4 +1,5 @@
-// ThreadPool: the CPU backend's worker threads.
+// ThreadPool: worker threads for fork-join loops (the CPU backend's kernels; the streaming
+// scheduler's per-window preparation).
 //
 // A fork-join pool sized once: `num_threads` participants, the calling thread being one of
 // them, so N threads means N − 1 workers. ParallelFor splits a range into at most N contiguous
@@ -8,7 +9,8 @@
 // Workers spin briefly after each job (decoder steps issue kernels microseconds apart, and a
 // wake-up from sleep costs more than that), then sleep on a condition variable.
 //
-// One job at a time: the pool is driven by the one thread that owns the backend. A ParallelFor
+// One job at a time: a pool is driven by one thread (the one that owns the backend, or the
+// scheduler). A ParallelFor
 // issued from inside a running job runs serially on the calling thread.
 #pragma once
 
@@ -21,7 +23,7 @@
 
 #include "absl/functional/function_ref.h"
 
-namespace waav::cpu {
+namespace waav {
 
 class ThreadPool {
  public:
@@ -70,4 +72,4 @@ class ThreadPool {
   std::atomic<int> sleepers_{0};
 };
 
-}  // namespace waav::cpu
+}  // namespace waav

@@ -1,9 +1,9 @@
-#include "kernels/cpu/thread_pool.h"
+#include "engine/runtime/thread_pool.h"
 
 #include <algorithm>
 #include <chrono>
 
-namespace waav::cpu {
+namespace waav {
 namespace {
 
 // How long an idle worker polls for the next job before it sleeps. Long enough to bridge the
@@ -121,4 +121,4 @@ void ThreadPool::WorkerLoop(int index) {
   }
 }
 
-}  // namespace waav::cpu
+}  // namespace waav
