@@ -159,18 +159,39 @@ class WaavdServing : public DaemonSuite {
     EXPECT_EQ(run.Finals().size(), 1u);
     EXPECT_EQ(run.CountEvents(v1::SpeechEvent::SPEECH_STARTED), 1);
 
-    // Interim results arrive while the utterance is still being spoken: before the client had
-    // sent the audio where that utterance's final ends.
+    // Interim results come before each final (in stream order, which CheckStreamContract
+    // checks) and cover no more of the audio than it does. Only at real-time pace is it also
+    // asserted that one arrives while the utterance is still being spoken, i.e. before the client
+    // had sent the audio where the final ends: that compares the server's decode latency with the
+    // client's wall-clock sending, and at 4x the client sends jfk's 11 s in under 3 s, while on a
+    // loaded 2-core machine a partial's encoder pass alone took 2.3 to 2.9 s (ctest -j2 beside
+    // eight busy loops; 3 of 4 runs then had no partial in time). Interim decodes are best effort
+    // (the engine keeps only the newest queued partial), so a 4x stream on a busy machine gets
+    // fewer, later partials but still gets them: the first partial job is queued ~1 s into the
+    // speech, ~2.5 s (wall) before the final's.
     int early_partials = 0;
     std::map<uint32_t, uint32_t> final_end_ms;
+    std::map<uint32_t, int> interims;
     for (const auto& f : run.Finals()) final_end_ms[f.utterance_index()] = f.end_ms();
     for (const Received& r : run.responses) {
       if (!r.response.has_result() || r.response.result().is_final()) continue;
-      const auto it = final_end_ms.find(r.response.result().utterance_index());
+      const v1::StreamingRecognitionResult& interim = r.response.result();
+      const auto it = final_end_ms.find(interim.utterance_index());
+      if (it == final_end_ms.end()) continue;
+      ++interims[interim.utterance_index()];
+      EXPECT_LE(interim.end_ms(), it->second) << interim.alternatives(0).transcript();
       // Sent audio counts from the start of the clip: 0.5 s of silence come first.
-      if (it != final_end_ms.end() && r.sent_ms < it->second) ++early_partials;
+      if (r.sent_ms < it->second) ++early_partials;
     }
-    EXPECT_GT(early_partials, 0);
+    for (const auto& [utterance, end_ms] : final_end_ms) {
+      EXPECT_GT(interims[utterance], 0)
+          << "no interim result before the final of utterance " << utterance;
+    }
+    std::cout << "pace " << pace << ": " << early_partials
+              << " interim results arrived before the client had sent the final's end\n";
+    if (pace <= 1.0) {
+      EXPECT_GT(early_partials, 0);
+    }
 
     // For the record (not asserted): where the time went, per result kind.
     for (bool final_results : {false, true}) {
