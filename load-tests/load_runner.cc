@@ -197,7 +197,7 @@ StepReport Aggregate(int concurrency, const std::vector<StreamRecord>& records,
       ++report.streams_ok;
       rtf.push_back(StreamRtf(record));
     } else {
-      const std::string name = cli::StatusCodeName(record.code);
+      const std::string name = StatusCodeName(record.code);
       if (report.errors[name]++ == 0) report.error_sample[name] = record.message;
     }
     backlog.push_back(record.max_backlog_ms);

@@ -20,8 +20,8 @@ namespace {
 // decoder's per-call limit (600 s; Opus at 6 kbit/s makes ~87 s of 64 KiB).
 constexpr size_t kFeedBytes = size_t{64} * 1024;
 
-// Words of a segment with times spread over it in proportion to their characters, as the
-// streaming path estimates them (no forced alignment yet).
+// Words of a segment with times spread over it in proportion to their characters: the fallback
+// when the model has no alignment heads (as streaming finals fall back).
 void FillEstimatedWords(const std::string& text, uint32_t start_ms, uint32_t end_ms,
                         float confidence, v1::SpeechRecognitionAlternative* alternative) {
   std::vector<std::string> words = absl::StrSplit(text, ' ', absl::SkipEmpty());
@@ -38,6 +38,22 @@ void FillEstimatedWords(const std::string& text, uint32_t start_ms, uint32_t end
     word->set_end_ms(start_ms +
                      static_cast<uint32_t>(duration * before / std::max<size_t>(1, total)));
     word->set_confidence(confidence);
+    word->set_stable(true);
+  }
+}
+
+// The segment's words as the Transcriber aligned them (cross-attention DTW, faster-whisper's
+// word split and clean-ups: what `waav transcribe --json --word-timestamps` prints), in ms.
+void FillAlignedWords(const std::vector<whisper::Word>& words,
+                      v1::SpeechRecognitionAlternative* alternative) {
+  for (const whisper::Word& w : words) {
+    const std::string text(absl::StripAsciiWhitespace(w.word));
+    if (text.empty()) continue;
+    v1::WordInfo* word = alternative->add_words();
+    word->set_word(text);
+    word->set_start_ms(ToApiMs(std::llround(w.start_s * 1000)));
+    word->set_end_ms(std::max(word->start_ms(), ToApiMs(std::llround(w.end_s * 1000))));
+    word->set_confidence(w.probability);
     word->set_stable(true);
   }
 }
@@ -150,7 +166,12 @@ absl::Status RunRecognize(const whisper::Transcriber& transcriber,
     response->set_audio_duration_ms(
         ToApiMs(decoder->input_samples_decoded() * 1000 / decoder->input_sample_rate_hz()));
   }
-  ASSIGN_OR_RETURN(whisper::Transcript transcript, transcriber.Transcribe(samples));
+  // Word offsets asked for: aligned from cross-attention when the model lists alignment heads,
+  // as `waav transcribe --word-timestamps` does (which, like faster-whisper's
+  // word_timestamps=True, also starts each next 30 s window at the last word's end).
+  whisper::TranscribeOptions options;
+  options.word_timestamps = setup.word_time_offsets && transcriber.word_aligner() != nullptr;
+  ASSIGN_OR_RETURN(whisper::Transcript transcript, transcriber.Transcribe(samples, options));
   std::vector<const whisper::Segment*> segments;
   for (const whisper::Segment& segment : transcript.segments) {
     if (!absl::StripAsciiWhitespace(segment.text).empty()) segments.push_back(&segment);
@@ -169,7 +190,11 @@ absl::Status RunRecognize(const whisper::Transcriber& transcriber,
                                                     : v1::UTTERANCE_END_REASON_SILENCE);
     result->set_language(setup.language);
     if (setup.word_time_offsets) {
-      FillEstimatedWords(text, result->start_ms(), result->end_ms(), confidence, alternative);
+      if (!segment.words.empty()) {
+        FillAlignedWords(segment.words, alternative);
+      } else {
+        FillEstimatedWords(text, result->start_ms(), result->end_ms(), confidence, alternative);
+      }
     }
   }
   return absl::OkStatus();

@@ -63,8 +63,10 @@ class OfflineRecognizer {
 };
 
 // Decodes `request.audio` as `setup.format` says, transcribes it and fills `response` (one
-// result per Whisper segment; see docs/server.md). INVALID_ARGUMENT for audio that does not
-// decode, holds no samples, or is longer than `max_duration_s`.
+// result per Whisper segment; see docs/server.md). Word offsets, when asked for, are aligned
+// from cross-attention (the Transcriber's word timestamps) when the model lists alignment heads,
+// else estimated by spreading each segment over its words' characters. INVALID_ARGUMENT for audio
+// that does not decode, holds no samples, or is longer than `max_duration_s`.
 absl::Status RunRecognize(const whisper::Transcriber& transcriber,
                           const v1::RecognizeRequest& request, const OfflineSetup& setup,
                           double max_duration_s, v1::RecognizeResponse* response);

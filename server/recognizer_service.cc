@@ -59,9 +59,8 @@ grpc::ServerUnaryReactor* RecognizerService::Recognize(grpc::CallbackServerConte
     if (status.ok()) runtime->metrics->audio_seconds().Add(audio_s);
     spdlog::info(
         "recognize {} end: request_id={} peer={} duration_s={:.3f} audio_s={:.3f} status={}{}{}",
-        serial, setup.request_id, peer, seconds, audio_s,
-        std::string(StatusCodeName(grpc_status.error_code())), status.ok() ? "" : " ",
-        grpc_status.error_message());
+        serial, setup.request_id, peer, seconds, audio_s, StatusCodeName(grpc_status.error_code()),
+        status.ok() ? "" : " ", grpc_status.error_message());
     reactor->Finish(grpc_status);
   };
   if (!runtime_.offline->Submit(std::move(job))) {

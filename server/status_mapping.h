@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "grpcpp/support/status.h"
+#include "proto/status_code_name.h"  // StatusCodeName, for log lines
 
 namespace waav::server {
 
@@ -18,8 +19,5 @@ grpc::Status ToGrpcStatus(const absl::Status& status, const std::string& request
 // The outcome label of waav_streams_finished_total (metric_names.h kStreamOutcomes): "ok",
 // "cancelled", "deadline_exceeded" or "error".
 absl::string_view OutcomeLabel(grpc::StatusCode code);
-
-// "OK", "INVALID_ARGUMENT", ... for log lines.
-absl::string_view StatusCodeName(grpc::StatusCode code);
 
 }  // namespace waav::server

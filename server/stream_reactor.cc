@@ -534,13 +534,13 @@ void StreamReactor::LogEndAndCount() {
   const double audio_s = static_cast<double>(samples_16k_) / kSampleRateHz;
   const grpc::StatusCode code = final_status_.error_code();
   if (state_ == State::kRefused) {
-    spdlog::debug("stream {} refused: peer={} status={} {}", serial_, peer_,
-                  std::string(StatusCodeName(code)), final_status_.error_message());
+    spdlog::debug("stream {} refused: peer={} status={} {}", serial_, peer_, StatusCodeName(code),
+                  final_status_.error_message());
     return;
   }
   spdlog::info(
       "stream {} end: request_id={} peer={} duration_s={:.3f} audio_s={:.3f} status={}{}{}",
-      serial_, request_id_, peer_, duration_s, audio_s, std::string(StatusCodeName(code)),
+      serial_, request_id_, peer_, duration_s, audio_s, StatusCodeName(code),
       code == grpc::StatusCode::OK ? "" : " ", final_status_.error_message());
   ServerMetrics& m = *runtime_.metrics;
   m.streams_finished(OutcomeLabel(code)).Inc();

@@ -26,97 +26,23 @@
 #include "engine/runtime/status.h"
 #include "kernels/cpu/cpu_memory.h"
 #include "engine/runtime/thread_pool.h"
+#include "tests/support/kernel_test_util.h"
 
 namespace waav {
 namespace {
 
-constexpr double kTolerance = 1e-5;
+using testing::Close;
+using testing::GeluReference;
+using testing::kKernelTolerance;
+
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 std::string Name(DType dtype) { return std::string(DTypeName(dtype)); }
 
-// erfc form: exact also where 1 + erf(x/√2) would cancel (x < −8 in double).
-double Gelu(double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); }
-
-class CpuBackendTest : public ::testing::Test {
+class CpuBackendTest : public testing::KernelTest {
  protected:
-  void SetUp() override {
-    seed_ = std::random_device{}();
-    rng_.seed(seed_);
-    backend_ = CreateCpuBackend({.num_threads = 2});
-  }
-  void TearDown() override {
-    if (HasFailure()) std::cout << "random seed of this test: " << seed_ << "\n";
-  }
-
-  std::vector<float> Random(int64_t n, float lo = -1.0f, float hi = 1.0f) {
-    std::uniform_real_distribution<float> dist(lo, hi);
-    std::vector<float> v(static_cast<size_t>(n));
-    for (float& x : v) x = dist(rng_);
-    return v;
-  }
-  int RandomInt(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
-
-  Tensor F32(const Shape& shape, const std::vector<float>& values) {
-    auto t = Upload(*backend_, shape, DType::kF32, values.data());
-    EXPECT_TRUE(t.ok()) << t.status();
-    return *t;
-  }
-  Tensor I32(const Shape& shape, const std::vector<int32_t>& values) {
-    auto t = Upload(*backend_, shape, DType::kI32, values.data());
-    EXPECT_TRUE(t.ok()) << t.status();
-    return *t;
-  }
-  // A weight tensor of `dtype`; `values` are rounded to f16 in place when dtype is f16, so the
-  // reference sees exactly what the kernel reads.
-  Tensor Weight(const Shape& shape, std::vector<float>& values, DType dtype) {
-    if (dtype == DType::kF32) return F32(shape, values);
-    std::vector<uint16_t> half(values.size());
-    for (size_t i = 0; i < values.size(); ++i) {
-      half[i] = FloatToHalf(values[i]);
-      values[i] = HalfToFloat(half[i]);
-    }
-    auto t = Upload(*backend_, shape, DType::kF16, half.data());
-    EXPECT_TRUE(t.ok()) << t.status();
-    return *t;
-  }
-  Tensor Poisoned(const Shape& shape) {
-    std::vector<float> nan(static_cast<size_t>(shape.numel()), kNaN);
-    return F32(shape, nan);
-  }
-  std::vector<float> Read(const Tensor& t) {
-    auto v = Download<float>(*backend_, t);
-    EXPECT_TRUE(v.ok()) << v.status();
-    return v.ok() ? *v : std::vector<float>();
-  }
-
-  uint32_t seed_ = 0;
-  std::mt19937 rng_;
-  std::unique_ptr<Backend> backend_;
+  void SetUp() override { backend_ = CreateCpuBackend({.num_threads = 2}); }
 };
-
-// ‖got − want‖ / max(‖want‖, norm_floor), failing on a size mismatch or any non-finite output.
-// The floor matters only for outputs of a few elements whose values cancelled (a dot product
-// much smaller than its terms), where f32 rounding is large relative to the result.
-::testing::AssertionResult Close(const std::vector<float>& got, const std::vector<double>& want,
-                                 double tolerance = kTolerance, double norm_floor = 0.0) {
-  if (got.size() != want.size()) {
-    return ::testing::AssertionFailure() << "size " << got.size() << " vs " << want.size();
-  }
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(got[i])) {
-      return ::testing::AssertionFailure()
-             << "element " << i << " is " << got[i] << " (want " << want[i] << ")";
-    }
-    diff += (got[i] - want[i]) * (got[i] - want[i]);
-    norm += want[i] * want[i];
-  }
-  const double denominator = std::max(std::sqrt(norm), norm_floor);
-  const double rel = denominator > 0 ? std::sqrt(diff) / denominator : std::sqrt(diff);
-  if (rel <= tolerance) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "relative L2 error " << rel << " > " << tolerance;
-}
 
 // ---- Registry, memory, thread pool --------------------------------------------------------------
 
@@ -293,7 +219,7 @@ std::vector<double> LinearReference(const std::vector<float>& x, const std::vect
         abs_sum += std::abs(term);
       }
       magnitude += abs_sum * abs_sum;
-      y[static_cast<size_t>(i * n + j)] = gelu ? Gelu(acc) : acc;
+      y[static_cast<size_t>(i * n + j)] = gelu ? GeluReference(acc) : acc;
     }
   }
   if (floor != nullptr) *floor = 0.01 * std::sqrt(magnitude);
@@ -318,7 +244,7 @@ TEST_F(CpuBackendTest, LinearMatchesReference) {
             double floor = 0;
             const std::vector<double> ref =
                 LinearReference(x, w, bias_and_gelu ? &b : nullptr, bias_and_gelu, m, k, n, &floor);
-            EXPECT_TRUE(Close(Read(ty), ref, kTolerance, floor));
+            EXPECT_TRUE(Close(Read(ty), ref, kKernelTolerance, floor));
           }
         }
       }
@@ -380,7 +306,8 @@ TEST_F(CpuBackendTest, Conv1dMatchesReference) {
                          w[static_cast<size_t>((o * c.cin + i) * c.kernel + j)];
                 }
               }
-              ref[static_cast<size_t>((bi * t_out + t) * c.cout + o)] = gelu ? Gelu(acc) : acc;
+              ref[static_cast<size_t>((bi * t_out + t) * c.cout + o)] =
+                  gelu ? GeluReference(acc) : acc;
             }
           }
         }
@@ -432,7 +359,7 @@ TEST_F(CpuBackendTest, AddAndGeluMatchReference) {
     std::vector<double> sum(a.size()), gelu(a.size());
     for (size_t i = 0; i < a.size(); ++i) {
       sum[i] = static_cast<double>(a[i]) + b[i];
-      gelu[i] = Gelu(a[i]);
+      gelu[i] = GeluReference(a[i]);
     }
     ASSERT_TRUE(backend_->Add(ta, tb, ty).ok());
     EXPECT_TRUE(Close(Read(ty), sum));
@@ -462,7 +389,7 @@ TEST_F(CpuBackendTest, GeluIsAccurateEverywhere) {
   double worst = 0;
   float worst_x = 0;
   for (int64_t i = 0; i + 5 < n; ++i) {
-    const double want = Gelu(x[static_cast<size_t>(i)]);
+    const double want = GeluReference(x[static_cast<size_t>(i)]);
     const double err = std::abs(y[static_cast<size_t>(i)] - want);
     if (std::abs(want) > 1e-30 && err / std::abs(want) > worst) {
       worst = err / std::abs(want);

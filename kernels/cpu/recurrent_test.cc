@@ -2,7 +2,8 @@
 // and Conv1d, ComplexMagnitude, LstmCell) against naive double-precision references on fresh
 // random inputs, plus in-place use, graph capture and argument validation.
 //
-// Tolerance: relative L2 error ‖out − ref‖ / ‖ref‖ <= 1e-5, as in cpu_backend_test.cc; sigmoid and
+// Tolerance: relative L2 error ‖out − ref‖ / ‖ref‖ <= 1e-5 (kKernelTolerance, with the fixture and
+// comparisons in tests/support/kernel_test_util.h), as in cpu_backend_test.cc; sigmoid and
 // tanh are also checked element by element on a dense sweep (relative error <= 1e-6).
 // Outputs are poisoned with NaN before each call, so an element the kernel forgot fails.
 #include <gtest/gtest.h>
@@ -17,109 +18,34 @@
 #include "absl/strings/str_cat.h"
 #include "engine/runtime/status.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "tests/support/kernel_test_util.h"
 
 namespace waav {
 namespace {
 
-constexpr double kTolerance = 1e-5;
+using testing::Close;
+using testing::CloseToScale;
+using testing::GeluReference;
+
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 double Relu(double x) { return x > 0 ? x : 0.0; }
-double Gelu(double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); }
 
 std::string Name(DType dtype) { return std::string(DTypeName(dtype)); }
 
-class RecurrentKernelTest : public ::testing::Test {
+class RecurrentKernelTest : public testing::KernelTest {
  protected:
-  void SetUp() override {
-    seed_ = std::random_device{}();
-    rng_.seed(seed_);
-    backend_ = CreateCpuBackend({.num_threads = 2});
-  }
-  void TearDown() override {
-    if (HasFailure()) std::cout << "random seed of this test: " << seed_ << "\n";
-  }
-
-  std::vector<float> Random(int64_t n, float lo = -1.0f, float hi = 1.0f) {
-    std::uniform_real_distribution<float> dist(lo, hi);
-    std::vector<float> v(static_cast<size_t>(n));
-    for (float& x : v) x = dist(rng_);
-    return v;
-  }
-  Tensor F32(const Shape& shape, const std::vector<float>& values) {
-    auto t = Upload(*backend_, shape, DType::kF32, values.data());
-    EXPECT_TRUE(t.ok()) << t.status();
-    return *t;
-  }
-  // `values` are rounded to f16 in place when dtype is f16, so the reference sees what the
-  // kernel reads.
-  Tensor Weight(const Shape& shape, std::vector<float>& values, DType dtype) {
-    if (dtype == DType::kF32) return F32(shape, values);
-    std::vector<uint16_t> half(values.size());
-    for (size_t i = 0; i < values.size(); ++i) {
-      half[i] = FloatToHalf(values[i]);
-      values[i] = HalfToFloat(half[i]);
-    }
-    auto t = Upload(*backend_, shape, DType::kF16, half.data());
-    EXPECT_TRUE(t.ok()) << t.status();
-    return *t;
-  }
-  Tensor Poisoned(const Shape& shape) {
-    return F32(shape, std::vector<float>(static_cast<size_t>(shape.numel()), kNaN));
-  }
-  std::vector<float> Read(const Tensor& t) {
-    auto v = Download<float>(*backend_, t);
-    EXPECT_TRUE(v.ok()) << v.status();
-    return v.ok() ? *v : std::vector<float>();
-  }
-
-  uint32_t seed_ = 0;
-  std::mt19937 rng_;
-  std::unique_ptr<Backend> backend_;
+  void SetUp() override { backend_ = CreateCpuBackend({.num_threads = 2}); }
 };
-
-// Relative L2 error of `got` against `want`, relative to the L2 norm of `scale`. For sums,
-// `scale[i]` = |bias| + sum |x w| of output i rather than the result: a dot product that
-// nearly cancels (one output of N = 1, say) has a tiny result but an f32 rounding error the size
-// of eps times its terms. The activations here (ReLU, sigmoid) have slopes <= 1, so they do not
-// enlarge that error.
-::testing::AssertionResult CloseToScale(const std::vector<float>& got,
-                                        const std::vector<double>& want,
-                                        const std::vector<double>& scale,
-                                        double tolerance = kTolerance) {
-  if (got.size() != want.size() || got.size() != scale.size()) {
-    return ::testing::AssertionFailure() << "size " << got.size() << " vs " << want.size();
-  }
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(got[i])) {
-      return ::testing::AssertionFailure()
-             << "element " << i << " is " << got[i] << " (want " << want[i] << ")";
-    }
-    diff += (got[i] - want[i]) * (got[i] - want[i]);
-    norm += scale[i] * scale[i];
-  }
-  const double rel = norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
-  if (rel <= tolerance) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "relative L2 error " << rel << " > " << tolerance;
-}
-
-// Relative L2 error against the result itself.
-::testing::AssertionResult Close(const std::vector<float>& got, const std::vector<double>& want,
-                                 double tolerance = kTolerance) {
-  std::vector<double> scale(want.size());
-  for (size_t i = 0; i < want.size(); ++i) scale[i] = std::abs(want[i]);
-  return CloseToScale(got, want, scale, tolerance);
-}
 
 double Apply(Activation act, double x) {
   switch (act) {
     case Activation::kNone:
       return x;
     case Activation::kGelu:
-      return Gelu(x);
+      return GeluReference(x);
     case Activation::kRelu:
       return Relu(x);
     case Activation::kSigmoid:

@@ -12,13 +12,16 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/audio/wav_reader.h"
+#include "engine/models/whisper/transcriber.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "tests/integration/stream_client.h"
 #include "tests/integration/waavd_process.h"
 #include "tests/support/test_env.h"
@@ -156,18 +159,39 @@ class WaavdServing : public DaemonSuite {
     EXPECT_EQ(run.Finals().size(), 1u);
     EXPECT_EQ(run.CountEvents(v1::SpeechEvent::SPEECH_STARTED), 1);
 
-    // Interim results arrive while the utterance is still being spoken: before the client had
-    // sent the audio where that utterance's final ends.
+    // Interim results come before each final (in stream order, which CheckStreamContract
+    // checks) and cover no more of the audio than it does. Only at real-time pace is it also
+    // asserted that one arrives while the utterance is still being spoken, i.e. before the client
+    // had sent the audio where the final ends: that compares the server's decode latency with the
+    // client's wall-clock sending, and at 4x the client sends jfk's 11 s in under 3 s, while on a
+    // loaded 2-core machine a partial's encoder pass alone took 2.3 to 2.9 s (ctest -j2 beside
+    // eight busy loops; 3 of 4 runs then had no partial in time). Interim decodes are best effort
+    // (the engine keeps only the newest queued partial), so a 4x stream on a busy machine gets
+    // fewer, later partials but still gets them: the first partial job is queued ~1 s into the
+    // speech, ~2.5 s (wall) before the final's.
     int early_partials = 0;
     std::map<uint32_t, uint32_t> final_end_ms;
+    std::map<uint32_t, int> interims;
     for (const auto& f : run.Finals()) final_end_ms[f.utterance_index()] = f.end_ms();
     for (const Received& r : run.responses) {
       if (!r.response.has_result() || r.response.result().is_final()) continue;
-      const auto it = final_end_ms.find(r.response.result().utterance_index());
+      const v1::StreamingRecognitionResult& interim = r.response.result();
+      const auto it = final_end_ms.find(interim.utterance_index());
+      if (it == final_end_ms.end()) continue;
+      ++interims[interim.utterance_index()];
+      EXPECT_LE(interim.end_ms(), it->second) << interim.alternatives(0).transcript();
       // Sent audio counts from the start of the clip: 0.5 s of silence come first.
-      if (it != final_end_ms.end() && r.sent_ms < it->second) ++early_partials;
+      if (r.sent_ms < it->second) ++early_partials;
     }
-    EXPECT_GT(early_partials, 0);
+    for (const auto& [utterance, end_ms] : final_end_ms) {
+      EXPECT_GT(interims[utterance], 0)
+          << "no interim result before the final of utterance " << utterance;
+    }
+    std::cout << "pace " << pace << ": " << early_partials
+              << " interim results arrived before the client had sent the final's end\n";
+    if (pace <= 1.0) {
+      EXPECT_GT(early_partials, 0);
+    }
 
     // For the record (not asserted): where the time went, per result kind.
     for (bool final_results : {false, true}) {
@@ -564,15 +588,161 @@ TEST_F(WaavdServing, RecognizeWholeFiles) {
     EXPECT_EQ(response.results(0).alternatives(0).words_size(), 4);
     EXPECT_GT(response.processing_ms(), 0);
   }
+}
 
-  v1::RecognizeRequest empty;
-  empty.mutable_config()->mutable_audio_format()->set_encoding(v1::AUDIO_ENCODING_LINEAR16);
-  empty.mutable_config()->mutable_audio_format()->set_sample_rate_hz(16000);
+// Recognize's word offsets are the offline Transcriber's aligned word times (cross-attention DTW,
+// what `waav transcribe --json --word-timestamps` prints), not an estimate: the daemon's words on
+// jfk.wav against the engine's, run here in-process on the same samples. Tolerance: one
+// alignment step (20 ms) per time, in case another summation order moves a DTW step (both run the
+// CPU backend on all cores, but waavd re-executes itself for OpenBLAS's SkylakeX kernels on
+// AVX-512 CPUs and this process does not; equal times were seen). The character-spread estimate
+// the RPC returned before fails this test on most words.
+TEST_F(WaavdServing, RecognizeWordTimesAreTheOfflineAlignment) {
+  constexpr double kToleranceMs = 20;
+  auto jfk = LoadClip("jfk.wav");
+  ASSERT_TRUE(jfk);
+  ASSERT_EQ(jfk->rate_hz, 16000) << "the engine below takes the samples as they are";
+
+  // FLOAT32: the daemon decodes exactly these samples.
+  v1::RecognizeRequest request;
+  auto* format = request.mutable_config()->mutable_audio_format();
+  format->set_encoding(v1::AUDIO_ENCODING_FLOAT32);
+  format->set_sample_rate_hz(jfk->rate_hz);
+  request.mutable_config()->set_enable_word_time_offsets(true);
+  request.set_audio(std::string(reinterpret_cast<const char*>(jfk->samples.data()),
+                                jfk->samples.size() * sizeof(float)));
   v1::RecognizeResponse response;
   grpc::ClientContext context;
-  const grpc::Status status = stub_->Recognize(&context, empty, &response);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_TRUE(absl::StrContains(status.error_message(), "audio is empty"));
+  const grpc::Status status = stub_->Recognize(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+
+  std::unique_ptr<Backend> backend = CreateCpuBackend({});
+  auto transcriber = whisper::Transcriber::Load(*TinyEnModelDir(), *backend);
+  ASSERT_TRUE(transcriber.ok()) << transcriber.status();
+  ASSERT_NE((*transcriber)->word_aligner(), nullptr) << "the model lists no alignment heads";
+  whisper::TranscribeOptions options;
+  options.word_timestamps = true;
+  auto transcript = (*transcriber)->Transcribe(jfk->samples, options);
+  ASSERT_TRUE(transcript.ok()) << transcript.status();
+  std::vector<whisper::Word> want;
+  for (const whisper::Segment& segment : transcript->segments) {
+    for (const whisper::Word& w : segment.words) {
+      const std::string text(absl::StripAsciiWhitespace(w.word));
+      if (!text.empty()) want.push_back({text, w.start_s * 1000, w.end_s * 1000, w.probability});
+    }
+  }
+  ASSERT_GE(want.size(), 20u);  // 22 words
+
+  std::vector<const v1::WordInfo*> got;
+  for (const v1::RecognitionResult& result : response.results()) {
+    ASSERT_GT(result.alternatives_size(), 0);
+    const v1::SpeechRecognitionAlternative& top = result.alternatives(0);
+    EXPECT_GT(top.words_size(), 0) << top.transcript();
+    uint32_t previous_start = result.start_ms();
+    for (const v1::WordInfo& w : top.words()) {
+      EXPECT_TRUE(absl::StrContains(top.transcript(), w.word())) << w.word();
+      EXPECT_GE(w.start_ms(), previous_start) << w.word();  // in order, inside the result
+      EXPECT_LE(w.start_ms(), w.end_ms()) << w.word();
+      EXPECT_LE(w.end_ms(), result.end_ms()) << w.word();
+      EXPECT_TRUE(w.stable());
+      previous_start = w.start_ms();
+      got.push_back(&w);
+    }
+  }
+  ASSERT_EQ(got.size(), want.size()) << response.ShortDebugString();
+  double max_diff_ms = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("word ", i, " '", want[i].word, "'"));
+    EXPECT_EQ(got[i]->word(), want[i].word);
+    EXPECT_NEAR(got[i]->start_ms(), want[i].start_s, kToleranceMs);
+    EXPECT_NEAR(got[i]->end_ms(), want[i].end_s, kToleranceMs);
+    EXPECT_NEAR(got[i]->confidence(), want[i].probability, 1e-3);
+    max_diff_ms = std::max({max_diff_ms, std::abs(got[i]->start_ms() - want[i].start_s),
+                            std::abs(got[i]->end_ms() - want[i].end_s)});
+  }
+  std::cout << want.size() << " words; largest difference from the engine's times: " << max_diff_ms
+            << " ms\n";
+}
+
+// Recognize's refusals, with word offsets asked for: the status code, a message naming what is
+// wrong (and the request id, once valid), and a daemon that goes on serving.
+TEST_F(WaavdServing, RecognizeBadRequestsGetTheirStatusCodes) {
+  v1::RecognizeRequest good;
+  good.set_request_id("bad-recognize");
+  auto* format = good.mutable_config()->mutable_audio_format();
+  format->set_encoding(v1::AUDIO_ENCODING_LINEAR16);
+  format->set_sample_rate_hz(16000);
+  good.mutable_config()->set_enable_word_time_offsets(true);
+  good.set_audio(ToLinear16(Silence(16000, 0.5)));
+  auto with = [&](auto mutate) {
+    v1::RecognizeRequest r = good;
+    mutate(r);
+    return r;
+  };
+  std::string flac_garbage = "fLaC";
+  flac_garbage += std::string("\x80\x00\x00\x22", 4);  // last block, STREAMINFO, 34 bytes
+  flac_garbage += std::string(34, '\0');               // a sample rate of 0
+  flac_garbage += std::string(1000, '\x5a');
+  struct Case {
+    std::string name;
+    v1::RecognizeRequest request;
+    grpc::StatusCode code;
+    std::string message_part;
+  };
+  const std::vector<Case> cases = {
+      {"no config", with([](auto& r) { r.clear_config(); }), grpc::StatusCode::INVALID_ARGUMENT,
+       "config is missing"},
+      {"no audio", with([](auto& r) { r.clear_audio(); }), grpc::StatusCode::INVALID_ARGUMENT,
+       "audio is empty"},
+      {"unspecified encoding", with([](auto& r) {
+         r.mutable_config()->mutable_audio_format()->set_encoding(v1::AUDIO_ENCODING_UNSPECIFIED);
+       }),
+       grpc::StatusCode::INVALID_ARGUMENT, "UNSPECIFIED"},
+      {"language the model lacks", with([](auto& r) { r.mutable_config()->set_language("de-DE"); }),
+       grpc::StatusCode::INVALID_ARGUMENT, "language 'de-DE'"},
+      {"unknown model", with([](auto& r) { r.mutable_config()->set_model("whisper-huge"); }),
+       grpc::StatusCode::NOT_FOUND, "whisper-tiny.en"},
+      {"request id not printable", with([](auto& r) { r.set_request_id("tab\there"); }),
+       grpc::StatusCode::INVALID_ARGUMENT, "request_id"},
+      {"malformed FLAC", with([&](auto& r) {
+         auto* f = r.mutable_config()->mutable_audio_format();
+         f->set_encoding(v1::AUDIO_ENCODING_FLAC);
+         f->set_sample_rate_hz(0);
+         r.set_audio(flac_garbage);
+       }),
+       grpc::StatusCode::INVALID_ARGUMENT, "FLAC"},
+      {"FLOAT32 NaN", with([](auto& r) {
+         r.mutable_config()->mutable_audio_format()->set_encoding(v1::AUDIO_ENCODING_FLOAT32);
+         r.set_audio(std::string("\x00\x00\xc0\x7f", 4));
+       }),
+       grpc::StatusCode::INVALID_ARGUMENT, "FLOAT32"},
+      // 61 s of 8 kHz mu-law (488 KB, under the 1 MiB message limit) against the daemon's
+      // --max-stream-duration-s 60.
+      {"longer than the maximum duration", with([](auto& r) {
+         auto* f = r.mutable_config()->mutable_audio_format();
+         f->set_encoding(v1::AUDIO_ENCODING_MULAW);
+         f->set_sample_rate_hz(8000);
+         r.set_audio(std::string(8000 * 61, '\xff'));  // mu-law silence
+       }),
+       grpc::StatusCode::INVALID_ARGUMENT, "longer than the server's maximum of 60 s"},
+      {"oversized message", with([](auto& r) { r.set_audio(std::string(1200 * 1024, '\0')); }),
+       grpc::StatusCode::RESOURCE_EXHAUSTED, ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    v1::RecognizeResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    const grpc::Status status = stub_->Recognize(&context, c.request, &response);
+    EXPECT_EQ(status.error_code(), c.code) << status.error_message();
+    EXPECT_TRUE(absl::StrContains(status.error_message(), c.message_part))
+        << status.error_message();
+    if (c.code == grpc::StatusCode::INVALID_ARGUMENT && c.name != "request id not printable") {
+      EXPECT_TRUE(absl::StrContains(status.error_message(), "bad-recognize"))
+          << status.error_message();
+    }
+  }
+  EXPECT_EQ(daemon_->HealthStatus(), "SERVING");
 }
 
 // The value of one series (name and labels exactly as exported) in an exposition, or -1.

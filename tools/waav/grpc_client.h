@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/support/status.h"
+#include "proto/status_code_name.h"  // StatusCodeName
 
 namespace waav::cli {
 
@@ -24,10 +25,6 @@ absl::Status ValidateServerAddress(const std::string& address);
 // channel gets a TCP connection of its own instead of sharing one with other channels to the
 // same address (gRPC's global subchannel pool), as separate clients would.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, bool own_connection = false);
-
-// "OK", "CANCELLED", ... "UNAUTHENTICATED": the canonical names, as proto/README.md uses them.
-// "CODE_<n>" for a value outside the enum.
-std::string StatusCodeName(grpc::StatusCode code);
 
 // "UNAVAILABLE: failed to connect to all addresses ..." on one line (newlines become spaces).
 std::string DescribeStatus(const grpc::Status& status);

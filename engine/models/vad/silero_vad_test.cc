@@ -21,6 +21,7 @@
 #include "engine/models/vad/onnx.pb.h"
 #include "engine/models/vad/onnx_constants.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "tests/support/kernel_test_util.h"
 #include "tests/support/test_env.h"
 
 namespace waav::vad {
@@ -90,11 +91,9 @@ std::string SyntheticModel(std::mt19937& rng) {
   return bytes;
 }
 
-class SileroVadTest : public ::testing::Test {
+class SileroVadTest : public testing::SeededTest {
  protected:
   void SetUp() override {
-    seed_ = std::random_device{}();
-    rng_.seed(seed_);
     backend_ = CreateCpuBackend({.num_threads = 2});
     if (auto dir = testing::SileroVadDir()) {
       model_bytes_ = ReadFile(*dir + "/silero_vad_16k_op15.onnx");
@@ -108,10 +107,6 @@ class SileroVadTest : public ::testing::Test {
     ASSERT_TRUE(vad.ok()) << vad.status();
     vad_ = std::move(*vad);
   }
-  void TearDown() override {
-    if (HasFailure()) std::cout << "random seed of this test: " << seed_ << "\n";
-  }
-
   // Speech when the shared data has it, else a chirp in noise; `frames` whole frames, starting
   // `offset` frames in (wrapping around).
   std::vector<float> Signal(int64_t frames, int64_t offset = 0) {
@@ -150,8 +145,6 @@ class SileroVadTest : public ::testing::Test {
     return out;
   }
 
-  uint32_t seed_ = 0;
-  std::mt19937 rng_;
   std::unique_ptr<Backend> backend_;
   std::string model_bytes_;
   bool real_model_ = false;
