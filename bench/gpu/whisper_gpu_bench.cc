@@ -19,7 +19,9 @@
 //                          [--exclude SUBSTRING] [--no-ops] [--encoder-batches 1,16]
 //                          [--decoder-batches 1,8,64,256]
 //   --filter / --exclude: only the variants whose name contains / lacks SUBSTRING;
-//   --no-ops: skip the op profile.
+//   --no-ops: skip the op profile;
+//   --encoder-only: only the encoder rows (its ops, and the variants that run the encoder),
+//   with the encoder ops profiled on the first kernels (cuBLAS GEMMs, flash v1) and the new.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -107,6 +109,7 @@ std::vector<float> RandomVector(size_t n, std::mt19937& rng, float lo, float hi)
 // Batch sizes of the encoder and decoder-step cases (--encoder-batches, --decoder-batches).
 std::vector<int> g_encoder_batches = {1, 16};
 std::vector<int> g_decoder_batches = {1, 8, 64, 256};
+bool g_encoder_only = false;
 
 std::vector<int> ParseList(const char* text) {
   std::vector<int> out;
@@ -173,8 +176,8 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
 
   // ---- Decoder step
   // -------------------------------------------------------------------------------
-  const std::vector<int> batches =
-      variant.persistent ? std::vector<int>{1, 2, 4, 8} : g_decoder_batches;
+  std::vector<int> batches = variant.persistent ? std::vector<int>{1, 2, 4, 8} : g_decoder_batches;
+  if (g_encoder_only) batches.clear();
   for (int batch : batches) {
     ASSIGN_OR_RETURN(std::unique_ptr<whisper::DecoderState> state, model->NewDecoderState(batch));
     {
@@ -227,7 +230,8 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
 
 // Per-op cost inside a graph: `copies` back-to-back calls of one op captured once, the graph
 // replayed; the time per call includes its share of launch gaps, as in the decoder step graph.
-absl::Status ProfileOps(const CudaBackendOptions& options, std::vector<Row>* rows) {
+absl::Status ProfileOps(const CudaBackendOptions& options, const std::string& label,
+                        std::vector<Row>* rows) {
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateCudaBackend(options));
   std::mt19937 rng(99);
   auto random = [&](const Shape& shape, DType dtype, float lo, float hi) -> absl::StatusOr<Tensor> {
@@ -248,18 +252,19 @@ absl::Status ProfileOps(const CudaBackendOptions& options, std::vector<Row>* row
     RETURN_IF_ERROR(backend->BeginCapture());
     for (int i = 0; i < kCopies; ++i) RETURN_IF_ERROR(op());
     ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, backend->EndCapture());
-    Row row{what, "op in graph (fast, PDL)", batch, 0, 0};
+    Row row{what, "op in graph (fast, PDL" + label + ")", batch, 0, 0};
     RETURN_IF_ERROR(Time(
         *backend, [&] { return graph->Replay(); }, 10, 5, &row.per_item_us, &row.round_trip_us));
     row.per_item_us /= kCopies;
     row.round_trip_us /= kCopies;
     rows->push_back(row);
-    std::cout << absl::StrFormat("op %-40s B=%-5d %8.2f us", what, batch, row.per_item_us)
+    std::cout << absl::StrFormat("op %-40s B=%-5d %8.2f us%s", what, batch, row.per_item_us, label)
               << std::endl;
     return absl::OkStatus();
   };
   const int64_t d = 384;
   for (int b : {1, 64, 256}) {
+    if (g_encoder_only) break;
     const int64_t B = b;
     ASSIGN_OR_RETURN(Tensor x, random({B, 1, d}, DType::kF32, -1, 1));
     ASSIGN_OR_RETURN(Tensor y, random({B, 1, d}, DType::kF32, -1, 1));
@@ -371,13 +376,15 @@ int Main(int argc, char** argv) {
       exclude = argv[++i];
     } else if (std::strcmp(argv[i], "--no-ops") == 0) {
       ops = false;
+    } else if (std::strcmp(argv[i], "--encoder-only") == 0) {
+      g_encoder_only = true;
     } else if (std::strcmp(argv[i], "--encoder-batches") == 0 && i + 1 < argc &&
                !(g_encoder_batches = ParseList(argv[++i])).empty()) {
     } else if (std::strcmp(argv[i], "--decoder-batches") == 0 && i + 1 < argc &&
                !(g_decoder_batches = ParseList(argv[++i])).empty()) {
     } else {
       std::cerr << "usage: whisper_gpu_bench [--out results.tsv] [--quick] [--filter SUBSTRING] "
-                   "[--exclude SUBSTRING] [--no-ops] [--encoder-batches 1,16] "
+                   "[--exclude SUBSTRING] [--no-ops] [--encoder-only] [--encoder-batches 1,16] "
                    "[--decoder-batches 1,8,64,256]\n";
       return 2;
     }
@@ -399,6 +406,19 @@ int Main(int argc, char** argv) {
   add("fast, CUDA graph", CudaMath::kFast, false, true, false);
   add("fast, CUDA graph + PDL", CudaMath::kFast, true, true, false);
   add("accurate, CUDA graph + PDL", CudaMath::kAccurate, true, true, false);
+  // The encoder's kernels one change at a time (issue 5, encoder at batch 1): the first ones
+  // (f16 conversion + cuBLAS + epilogue per GEMM, im2col for Conv1d, flash v1), then HalfGemm,
+  // then flash v2; the default above has both.
+  for (int gemm = 0; gemm < 2; ++gemm) {
+    for (int flash = 0; flash < 2; ++flash) {
+      if (gemm == 1 && flash == 1) continue;
+      add(absl::StrCat("fast, CUDA graph + PDL, ", gemm ? "HalfGemm" : "cuBLAS GEMMs", ", flash ",
+                       flash ? "v2" : "v1"),
+          CudaMath::kFast, true, true, false);
+      variants.back().options.use_half_gemm = gemm == 1;
+      variants.back().options.use_flash_v2 = flash == 1;
+    }
+  }
   // The switch from the skinny kernel to cuBLAS (default: above 16 rows) moved up.
   for (int rows : {32, 64}) {
     add(absl::StrCat("fast, CUDA graph + PDL, skinny <= ", rows, " rows"), CudaMath::kFast, true,
@@ -431,6 +451,9 @@ int Main(int argc, char** argv) {
   add_persistent("profile: no logits phase", true,
                  [](auto& o) { o.profile_mode = cuda::kProfileNoLogits; });
   std::erase_if(variants, [&](const BackendVariant& v) {
+    if (g_encoder_only && (v.fused || v.persistent || v.name.find("skinny") != std::string::npos)) {
+      return true;
+    }
     return (!filter.empty() && v.name.find(filter) == std::string::npos) ||
            (!exclude.empty() && v.name.find(exclude) != std::string::npos);
   });
@@ -438,7 +461,12 @@ int Main(int argc, char** argv) {
   std::vector<Row> rows;
   if (ops) {
     CudaBackendOptions o;  // fast, CUDA graphs, PDL
-    const absl::Status status = ProfileOps(o, &rows);
+    absl::Status status = ProfileOps(o, "", &rows);
+    if (status.ok() && g_encoder_only) {
+      o.use_half_gemm = false;
+      o.use_flash_v2 = false;
+      status = ProfileOps(o, ", first kernels", &rows);
+    }
     if (!status.ok()) {
       std::cerr << "op profile: " << status << "\n";
       return 1;

@@ -65,4 +65,13 @@ FlashPlan PlanFlashAttention(const AttentionArgs& args, int sm_count, int64_t ma
 cudaError_t LaunchFlashAttention(const LaunchContext& ctx, const AttentionArgs& args,
                                  const FlashPlan& plan, void* scratch, int* counters);
 
+// FlashAttention v2 (flash_attention.cu): the same arithmetic, tuned. Keys are split over blocks
+// (up to 4 ranges, from a cost model of blocks per SM × tiles per block) so that the grid fills
+// the chip evenly, merged by the last block of each group with all its threads; K fragments
+// through ldmatrix; masks only on the tiles that need them; q, k, v, out 16-byte aligned.
+bool FlashAttention2Supported(const AttentionArgs& args);
+FlashPlan PlanFlashAttention2(const AttentionArgs& args, int sm_count, int64_t max_counters);
+cudaError_t LaunchFlashAttention2(const LaunchContext& ctx, const AttentionArgs& args,
+                                  const FlashPlan& plan, void* scratch, int* counters);
+
 }  // namespace waav::cuda

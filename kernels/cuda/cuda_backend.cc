@@ -218,9 +218,19 @@ class CudaBackend final : public Backend, public CudaExtensions {
                      checks::ValidateLinear(kGpuKind, x, weight, bias, y));
     ASSIGN_OR_RETURN(const cuda::Epilogue epilogue, ToEpilogue("Linear", act));
     const bool w_f16 = weight.dtype() == DType::kF16;
-    const cuda::GemmPlan plan = cuda::PlanGemm(state_->gemm, d.m, d.n, d.k, w_f16);
-    ASSIGN_OR_RETURN(Tensor scratch, Scratch(plan.scratch_bytes));
     const Tensor b = bias != nullptr ? *bias : Tensor();
+    const cuda::HalfGemmArgs half{x.data_as<float>(),
+                                  weight.data(),
+                                  b.defined() ? b.data_as<float>() : nullptr,
+                                  y.data_as<float>(),
+                                  d.m,
+                                  d.n,
+                                  d.k,
+                                  epilogue,
+                                  nullptr};
+    const cuda::GemmPlan plan =
+        cuda::PlanGemm(state_->gemm, d.m, d.n, d.k, w_f16, w_f16 && cuda::HalfGemmSupported(half));
+    ASSIGN_OR_RETURN(Tensor scratch, Scratch(plan.scratch_bytes));
     Sign({static_cast<int64_t>(SigOp::kLinear), d.m, d.n, d.k, w_f16, b.defined(),
           static_cast<int64_t>(epilogue), static_cast<int64_t>(plan.path)});
     return Submit([state = state_, x, weight, b, y, d, w_f16, epilogue, plan, scratch]() {
@@ -245,16 +255,30 @@ class CudaBackend final : public Backend, public CudaExtensions {
     ASSIGN_OR_RETURN(const cuda::Epilogue epilogue, ToEpilogue("Conv1d", act));
     const bool w_f16 = weight.dtype() == DType::kF16;
     const int64_t m = s.batch * s.out_time, k = s.in_channels * s.kernel_size;
+    // HalfGemm gathers the im2col matrix as it loads (an implicit GEMM: no column matrix).
+    const cuda::ConvGather gather{s.time,        s.in_channels, s.out_time,
+                                  s.kernel_size, s.stride,      s.padding};
+    const cuda::HalfGemmArgs half{x.data_as<float>(),
+                                  weight.data(),
+                                  bias.data_as<float>(),
+                                  y.data_as<float>(),
+                                  m,
+                                  s.out_channels,
+                                  k,
+                                  epilogue,
+                                  &gather};
+    const cuda::GemmPlan plan = cuda::PlanGemm(state_->gemm, m, s.out_channels, k, w_f16,
+                                               w_f16 && cuda::HalfGemmSupported(half));
+    const bool implicit = plan.path == cuda::GemmPath::kHalfMma;
     // A 1-wide kernel without stride or padding reads x as it is.
-    const bool direct = s.kernel_size == 1 && s.stride == 1 && s.padding == 0;
+    const bool direct = implicit || (s.kernel_size == 1 && s.stride == 1 && s.padding == 0);
     const size_t col_bytes = direct ? 0 : RoundUp256(static_cast<size_t>(m * k) * sizeof(float));
-    const cuda::GemmPlan plan = cuda::PlanGemm(state_->gemm, m, s.out_channels, k, w_f16);
     ASSIGN_OR_RETURN(Tensor scratch, Scratch(col_bytes + plan.scratch_bytes));
     Sign({static_cast<int64_t>(SigOp::kConv1d), s.batch, s.time, s.in_channels, s.out_channels,
           s.kernel_size, s.stride, s.padding, w_f16, static_cast<int64_t>(epilogue),
           static_cast<int64_t>(plan.path)});
-    return Submit([state = state_, x, weight, bias, y, s, m, k, direct, col_bytes, w_f16, epilogue,
-                   plan, scratch]() {
+    return Submit([state = state_, x, weight, bias, y, s, m, k, direct, implicit, gather, col_bytes,
+                   w_f16, epilogue, plan, scratch]() {
       const float* col = x.data_as<float>();
       char* base = scratch.defined() ? static_cast<char*>(scratch.data()) : nullptr;
       if (!direct) {
@@ -273,7 +297,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
                                 s.out_channels,
                                 bias.data_as<float>(),
                                 epilogue,
-                                y.data_as<float>()};
+                                y.data_as<float>(),
+                                implicit ? &gather : nullptr};
       return cuda::RunGemm(state->gemm, state->ctx, plan, p,
                            plan.scratch_bytes > 0 ? base + col_bytes : nullptr);
     });
@@ -334,11 +359,17 @@ class CudaBackend final : public Backend, public CudaExtensions {
                                    static_cast<int>(d.head_dim),
                                    scale,
                                    causal};
-    const bool flash = options_.math == CudaMath::kFast && cuda::FlashAttentionSupported(args);
+    const bool flash2 = options_.math == CudaMath::kFast && options_.use_flash_v2 &&
+                        cuda::FlashAttention2Supported(args);
+    const bool flash =
+        flash2 || (options_.math == CudaMath::kFast && cuda::FlashAttentionSupported(args));
     cuda::SplitPlan plan;
     cuda::FlashPlan flash_plan;
     size_t scratch_bytes = 0;
-    if (flash) {
+    if (flash2) {
+      flash_plan = cuda::PlanFlashAttention2(args, state_->ctx.sm_count, kAttentionCounters);
+      scratch_bytes = flash_plan.scratch_bytes;
+    } else if (flash) {
       flash_plan = cuda::PlanFlashAttention(args, state_->ctx.sm_count, kAttentionCounters);
       scratch_bytes = flash_plan.scratch_bytes;
     } else {
@@ -347,9 +378,14 @@ class CudaBackend final : public Backend, public CudaExtensions {
     }
     ASSIGN_OR_RETURN(Tensor scratch, Scratch(scratch_bytes));
     Sign({static_cast<int64_t>(SigOp::kAttention), d.batch, d.q_len, d.kv_len, d.heads, d.head_dim,
-          causal, lengths.defined(), flash, plan.splits, flash_plan.splits});
-    return Submit([state = state_, q, k, v, lengths, out, args, flash, plan, flash_plan,
+          causal, lengths.defined(), flash, flash2, plan.splits, flash_plan.splits});
+    return Submit([state = state_, q, k, v, lengths, out, args, flash, flash2, plan, flash_plan,
                    scratch]() {
+      if (flash2) {
+        return GpuStatus("Attention",
+                         cuda::LaunchFlashAttention2(state->ctx, args, flash_plan, scratch.data(),
+                                                     state->counters.data_as<int>()));
+      }
       if (flash) {
         return GpuStatus("Attention",
                          cuda::LaunchFlashAttention(state->ctx, args, flash_plan, scratch.data(),
@@ -701,7 +737,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const CudaBackendOp
     }
   }
 #endif
-  state->gemm = {state->blas.get(), options.math, options.skinny_max_rows};
+  state->gemm = {state->blas.get(), options.math, options.skinny_max_rows, options.use_half_gemm};
   const bool pdl = options.use_pdl && WAAV_GPU_HAS_PDL && props.major >= 9;
   state->ctx = {state->graphs->stream, pdl, state->error_device, props.multiProcessorCount};
   RETURN_IF_ERROR(GpuStatus("cudaStreamSynchronize", cudaStreamSynchronize(state->graphs->stream)));

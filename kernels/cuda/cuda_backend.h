@@ -68,6 +68,13 @@ struct CudaBackendOptions {
   bool use_cublas = true;
   // Rows up to which Linear uses the memory-bound skinny kernel. Default: 16.
   int skinny_max_rows = 16;
+  // kFast, f16 weights, more than skinny_max_rows rows: our HalfGemm kernel (f32 → f16 in the
+  // loader, bias and activation fused; Conv1d as an implicit GEMM) instead of conversion + cuBLAS
+  // + epilogue. Default: true.
+  bool use_half_gemm = true;
+  // kFast encoder attention: the tuned flash kernel (keys split to fill the chip, merged in the
+  // same launch) instead of the first one. Default: true.
+  bool use_flash_v2 = true;
   // cuBLAS workspace. Default: 32 MiB.
   size_t cublas_workspace_bytes = size_t{32} << 20;
 };

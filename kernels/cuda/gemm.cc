@@ -15,7 +15,8 @@ absl::Status LaunchStatus(const char* what, cudaError_t err) {
 
 }  // namespace
 
-GemmPlan PlanGemm(const GemmConfig& config, int64_t m, int64_t n, int64_t k, bool w_f16) {
+GemmPlan PlanGemm(const GemmConfig& config, int64_t m, int64_t n, int64_t k, bool w_f16,
+                  bool half_gemm_ok) {
   GemmPlan plan;
   if (m == 0 || n == 0) return plan;
   if (k == 0) {
@@ -24,6 +25,10 @@ GemmPlan PlanGemm(const GemmConfig& config, int64_t m, int64_t n, int64_t k, boo
   }
   if (m <= config.skinny_max_rows) {
     plan.path = GemmPath::kSkinny;
+    return plan;
+  }
+  if (w_f16 && half_gemm_ok && config.use_half_gemm && config.math == CudaMath::kFast) {
+    plan.path = GemmPath::kHalfMma;
     return plan;
   }
 #if !defined(WAAV_HIP)
@@ -59,6 +64,10 @@ absl::Status RunGemm(const GemmConfig& config, const LaunchContext& ctx, const G
     case GemmPath::kTiled:
       return LaunchStatus(
           "Linear", LaunchTiledLinear(ctx, p.x, p.m, p.k, p.w, p.w_f16, p.n, p.bias, p.act, p.y));
+    case GemmPath::kHalfMma: {
+      const HalfGemmArgs args{p.x, p.w, p.bias, p.y, p.m, p.n, p.k, p.act, p.conv};
+      return LaunchStatus("Linear", LaunchHalfGemm(ctx, args));
+    }
     default:
       break;
   }
