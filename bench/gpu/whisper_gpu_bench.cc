@@ -358,6 +358,9 @@ absl::Status ProfileOps(const CudaBackendOptions& options, const std::string& la
       return backend->Attention(x, k, k, nullptr, 6, 0.125f, false, y);
     }));
     RETURN_IF_ERROR(profile("enc Add [1500,384]", 1, [&] { return backend->Add(x, y, x); }));
+    RETURN_IF_ERROR(profile("enc LinearResidual 1500x1536->384", 1, [&] {
+      return backend->LinearResidual(hidden, w_ff2, &bias, Activation::kNone, y2, y2);
+    }));
   }
   return absl::OkStatus();
 }
@@ -407,17 +410,25 @@ int Main(int argc, char** argv) {
   add("fast, CUDA graph + PDL", CudaMath::kFast, true, true, false);
   add("accurate, CUDA graph + PDL", CudaMath::kAccurate, true, true, false);
   // The encoder's kernels one change at a time (issue 5, encoder at batch 1): the first ones
-  // (f16 conversion + cuBLAS + epilogue per GEMM, im2col for Conv1d, flash v1), then HalfGemm,
-  // then flash v2; the default above has both.
-  for (int gemm = 0; gemm < 2; ++gemm) {
-    for (int flash = 0; flash < 2; ++flash) {
-      if (gemm == 1 && flash == 1) continue;
-      add(absl::StrCat("fast, CUDA graph + PDL, ", gemm ? "HalfGemm" : "cuBLAS GEMMs", ", flash ",
-                       flash ? "v2" : "v1"),
-          CudaMath::kFast, true, true, false);
-      variants.back().options.use_half_gemm = gemm == 1;
-      variants.back().options.use_flash_v2 = flash == 1;
-    }
+  // (f16 conversion + cuBLAS + epilogue per GEMM, im2col for Conv1d, flash v1, separate Adds),
+  // flash v2, HalfGemm, the residual fused into the projections; the default above has all.
+  struct EncoderStep {
+    const char* name;
+    bool half_gemm, flash_v2, residual;
+    int64_t max_k;
+  };
+  for (const EncoderStep& e :
+       {EncoderStep{"cuBLAS GEMMs, flash v1", false, false, false, 0},
+        EncoderStep{"cuBLAS GEMMs, flash v2", false, true, false, 0},
+        EncoderStep{"HalfGemm, flash v1", true, false, false, 0},
+        EncoderStep{"HalfGemm, flash v2", true, true, false, 0},
+        EncoderStep{"HalfGemm, flash v2, fused residual", true, true, true, 0},
+        EncoderStep{"HalfGemm K<=384, flash v2, fused residual", true, true, true, 384}}) {
+    add(absl::StrCat("fast, CUDA graph + PDL, ", e.name), CudaMath::kFast, true, true, false);
+    variants.back().options.use_half_gemm = e.half_gemm;
+    variants.back().options.use_flash_v2 = e.flash_v2;
+    variants.back().options.linear_residual = e.residual;
+    variants.back().options.half_gemm_max_k = e.max_k;
   }
   // The switch from the skinny kernel to cuBLAS (default: above 16 rows) moved up.
   for (int rows : {32, 64}) {
@@ -465,6 +476,7 @@ int Main(int argc, char** argv) {
     if (status.ok() && g_encoder_only) {
       o.use_half_gemm = false;
       o.use_flash_v2 = false;
+      o.linear_residual = false;
       status = ProfileOps(o, ", first kernels", &rows);
     }
     if (!status.ok()) {

@@ -28,6 +28,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gpu.h"
 #include "kernels/cuda/graph.h"
+#include "kernels/cuda/half_gemm.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/memory_pool.h"
@@ -158,6 +159,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
       case Op::kGraphCapture:
       case Op::kArgmaxLogSumExp:
         return true;
+      case Op::kLinearResidual:
+        return options_.linear_residual;
       default:  // optional ops this backend does not implement
         return false;
     }
@@ -214,26 +217,49 @@ class CudaBackend final : public Backend, public CudaExtensions {
 
   absl::Status Linear(const Tensor& x, const Tensor& weight, const Tensor* bias, Activation act,
                       const Tensor& y) override {
+    return LinearImpl("Linear", x, weight, bias, act, Tensor(), y);
+  }
+
+  absl::Status LinearResidual(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                              Activation act, const Tensor& residual, const Tensor& y) override {
+    RETURN_IF_ERROR(checks::ValidateAdd(kGpuKind, residual, y, y));
+    return LinearImpl("LinearResidual", x, weight, bias, act, residual, y);
+  }
+
+  // Linear, and with `residual` defined y = residual + Linear(...): fused into HalfGemm's
+  // epilogue, else the GEMM into scratch followed by the Add kernel.
+  absl::Status LinearImpl(const char* op, const Tensor& x, const Tensor& weight, const Tensor* bias,
+                          Activation act, const Tensor& residual, const Tensor& y) {
     ASSIGN_OR_RETURN(const checks::LinearDims d,
                      checks::ValidateLinear(kGpuKind, x, weight, bias, y));
-    ASSIGN_OR_RETURN(const cuda::Epilogue epilogue, ToEpilogue("Linear", act));
+    ASSIGN_OR_RETURN(const cuda::Epilogue epilogue, ToEpilogue(op, act));
     const bool w_f16 = weight.dtype() == DType::kF16;
     const Tensor b = bias != nullptr ? *bias : Tensor();
-    const cuda::HalfGemmArgs half{x.data_as<float>(),
-                                  weight.data(),
-                                  b.defined() ? b.data_as<float>() : nullptr,
-                                  y.data_as<float>(),
-                                  d.m,
-                                  d.n,
-                                  d.k,
-                                  epilogue,
-                                  nullptr};
-    const cuda::GemmPlan plan =
-        cuda::PlanGemm(state_->gemm, d.m, d.n, d.k, w_f16, w_f16 && cuda::HalfGemmSupported(half));
-    ASSIGN_OR_RETURN(Tensor scratch, Scratch(plan.scratch_bytes));
+    cuda::HalfGemmArgs half{x.data_as<float>(),
+                            weight.data(),
+                            b.defined() ? b.data_as<float>() : nullptr,
+                            y.data_as<float>(),
+                            d.m,
+                            d.n,
+                            d.k,
+                            epilogue,
+                            nullptr};
+    half.residual = residual.defined() ? residual.data_as<float>() : nullptr;
+    const bool half_ok = w_f16 &&
+                         (options_.half_gemm_max_k <= 0 || d.k <= options_.half_gemm_max_k) &&
+                         cuda::HalfGemmSupported(half);
+    const cuda::GemmPlan plan = cuda::PlanGemm(state_->gemm, d.m, d.n, d.k, w_f16, half_ok);
+    const bool fused = plan.path == cuda::GemmPath::kHalfMma;
+    // Unfused residual: the GEMM's result goes to a temporary first.
+    const size_t temp_bytes =
+        residual.defined() && !fused ? RoundUp256(static_cast<size_t>(d.m * d.n) * 4) : 0;
+    ASSIGN_OR_RETURN(Tensor scratch, Scratch(temp_bytes + plan.scratch_bytes));
     Sign({static_cast<int64_t>(SigOp::kLinear), d.m, d.n, d.k, w_f16, b.defined(),
-          static_cast<int64_t>(epilogue), static_cast<int64_t>(plan.path)});
-    return Submit([state = state_, x, weight, b, y, d, w_f16, epilogue, plan, scratch]() {
+          static_cast<int64_t>(epilogue), static_cast<int64_t>(plan.path), residual.defined()});
+    return Submit([state = state_, x, weight, b, residual, y, d, w_f16, epilogue, plan, fused,
+                   temp_bytes, scratch, op]() {
+      char* base = scratch.defined() ? static_cast<char*>(scratch.data()) : nullptr;
+      float* out = temp_bytes > 0 ? reinterpret_cast<float*>(base) : y.data_as<float>();
       const cuda::GemmProblem p{x.data_as<float>(),
                                 d.m,
                                 d.k,
@@ -242,9 +268,14 @@ class CudaBackend final : public Backend, public CudaExtensions {
                                 d.n,
                                 b.defined() ? b.data_as<float>() : nullptr,
                                 epilogue,
-                                y.data_as<float>()};
-      return cuda::RunGemm(state->gemm, state->ctx, plan, p,
-                           scratch.defined() ? scratch.data() : nullptr);
+                                out,
+                                nullptr,
+                                fused && residual.defined() ? residual.data_as<float>() : nullptr};
+      RETURN_IF_ERROR(cuda::RunGemm(state->gemm, state->ctx, plan, p,
+                                    plan.scratch_bytes > 0 ? base + temp_bytes : nullptr));
+      if (temp_bytes == 0) return absl::OkStatus();
+      return GpuStatus(op, cuda::LaunchAdd(state->ctx, residual.data_as<float>(), out,
+                                           y.data_as<float>(), d.m * d.n));
     });
   }
 
@@ -737,6 +768,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const CudaBackendOp
     }
   }
 #endif
+  RETURN_IF_ERROR(GpuStatus("HalfGemm shared memory", cuda::PrepareHalfGemm()));
   state->gemm = {state->blas.get(), options.math, options.skinny_max_rows, options.use_half_gemm};
   const bool pdl = options.use_pdl && WAAV_GPU_HAS_PDL && props.major >= 9;
   state->ctx = {state->graphs->stream, pdl, state->error_device, props.multiProcessorCount};

@@ -72,6 +72,12 @@ struct CudaBackendOptions {
   // loader, bias and activation fused; Conv1d as an implicit GEMM) instead of conversion + cuBLAS
   // + epilogue. Default: true.
   bool use_half_gemm = true;
+  // Linear only: HalfGemm only up to this K (0: any K); larger K goes to conversion + cuBLAS +
+  // epilogue. Default: 0.
+  int64_t half_gemm_max_k = 0;
+  // Report LinearResidual as supported (the Whisper encoder then adds its residuals in the
+  // projections' epilogue; the op itself works either way). Default: true.
+  bool linear_residual = true;
   // kFast encoder attention: the tuned flash kernel (keys split to fill the chip, merged in the
   // same launch) instead of the first one. Default: true.
   bool use_flash_v2 = true;

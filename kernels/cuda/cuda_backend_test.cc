@@ -238,6 +238,42 @@ TEST_P(CudaParityTest, LinearMatchesCpu) {
   }
 }
 
+// LinearResidual (GPU only: the CPU backend leaves it to Linear + Add) against the CPU's Linear
+// into a temporary + Add, in place (y = residual) and not; HalfGemm's fused epilogue and the
+// fallbacks (skinny rows, K not a multiple of 8, f32 weights).
+TEST_P(CudaParityTest, LinearResidualMatchesCpuLinearThenAdd) {
+  struct Case {
+    int64_t m, k, n;
+  };
+  int variant = 0;
+  for (const Case c : {Case{1500, 1536, 384}, Case{1500, 384, 384}, Case{5, 384, 384},
+                       Case{40, 37, 29}, Case{77, 40, 24}}) {
+    for (DType dtype : {DType::kF32, DType::kF16}) {
+      ++variant;
+      const bool in_place = variant % 2 == 1;
+      const Activation act = variant % 3 == 0 ? Activation::kGelu : Activation::kNone;
+      const std::string what =
+          absl::StrCat("LinearResidual m=", c.m, " k=", c.k, " n=", c.n, " ", Name(dtype),
+                       in_place ? " in place" : "", act == Activation::kGelu ? " gelu" : "");
+      SCOPED_TRACE(what);
+      std::vector<float> w = Random(c.n * c.k, -0.2f, 0.2f);
+      const Pair x = F32({c.m, c.k}, Random(c.m * c.k));
+      const Pair weight = Weight({c.n, c.k}, w, dtype);
+      const Pair bias = F32({c.n}, Random(c.n));
+      const Pair residual = F32({c.m, c.n}, Random(c.m * c.n, -2.0f, 2.0f));
+      const Pair tmp = Poisoned({c.m, c.n});
+      const Pair y = Poisoned({c.m, c.n});
+      ASSERT_TRUE(cpu_->Linear(x.cpu, weight.cpu, &bias.cpu, act, tmp.cpu).ok());
+      ASSERT_TRUE(cpu_->Add(residual.cpu, tmp.cpu, y.cpu).ok());
+      const Tensor& out = in_place ? residual.gpu : y.gpu;
+      ASSERT_TRUE(gpu_->LinearResidual(x.gpu, weight.gpu, &bias.gpu, act, residual.gpu, out).ok());
+      EXPECT_TRUE(Close(what, Gpu(out), Cpu(y.cpu), GemmTolerance(c.m, dtype)));
+    }
+  }
+  EXPECT_TRUE(gpu_->supports(Op::kLinearResidual));
+  EXPECT_FALSE(cpu_->supports(Op::kLinearResidual));
+}
+
 TEST_P(CudaParityTest, Conv1dMatchesCpu) {
   struct Case {
     int64_t batch, time, cin, cout, kernel;

@@ -65,7 +65,8 @@ absl::Status RunGemm(const GemmConfig& config, const LaunchContext& ctx, const G
       return LaunchStatus(
           "Linear", LaunchTiledLinear(ctx, p.x, p.m, p.k, p.w, p.w_f16, p.n, p.bias, p.act, p.y));
     case GemmPath::kHalfMma: {
-      const HalfGemmArgs args{p.x, p.w, p.bias, p.y, p.m, p.n, p.k, p.act, p.conv};
+      HalfGemmArgs args{p.x, p.w, p.bias, p.y, p.m, p.n, p.k, p.act, p.conv};
+      args.residual = p.residual;
       return LaunchStatus("Linear", LaunchHalfGemm(ctx, args));
     }
     default:

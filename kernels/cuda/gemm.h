@@ -50,6 +50,7 @@ struct GemmProblem {
   Epilogue act;
   float* y;
   const ConvGather* conv = nullptr;  // kHalfMma only: x is a Conv1d input gathered as im2col
+  const float* residual = nullptr;   // kHalfMma only: y = residual + act(...), may be y
 };
 
 // `half_gemm_ok`: HalfGemmSupported() for the problem's shapes and addresses.
