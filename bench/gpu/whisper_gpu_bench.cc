@@ -19,6 +19,7 @@
 //                          [--exclude SUBSTRING] [--no-ops] [--encoder-batches 1,16]
 //                          [--decoder-batches 1,8,64,256]
 //   --filter / --exclude: only the variants whose name contains / lacks SUBSTRING;
+//   --only "NAME;NAME": only the variants of exactly these names;
 //   --no-ops: skip the op profile;
 //   --encoder-only: only the encoder rows (its ops, and the variants that run the encoder),
 //   with the encoder ops profiled on the first kernels (cuBLAS GEMMs, flash v1) and the new.
@@ -366,7 +367,7 @@ absl::Status ProfileOps(const CudaBackendOptions& options, const std::string& la
 }
 
 int Main(int argc, char** argv) {
-  std::string out_path, filter, exclude;
+  std::string out_path, filter, exclude, only;
   bool quick = false, ops = true;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
@@ -375,6 +376,8 @@ int Main(int argc, char** argv) {
       quick = true;
     } else if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc) {
       filter = argv[++i];
+    } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+      only = std::string(";") + argv[++i] + ";";
     } else if (std::strcmp(argv[i], "--exclude") == 0 && i + 1 < argc) {
       exclude = argv[++i];
     } else if (std::strcmp(argv[i], "--no-ops") == 0) {
@@ -387,7 +390,8 @@ int Main(int argc, char** argv) {
                !(g_decoder_batches = ParseList(argv[++i])).empty()) {
     } else {
       std::cerr << "usage: whisper_gpu_bench [--out results.tsv] [--quick] [--filter SUBSTRING] "
-                   "[--exclude SUBSTRING] [--no-ops] [--encoder-only] [--encoder-batches 1,16] "
+                   "[--exclude SUBSTRING] [--only NAME;NAME] [--no-ops] [--encoder-only] "
+                   "[--encoder-batches 1,16] "
                    "[--decoder-batches 1,8,64,256]\n";
       return 2;
     }
@@ -416,19 +420,26 @@ int Main(int argc, char** argv) {
     const char* name;
     bool half_gemm, flash_v2, residual;
     int64_t max_k;
+    int flash_splits;
+    int64_t max_rows;
   };
   for (const EncoderStep& e :
-       {EncoderStep{"cuBLAS GEMMs, flash v1", false, false, false, 0},
-        EncoderStep{"cuBLAS GEMMs, flash v2", false, true, false, 0},
-        EncoderStep{"HalfGemm, flash v1", true, false, false, 0},
-        EncoderStep{"HalfGemm, flash v2", true, true, false, 0},
-        EncoderStep{"HalfGemm, flash v2, fused residual", true, true, true, 0},
-        EncoderStep{"HalfGemm K<=384, flash v2, fused residual", true, true, true, 384}}) {
+       {EncoderStep{"cuBLAS GEMMs, flash v1", false, false, false, 0, 0, 0},
+        EncoderStep{"cuBLAS GEMMs, flash v2", false, true, false, 0, 0, 0},
+        EncoderStep{"HalfGemm, flash v1", true, false, false, 0, 0, 0},
+        EncoderStep{"HalfGemm, flash v2", true, true, false, 0, 0, 0},
+        EncoderStep{"HalfGemm, flash v2, fused residual", true, true, true, 0, 0, 0},
+        EncoderStep{"HalfGemm K<=384, flash v2, fused residual", true, true, true, 384, 0, 0},
+        EncoderStep{"HalfGemm, flash v2 4 splits, fused residual", true, true, true, 0, 4, 0},
+        EncoderStep{"HalfGemm <= 3000 rows, flash v2, fused residual", true, true, true, 0, 0,
+                    3000}}) {
     add(absl::StrCat("fast, CUDA graph + PDL, ", e.name), CudaMath::kFast, true, true, false);
     variants.back().options.use_half_gemm = e.half_gemm;
     variants.back().options.use_flash_v2 = e.flash_v2;
     variants.back().options.linear_residual = e.residual;
     variants.back().options.half_gemm_max_k = e.max_k;
+    variants.back().options.flash_splits = e.flash_splits;
+    variants.back().options.half_gemm_max_rows = e.max_rows;
   }
   // The switch from the skinny kernel to cuBLAS (default: above 16 rows) moved up.
   for (int rows : {32, 64}) {
@@ -465,6 +476,7 @@ int Main(int argc, char** argv) {
     if (g_encoder_only && (v.fused || v.persistent || v.name.find("skinny") != std::string::npos)) {
       return true;
     }
+    if (!only.empty() && only.find(";" + v.name + ";") == std::string::npos) return true;
     return (!filter.empty() && v.name.find(filter) == std::string::npos) ||
            (!exclude.empty() && v.name.find(exclude) != std::string::npos);
   });

@@ -247,6 +247,7 @@ class CudaBackend final : public Backend, public CudaExtensions {
     half.residual = residual.defined() ? residual.data_as<float>() : nullptr;
     const bool half_ok = w_f16 &&
                          (options_.half_gemm_max_k <= 0 || d.k <= options_.half_gemm_max_k) &&
+                         (options_.half_gemm_max_rows <= 0 || d.m <= options_.half_gemm_max_rows) &&
                          cuda::HalfGemmSupported(half);
     const cuda::GemmPlan plan = cuda::PlanGemm(state_->gemm, d.m, d.n, d.k, w_f16, half_ok);
     const bool fused = plan.path == cuda::GemmPath::kHalfMma;
@@ -298,8 +299,10 @@ class CudaBackend final : public Backend, public CudaExtensions {
                                   k,
                                   epilogue,
                                   &gather};
-    const cuda::GemmPlan plan = cuda::PlanGemm(state_->gemm, m, s.out_channels, k, w_f16,
-                                               w_f16 && cuda::HalfGemmSupported(half));
+    const cuda::GemmPlan plan = cuda::PlanGemm(
+        state_->gemm, m, s.out_channels, k, w_f16,
+        w_f16 && (options_.half_gemm_max_rows <= 0 || m <= options_.half_gemm_max_rows) &&
+            cuda::HalfGemmSupported(half));
     const bool implicit = plan.path == cuda::GemmPath::kHalfMma;
     // A 1-wide kernel without stride or padding reads x as it is.
     const bool direct = implicit || (s.kernel_size == 1 && s.stride == 1 && s.padding == 0);
@@ -398,7 +401,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
     cuda::FlashPlan flash_plan;
     size_t scratch_bytes = 0;
     if (flash2) {
-      flash_plan = cuda::PlanFlashAttention2(args, state_->ctx.sm_count, kAttentionCounters);
+      flash_plan = cuda::PlanFlashAttention2(args, state_->ctx.sm_count, kAttentionCounters,
+                                             options_.flash_splits);
       scratch_bytes = flash_plan.scratch_bytes;
     } else if (flash) {
       flash_plan = cuda::PlanFlashAttention(args, state_->ctx.sm_count, kAttentionCounters);
@@ -769,6 +773,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const CudaBackendOp
   }
 #endif
   RETURN_IF_ERROR(GpuStatus("HalfGemm shared memory", cuda::PrepareHalfGemm()));
+  RETURN_IF_ERROR(GpuStatus("flash attention shared memory", cuda::PrepareFlashAttention2()));
   state->gemm = {state->blas.get(), options.math, options.skinny_max_rows, options.use_half_gemm};
   const bool pdl = options.use_pdl && WAAV_GPU_HAS_PDL && props.major >= 9;
   state->ctx = {state->graphs->stream, pdl, state->error_device, props.multiProcessorCount};

@@ -7,18 +7,21 @@
 // reaches cudaMalloc. Kernels are launched with programmatic dependent launch on Hopper, so the
 // next kernel's launch overlaps the tail of the current one (see common.cuh).
 //
-// GEMMs (Linear, Conv1d after im2col): up to CudaBackendOptions::skinny_max_rows rows, a
-// memory-bound kernel of our own with bias and activation fused (decoder steps); above that,
-// cuBLAS (loaded at run time, blas.h) then one epilogue kernel for bias and activation. Without
-// cuBLAS, a built-in tiled kernel (slower) takes its place.
+// GEMMs (Linear, LinearResidual, Conv1d): up to CudaBackendOptions::skinny_max_rows rows, a
+// memory-bound kernel of our own with bias and activation fused (decoder steps); above that, in
+// kFast with f16 weights, HalfGemm (half_gemm.cuh: one tensor-core kernel that rounds the f32
+// activations to f16 as it loads them, with bias, activation and residual in its epilogue, and
+// Conv1d as an implicit GEMM); otherwise cuBLAS (loaded at run time, blas.h) then one epilogue
+// kernel for bias and activation (and im2col before it for Conv1d). Without cuBLAS, a built-in
+// tiled kernel (slower) takes cuBLAS's place.
 //
 // Arithmetic (CudaMath), stated per path so tests can hold each to a tolerance:
 //  * kAccurate: f32 throughout. f32 weights: cuBLAS SGEMM, no TF32. f16 weights: activations are
 //    split into hi + lo f16 halves and multiplied on f16 tensor cores with f32 accumulation (two
 //    GEMMs), which keeps ~22 significant bits of x (relative error ~1e-6, like f32). Attention on
 //    f32 CUDA cores.
-//  * kFast (default): activations rounded to f16 for the cuBLAS GEMMs (f16 weights) or TF32
-//    (f32 weights), f32 accumulation: relative error ~1e-3 per GEMM. Encoder-size attention
+//  * kFast (default): activations rounded to f16 for HalfGemm or the cuBLAS GEMMs (f16 weights)
+//    or TF32 (f32 weights), f32 accumulation: relative error ~1e-3 per GEMM. Encoder-size attention
 //    (head_dim 64, >= 16 queries) on f16 tensor cores with an f32 softmax. The skinny path (decoder
 //    steps up to 16 rows) and every other kernel stay exact f32 in both modes.
 //
@@ -75,12 +78,17 @@ struct CudaBackendOptions {
   // Linear only: HalfGemm only up to this K (0: any K); larger K goes to conversion + cuBLAS +
   // epilogue. Default: 0.
   int64_t half_gemm_max_k = 0;
+  // HalfGemm only up to this many rows (Linear and Conv1d; 0: any). Default: 0.
+  int64_t half_gemm_max_rows = 0;
   // Report LinearResidual as supported (the Whisper encoder then adds its residuals in the
   // projections' epilogue; the op itself works either way). Default: true.
   bool linear_residual = true;
   // kFast encoder attention: the tuned flash kernel (keys split to fill the chip, merged in the
   // same launch) instead of the first one. Default: true.
   bool use_flash_v2 = true;
+  // Flash v2 key ranges per query block: 0 lets the plan choose (as many as one wave of
+  // resident blocks holds, up to 4); 1 to 4 forces that many (for measurements).
+  int flash_splits = 0;
   // cuBLAS workspace. Default: 32 MiB.
   size_t cublas_workspace_bytes = size_t{32} << 20;
 };

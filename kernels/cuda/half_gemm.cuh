@@ -36,7 +36,7 @@ struct HalfGemmArgs {
 };
 
 // Whether HalfGemm handles these shapes and addresses (CUDA build with mma.sync; K and N
-// multiples of 8; x, w and y 16-byte aligned, bias 8-byte aligned).
+// multiples of 8, M < 2^21; x, w and y 16-byte aligned, bias 8-byte aligned).
 bool HalfGemmSupported(const HalfGemmArgs& args);
 // Once per process and device, before the first launch (allows the kernels more than 48 KB of
 // dynamic shared memory; not done at launch because a graph may be capturing then).
