@@ -1,4 +1,3 @@
-#include <cuda_fp16.h>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/half_gemm.cuh"

@@ -8,7 +8,6 @@
 #include "kernels/cuda/gpu.h"
 
 #if WAAV_GPU_HAS_MMA
-#include <cuda_fp16.h>
 
 namespace waav::cuda::mma {
 
