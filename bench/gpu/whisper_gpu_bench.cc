@@ -414,32 +414,27 @@ int Main(int argc, char** argv) {
   add("fast, CUDA graph + PDL", CudaMath::kFast, true, true, false);
   add("accurate, CUDA graph + PDL", CudaMath::kAccurate, true, true, false);
   // The encoder's kernels one change at a time (issue 5, encoder at batch 1): the first ones
-  // (f16 conversion + cuBLAS + epilogue per GEMM, im2col for Conv1d, flash v1, separate Adds),
-  // flash v2, HalfGemm, the residual fused into the projections; the default above has all.
+  // (f16 conversion + cuBLAS + epilogue per GEMM, im2col for Conv1d, flash v1, separate Adds);
+  // flash v2 (the default: "fast, CUDA graph + PDL"); residuals added by the GEMMs; HalfGemm for
+  // all or some of the GEMMs. (docs/benchmarks.md, "Encoder at batch 1", has the rows measured.)
   struct EncoderStep {
     const char* name;
-    bool half_gemm, flash_v2, residual;
-    int64_t max_k;
-    int flash_splits;
-    int64_t max_rows;
+    bool half_gemm, flash_v2, residual, conv;
+    int64_t max_k, max_n;
   };
   for (const EncoderStep& e :
-       {EncoderStep{"cuBLAS GEMMs, flash v1", false, false, false, 0, 0, 0},
-        EncoderStep{"cuBLAS GEMMs, flash v2", false, true, false, 0, 0, 0},
-        EncoderStep{"HalfGemm, flash v1", true, false, false, 0, 0, 0},
-        EncoderStep{"HalfGemm, flash v2", true, true, false, 0, 0, 0},
-        EncoderStep{"HalfGemm, flash v2, fused residual", true, true, true, 0, 0, 0},
-        EncoderStep{"HalfGemm K<=384, flash v2, fused residual", true, true, true, 384, 0, 0},
-        EncoderStep{"HalfGemm, flash v2 4 splits, fused residual", true, true, true, 0, 4, 0},
-        EncoderStep{"HalfGemm <= 3000 rows, flash v2, fused residual", true, true, true, 0, 0,
-                    3000}}) {
+       {EncoderStep{"cuBLAS GEMMs, flash v1", false, false, false, false, 0, 0},
+        EncoderStep{"cuBLAS GEMMs (residual beta = 1), flash v2", false, true, true, false, 0, 0},
+        EncoderStep{"HalfGemm, flash v2, fused residual", true, true, true, true, 0, 0},
+        EncoderStep{"HalfGemm N,K<=384 (no conv), flash v2, fused residual", true, true, true,
+                    false, 384, 384}}) {
     add(absl::StrCat("fast, CUDA graph + PDL, ", e.name), CudaMath::kFast, true, true, false);
     variants.back().options.use_half_gemm = e.half_gemm;
     variants.back().options.use_flash_v2 = e.flash_v2;
     variants.back().options.linear_residual = e.residual;
+    variants.back().options.half_gemm_conv = e.conv;
     variants.back().options.half_gemm_max_k = e.max_k;
-    variants.back().options.flash_splits = e.flash_splits;
-    variants.back().options.half_gemm_max_rows = e.max_rows;
+    variants.back().options.half_gemm_max_n = e.max_n;
   }
   // The switch from the skinny kernel to cuBLAS (default: above 16 rows) moved up.
   for (int rows : {32, 64}) {
@@ -486,10 +481,12 @@ int Main(int argc, char** argv) {
     CudaBackendOptions o;  // fast, CUDA graphs, PDL
     absl::Status status = ProfileOps(o, "", &rows);
     if (status.ok() && g_encoder_only) {
-      o.use_half_gemm = false;
-      o.use_flash_v2 = false;
-      o.linear_residual = false;
-      status = ProfileOps(o, ", first kernels", &rows);
+      CudaBackendOptions first = o;
+      first.use_flash_v2 = false;
+      status = ProfileOps(first, ", first kernels", &rows);
+      CudaBackendOptions half = o;
+      half.use_half_gemm = true;
+      if (status.ok()) status = ProfileOps(half, ", HalfGemm", &rows);
     }
     if (!status.ok()) {
       std::cerr << "op profile: " << status << "\n";

@@ -247,18 +247,25 @@ class CudaBackend final : public Backend, public CudaExtensions {
     half.residual = residual.defined() ? residual.data_as<float>() : nullptr;
     const bool half_ok = w_f16 &&
                          (options_.half_gemm_max_k <= 0 || d.k <= options_.half_gemm_max_k) &&
+                         (options_.half_gemm_max_n <= 0 || d.n <= options_.half_gemm_max_n) &&
                          (options_.half_gemm_max_rows <= 0 || d.m <= options_.half_gemm_max_rows) &&
                          cuda::HalfGemmSupported(half);
     const cuda::GemmPlan plan = cuda::PlanGemm(state_->gemm, d.m, d.n, d.k, w_f16, half_ok);
     const bool fused = plan.path == cuda::GemmPath::kHalfMma;
-    // Unfused residual: the GEMM's result goes to a temporary first.
-    const size_t temp_bytes =
-        residual.defined() && !fused ? RoundUp256(static_cast<size_t>(d.m * d.n) * 4) : 0;
+    // In place without activation on a cuBLAS path: the GEMM adds into y (beta = 1), then the
+    // bias. Otherwise an unfused residual takes a temporary and the Add kernel.
+    const bool accumulate = residual.defined() && !fused && residual.data() == y.data() &&
+                            residual.size_bytes() == y.size_bytes() &&
+                            epilogue == cuda::Epilogue::kNone && cuda::GemmAccumulates(plan.path);
+    const size_t temp_bytes = residual.defined() && !fused && !accumulate
+                                  ? RoundUp256(static_cast<size_t>(d.m * d.n) * 4)
+                                  : 0;
     ASSIGN_OR_RETURN(Tensor scratch, Scratch(temp_bytes + plan.scratch_bytes));
     Sign({static_cast<int64_t>(SigOp::kLinear), d.m, d.n, d.k, w_f16, b.defined(),
-          static_cast<int64_t>(epilogue), static_cast<int64_t>(plan.path), residual.defined()});
+          static_cast<int64_t>(epilogue), static_cast<int64_t>(plan.path), residual.defined(),
+          accumulate});
     return Submit([state = state_, x, weight, b, residual, y, d, w_f16, epilogue, plan, fused,
-                   temp_bytes, scratch, op]() {
+                   accumulate, temp_bytes, scratch, op]() {
       char* base = scratch.defined() ? static_cast<char*>(scratch.data()) : nullptr;
       float* out = temp_bytes > 0 ? reinterpret_cast<float*>(base) : y.data_as<float>();
       const cuda::GemmProblem p{x.data_as<float>(),
@@ -271,7 +278,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
                                 epilogue,
                                 out,
                                 nullptr,
-                                fused && residual.defined() ? residual.data_as<float>() : nullptr};
+                                fused && residual.defined() ? residual.data_as<float>() : nullptr,
+                                accumulate};
       RETURN_IF_ERROR(cuda::RunGemm(state->gemm, state->ctx, plan, p,
                                     plan.scratch_bytes > 0 ? base + temp_bytes : nullptr));
       if (temp_bytes == 0) return absl::OkStatus();
@@ -299,10 +307,11 @@ class CudaBackend final : public Backend, public CudaExtensions {
                                   k,
                                   epilogue,
                                   &gather};
-    const cuda::GemmPlan plan = cuda::PlanGemm(
-        state_->gemm, m, s.out_channels, k, w_f16,
-        w_f16 && (options_.half_gemm_max_rows <= 0 || m <= options_.half_gemm_max_rows) &&
-            cuda::HalfGemmSupported(half));
+    const cuda::GemmPlan plan =
+        cuda::PlanGemm(state_->gemm, m, s.out_channels, k, w_f16,
+                       w_f16 && options_.half_gemm_conv &&
+                           (options_.half_gemm_max_rows <= 0 || m <= options_.half_gemm_max_rows) &&
+                           cuda::HalfGemmSupported(half));
     const bool implicit = plan.path == cuda::GemmPath::kHalfMma;
     // A 1-wide kernel without stride or padding reads x as it is.
     const bool direct = implicit || (s.kernel_size == 1 && s.stride == 1 && s.padding == 0);

@@ -72,23 +72,28 @@ struct CudaBackendOptions {
   // Rows up to which Linear uses the memory-bound skinny kernel. Default: 16.
   int skinny_max_rows = 16;
   // kFast, f16 weights, more than skinny_max_rows rows: our HalfGemm kernel (f32 → f16 in the
-  // loader, bias and activation fused; Conv1d as an implicit GEMM) instead of conversion + cuBLAS
-  // + epilogue. Default: true.
-  bool use_half_gemm = true;
-  // Linear only: HalfGemm only up to this K (0: any K); larger K goes to conversion + cuBLAS +
-  // epilogue. Default: 0.
+  // loader, bias, activation and residual fused; Conv1d as an implicit GEMM) instead of
+  // conversion + cuBLAS + epilogue. Default: false: measured on an H100 (docs/benchmarks.md,
+  // "Encoder at batch 1"), one 30 s window took 733 µs with it against 639 without: it re-reads
+  // the f32 activations through L2 for every 64 or 128 output columns, and L2 bandwidth bounds it.
+  bool use_half_gemm = false;
+  // With use_half_gemm: Linear only up to this K and this N (0: any), Conv1d only with
+  // half_gemm_conv, and only up to half_gemm_max_rows rows (0: any); the rest goes to cuBLAS.
   int64_t half_gemm_max_k = 0;
-  // HalfGemm only up to this many rows (Linear and Conv1d; 0: any). Default: 0.
+  int64_t half_gemm_max_n = 0;
   int64_t half_gemm_max_rows = 0;
-  // Report LinearResidual as supported (the Whisper encoder then adds its residuals in the
-  // projections' epilogue; the op itself works either way). Default: true.
-  bool linear_residual = true;
+  bool half_gemm_conv = true;
   // kFast encoder attention: the tuned flash kernel (keys split to fill the chip, merged in the
   // same launch) instead of the first one. Default: true.
   bool use_flash_v2 = true;
   // Flash v2 key ranges per query block: 0 lets the plan choose (as many as one wave of
   // resident blocks holds, up to 4); 1 to 4 forces that many (for measurements).
   int flash_splits = 0;
+  // Report LinearResidual as supported, so that the Whisper encoder adds its residuals in the
+  // projections (HalfGemm's epilogue, or cuBLAS with beta = 1 followed by the bias) instead of
+  // separate Add kernels; the op itself works either way. Default: false until the cuBLAS form
+  // is measured (with HalfGemm it saved 59 µs of 792 per window on an H100).
+  bool linear_residual = false;
   // cuBLAS workspace. Default: 32 MiB.
   size_t cublas_workspace_bytes = size_t{32} << 20;
 };

@@ -112,8 +112,9 @@ struct Variant {
   CudaMath math;
   bool cublas;
   bool graphs;
-  bool half_gemm = true;  // CudaBackendOptions::use_half_gemm
-  bool flash_v2 = true;   // CudaBackendOptions::use_flash_v2
+  bool half_gemm = false;  // CudaBackendOptions::use_half_gemm
+  bool flash_v2 = true;    // CudaBackendOptions::use_flash_v2
+  bool residual = false;   // CudaBackendOptions::linear_residual
 };
 
 void PrintTo(const Variant& variant, std::ostream* os) { *os << variant.name; }
@@ -129,6 +130,7 @@ class CudaParityTest : public ::testing::TestWithParam<Variant> {
     options.use_graphs = GetParam().graphs;
     options.use_half_gemm = GetParam().half_gemm;
     options.use_flash_v2 = GetParam().flash_v2;
+    options.linear_residual = GetParam().residual;
     auto gpu = CreateCudaBackend(options);
     if (!gpu.ok()) GTEST_SKIP() << "no usable GPU, CUDA test skipped: " << gpu.status().message();
     gpu_ = std::move(*gpu);
@@ -239,8 +241,9 @@ TEST_P(CudaParityTest, LinearMatchesCpu) {
 }
 
 // LinearResidual (GPU only: the CPU backend leaves it to Linear + Add) against the CPU's Linear
-// into a temporary + Add, in place (y = residual) and not; HalfGemm's fused epilogue and the
-// fallbacks (skinny rows, K not a multiple of 8, f32 weights).
+// into a temporary + Add, in place (y = residual) and not: HalfGemm's fused epilogue (variant
+// FastHalfGemm), cuBLAS adding into y (in place, no activation) and the fallbacks (temporary +
+// Add: skinny rows, K not a multiple of 8, an activation, not in place).
 TEST_P(CudaParityTest, LinearResidualMatchesCpuLinearThenAdd) {
   struct Case {
     int64_t m, k, n;
@@ -270,7 +273,7 @@ TEST_P(CudaParityTest, LinearResidualMatchesCpuLinearThenAdd) {
       EXPECT_TRUE(Close(what, Gpu(out), Cpu(y.cpu), GemmTolerance(c.m, dtype)));
     }
   }
-  EXPECT_TRUE(gpu_->supports(Op::kLinearResidual));
+  EXPECT_EQ(gpu_->supports(Op::kLinearResidual), GetParam().residual);
   EXPECT_FALSE(cpu_->supports(Op::kLinearResidual));
 }
 
@@ -711,8 +714,12 @@ const Variant kVariants[] = {
     {"Accurate", CudaMath::kAccurate, true, true},
     {"Fast", CudaMath::kFast, true, true},
     {"AccurateBuiltinGemmEagerGraphs", CudaMath::kAccurate, false, false},
-    // The kernels before HalfGemm and flash v2: conversion + cuBLAS + epilogue, flash v1.
-    {"FastFirstKernels", CudaMath::kFast, true, true, false, false},
+    // The first encoder kernels: conversion + cuBLAS + epilogue, flash v1, separate Adds.
+    {"FastFirstKernels", CudaMath::kFast, true, true, false, false, false},
+    // HalfGemm for every many-row f16 GEMM, residuals in its epilogue.
+    {"FastHalfGemm", CudaMath::kFast, true, true, true, true, true},
+    // cuBLAS GEMMs adding the residuals (beta = 1).
+    {"FastCublasResidual", CudaMath::kFast, true, true, false, true, true},
 };
 std::string VariantName(const ::testing::TestParamInfo<Variant>& info) { return info.param.name; }
 

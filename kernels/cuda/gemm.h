@@ -20,7 +20,7 @@ struct GemmConfig {
   const Blas* blas = nullptr;  // null: no cuBLAS
   CudaMath math = CudaMath::kFast;
   int skinny_max_rows = 16;
-  bool use_half_gemm = true;  // kFast, f16 weights, many rows: HalfGemm (half_gemm.cuh)
+  bool use_half_gemm = false;  // kFast, f16 weights, many rows: HalfGemm (half_gemm.cuh)
 };
 
 enum class GemmPath : uint8_t {
@@ -51,7 +51,12 @@ struct GemmProblem {
   float* y;
   const ConvGather* conv = nullptr;  // kHalfMma only: x is a Conv1d input gathered as im2col
   const float* residual = nullptr;   // kHalfMma only: y = residual + act(...), may be y
+  // cuBLAS paths only (act kNone): y += x·wᵀ + bias (the GEMM with beta = 1, then the bias).
+  bool accumulate = false;
 };
+
+// Whether `path` can add into y (GemmProblem::accumulate).
+bool GemmAccumulates(GemmPath path);
 
 // `half_gemm_ok`: HalfGemmSupported() for the problem's shapes and addresses.
 GemmPlan PlanGemm(const GemmConfig& config, int64_t m, int64_t n, int64_t k, bool w_f16,
