@@ -153,6 +153,8 @@ def main():
     parser.add_argument("--dtype", default="fp16", choices=["fp16", "fp32"])
     parser.add_argument("--out", default="")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--encoder-only", action="store_true",
+                        help="encoder rows and encoder-sized ops only (no decoder steps)")
     args = parser.parse_args()
     dtype = torch.float16 if args.dtype == "fp16" else torch.float32
     dev = torch.device("cuda")
@@ -177,7 +179,26 @@ def main():
                 print(f"{rows[-1][0]:22s} {rows[-1][1]:34s} B={batch:<4d} {per / batch:9.1f} us"
                       f"  round trip {rt / batch:9.1f} us", flush=True)
 
-        for batch in (1, 8, 64, 256):
+        if args.encoder_only:
+            # Single ops of one 30 s window, 20 calls captured in one graph (like waav's
+            # "op in graph" rows).
+            x = torch.rand(1, 1500, D_MODEL, device=dev, dtype=dtype) * 2 - 1
+            qkv = [torch.rand(1, HEADS, 1500, HEAD_DIM, device=dev, dtype=dtype) * 4 - 2
+                   for _ in range(3)]
+            w = torch.rand(D_MODEL, D_MODEL, device=dev, dtype=dtype) * 0.1 - 0.05
+            w1 = torch.rand(FF, D_MODEL, device=dev, dtype=dtype) * 0.1 - 0.05
+            b = torch.rand(D_MODEL, device=dev, dtype=dtype) * 0.2 - 0.1
+            b1 = torch.rand(FF, device=dev, dtype=dtype) * 0.2 - 0.1
+            ops = [("enc SDPA 1500x1500 (6 heads)",
+                    lambda: F.scaled_dot_product_attention(*qkv)),
+                   ("enc Linear 1500x384->384", lambda: F.linear(x, w, b)),
+                   ("enc Linear 1500x384->1536 gelu", lambda: F.gelu(F.linear(x, w1, b1)))]
+            for what, op in ops:
+                fn = graphed(lambda: [op() for _ in range(20)])
+                per, rt = time_it(fn, 10, 5)
+                rows.append((what, f"torch {args.dtype} op in graph", 1, per / 20, rt / 20))
+                print(f"op {what:40s} B=1     {per / 20:8.2f} us", flush=True)
+        for batch in (() if args.encoder_only else (1, 8, 64, 256)):
             enc = torch.cat([model.encode((torch.rand(min(batch - i, 16), MELS, 3000, device=dev)
                                            * 3 - 1.5).to(dtype)) for i in range(0, batch, 16)])
             cross = model.cross_kv(enc)

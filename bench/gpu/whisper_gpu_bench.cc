@@ -19,7 +19,10 @@
 //                          [--exclude SUBSTRING] [--no-ops] [--encoder-batches 1,16]
 //                          [--decoder-batches 1,8,64,256]
 //   --filter / --exclude: only the variants whose name contains / lacks SUBSTRING;
-//   --no-ops: skip the op profile.
+//   --only "NAME;NAME": only the variants of exactly these names;
+//   --no-ops: skip the op profile;
+//   --encoder-only: only the encoder rows (its ops, and the variants that run the encoder),
+//   with the encoder ops profiled on the first kernels (cuBLAS GEMMs, flash v1) and the new.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -107,6 +110,7 @@ std::vector<float> RandomVector(size_t n, std::mt19937& rng, float lo, float hi)
 // Batch sizes of the encoder and decoder-step cases (--encoder-batches, --decoder-batches).
 std::vector<int> g_encoder_batches = {1, 16};
 std::vector<int> g_decoder_batches = {1, 8, 64, 256};
+bool g_encoder_only = false;
 
 std::vector<int> ParseList(const char* text) {
   std::vector<int> out;
@@ -173,8 +177,8 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
 
   // ---- Decoder step
   // -------------------------------------------------------------------------------
-  const std::vector<int> batches =
-      variant.persistent ? std::vector<int>{1, 2, 4, 8} : g_decoder_batches;
+  std::vector<int> batches = variant.persistent ? std::vector<int>{1, 2, 4, 8} : g_decoder_batches;
+  if (g_encoder_only) batches.clear();
   for (int batch : batches) {
     ASSIGN_OR_RETURN(std::unique_ptr<whisper::DecoderState> state, model->NewDecoderState(batch));
     {
@@ -227,7 +231,8 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
 
 // Per-op cost inside a graph: `copies` back-to-back calls of one op captured once, the graph
 // replayed; the time per call includes its share of launch gaps, as in the decoder step graph.
-absl::Status ProfileOps(const CudaBackendOptions& options, std::vector<Row>* rows) {
+absl::Status ProfileOps(const CudaBackendOptions& options, const std::string& label,
+                        std::vector<Row>* rows) {
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateCudaBackend(options));
   std::mt19937 rng(99);
   auto random = [&](const Shape& shape, DType dtype, float lo, float hi) -> absl::StatusOr<Tensor> {
@@ -248,18 +253,19 @@ absl::Status ProfileOps(const CudaBackendOptions& options, std::vector<Row>* row
     RETURN_IF_ERROR(backend->BeginCapture());
     for (int i = 0; i < kCopies; ++i) RETURN_IF_ERROR(op());
     ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, backend->EndCapture());
-    Row row{what, "op in graph (fast, PDL)", batch, 0, 0};
+    Row row{what, "op in graph (fast, PDL" + label + ")", batch, 0, 0};
     RETURN_IF_ERROR(Time(
         *backend, [&] { return graph->Replay(); }, 10, 5, &row.per_item_us, &row.round_trip_us));
     row.per_item_us /= kCopies;
     row.round_trip_us /= kCopies;
     rows->push_back(row);
-    std::cout << absl::StrFormat("op %-40s B=%-5d %8.2f us", what, batch, row.per_item_us)
+    std::cout << absl::StrFormat("op %-40s B=%-5d %8.2f us%s", what, batch, row.per_item_us, label)
               << std::endl;
     return absl::OkStatus();
   };
   const int64_t d = 384;
   for (int b : {1, 64, 256}) {
+    if (g_encoder_only) break;
     const int64_t B = b;
     ASSIGN_OR_RETURN(Tensor x, random({B, 1, d}, DType::kF32, -1, 1));
     ASSIGN_OR_RETURN(Tensor y, random({B, 1, d}, DType::kF32, -1, 1));
@@ -353,12 +359,15 @@ absl::Status ProfileOps(const CudaBackendOptions& options, std::vector<Row>* row
       return backend->Attention(x, k, k, nullptr, 6, 0.125f, false, y);
     }));
     RETURN_IF_ERROR(profile("enc Add [1500,384]", 1, [&] { return backend->Add(x, y, x); }));
+    RETURN_IF_ERROR(profile("enc LinearResidual 1500x1536->384", 1, [&] {
+      return backend->LinearResidual(hidden, w_ff2, &bias, Activation::kNone, y2, y2);
+    }));
   }
   return absl::OkStatus();
 }
 
 int Main(int argc, char** argv) {
-  std::string out_path, filter, exclude;
+  std::string out_path, filter, exclude, only;
   bool quick = false, ops = true;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
@@ -367,17 +376,22 @@ int Main(int argc, char** argv) {
       quick = true;
     } else if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc) {
       filter = argv[++i];
+    } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+      only = std::string(";") + argv[++i] + ";";
     } else if (std::strcmp(argv[i], "--exclude") == 0 && i + 1 < argc) {
       exclude = argv[++i];
     } else if (std::strcmp(argv[i], "--no-ops") == 0) {
       ops = false;
+    } else if (std::strcmp(argv[i], "--encoder-only") == 0) {
+      g_encoder_only = true;
     } else if (std::strcmp(argv[i], "--encoder-batches") == 0 && i + 1 < argc &&
                !(g_encoder_batches = ParseList(argv[++i])).empty()) {
     } else if (std::strcmp(argv[i], "--decoder-batches") == 0 && i + 1 < argc &&
                !(g_decoder_batches = ParseList(argv[++i])).empty()) {
     } else {
       std::cerr << "usage: whisper_gpu_bench [--out results.tsv] [--quick] [--filter SUBSTRING] "
-                   "[--exclude SUBSTRING] [--no-ops] [--encoder-batches 1,16] "
+                   "[--exclude SUBSTRING] [--only NAME;NAME] [--no-ops] [--encoder-only] "
+                   "[--encoder-batches 1,16] "
                    "[--decoder-batches 1,8,64,256]\n";
       return 2;
     }
@@ -399,6 +413,29 @@ int Main(int argc, char** argv) {
   add("fast, CUDA graph", CudaMath::kFast, false, true, false);
   add("fast, CUDA graph + PDL", CudaMath::kFast, true, true, false);
   add("accurate, CUDA graph + PDL", CudaMath::kAccurate, true, true, false);
+  // The encoder's kernels one change at a time (issue 5, encoder at batch 1): the first ones
+  // (f16 conversion + cuBLAS + epilogue per GEMM, im2col for Conv1d, flash v1, separate Adds);
+  // flash v2 (the default: "fast, CUDA graph + PDL"); residuals added by the GEMMs; HalfGemm for
+  // all or some of the GEMMs. (docs/benchmarks.md, "Encoder at batch 1", has the rows measured.)
+  struct EncoderStep {
+    const char* name;
+    bool half_gemm, flash_v2, residual, conv;
+    int64_t max_k, max_n;
+  };
+  for (const EncoderStep& e :
+       {EncoderStep{"cuBLAS GEMMs, flash v1", false, false, false, false, 0, 0},
+        EncoderStep{"cuBLAS GEMMs (residual beta = 1), flash v2", false, true, true, false, 0, 0},
+        EncoderStep{"HalfGemm, flash v2, fused residual", true, true, true, true, 0, 0},
+        EncoderStep{"HalfGemm N,K<=384 (no conv), flash v2, fused residual", true, true, true,
+                    false, 384, 384}}) {
+    add(absl::StrCat("fast, CUDA graph + PDL, ", e.name), CudaMath::kFast, true, true, false);
+    variants.back().options.use_half_gemm = e.half_gemm;
+    variants.back().options.use_flash_v2 = e.flash_v2;
+    variants.back().options.linear_residual = e.residual;
+    variants.back().options.half_gemm_conv = e.conv;
+    variants.back().options.half_gemm_max_k = e.max_k;
+    variants.back().options.half_gemm_max_n = e.max_n;
+  }
   // The switch from the skinny kernel to cuBLAS (default: above 16 rows) moved up.
   for (int rows : {32, 64}) {
     add(absl::StrCat("fast, CUDA graph + PDL, skinny <= ", rows, " rows"), CudaMath::kFast, true,
@@ -431,6 +468,10 @@ int Main(int argc, char** argv) {
   add_persistent("profile: no logits phase", true,
                  [](auto& o) { o.profile_mode = cuda::kProfileNoLogits; });
   std::erase_if(variants, [&](const BackendVariant& v) {
+    if (g_encoder_only && (v.fused || v.persistent || v.name.find("skinny") != std::string::npos)) {
+      return true;
+    }
+    if (!only.empty() && only.find(";" + v.name + ";") == std::string::npos) return true;
     return (!filter.empty() && v.name.find(filter) == std::string::npos) ||
            (!exclude.empty() && v.name.find(exclude) != std::string::npos);
   });
@@ -438,7 +479,15 @@ int Main(int argc, char** argv) {
   std::vector<Row> rows;
   if (ops) {
     CudaBackendOptions o;  // fast, CUDA graphs, PDL
-    const absl::Status status = ProfileOps(o, &rows);
+    absl::Status status = ProfileOps(o, "", &rows);
+    if (status.ok() && g_encoder_only) {
+      CudaBackendOptions first = o;
+      first.use_flash_v2 = false;
+      status = ProfileOps(first, ", first kernels", &rows);
+      CudaBackendOptions half = o;
+      half.use_half_gemm = true;
+      if (status.ok()) status = ProfileOps(half, ", HalfGemm", &rows);
+    }
     if (!status.ok()) {
       std::cerr << "op profile: " << status << "\n";
       return 1;

@@ -31,6 +31,11 @@ absl::Status Backend::ArgmaxLogSumExp(const Tensor&, const Tensor&, const Tensor
   return NotImplemented(name(), "ArgmaxLogSumExp");
 }
 
+absl::Status Backend::LinearResidual(const Tensor&, const Tensor&, const Tensor*, Activation,
+                                     const Tensor&, const Tensor&) {
+  return NotImplemented(name(), "LinearResidual");
+}
+
 absl::Status Backend::BeginCapture() {
   return absl::UnimplementedError(
       absl::StrCat("backend '", std::string(name()), "' cannot capture graphs"));

@@ -60,6 +60,8 @@ enum class Op : uint8_t {
   kLstmCell,
   // Optional kernel (greedy decoding).
   kArgmaxLogSumExp,
+  // Optional kernel (a residual connection fused into a GEMM's epilogue; Whisper's encoder).
+  kLinearResidual,
 };
 
 // A captured sequence of kernel calls. Replay() re-runs them on the tensors they were captured
@@ -196,6 +198,13 @@ class Backend {
   //   outside [−1, M) is InvalidArgument (on a GPU, reported like a bad token id).
   virtual absl::Status ArgmaxLogSumExp(const Tensor& logits, const Tensor& masks,
                                        const Tensor& mask_index, const Tensor& out);
+
+  // y = residual + act(x · weightᵀ + bias): Linear followed by Add(residual, ·, y) in one call,
+  // so that a backend can add the residual in the GEMM's epilogue instead of a second pass over
+  // y. residual and y are f32 of Linear's y shape; y may be residual (in place) and must not
+  // overlap x. Equal to that Linear then Add up to the rounding of the backend's Linear.
+  virtual absl::Status LinearResidual(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                                      Activation act, const Tensor& residual, const Tensor& y);
 
   // ---- Graph capture (optional) ------------------------------------------------------------
   // Between BeginCapture() and EndCapture(), kernel calls are recorded instead of (or as well

@@ -203,7 +203,9 @@ class CpuBackend final : public Backend {
     return absl::StrCat("cpu: ", state_->pool.num_threads(),
                         " threads, AVX2/FMA/F16C kernels, OpenBLAS ", openblas_get_corename());
   }
-  bool supports(Op) const override { return true; }
+  // Every op but LinearResidual, whose fusion would save nothing here (the engine calls Linear
+  // and Add instead, as before).
+  bool supports(Op op) const override { return op != Op::kLinearResidual; }
 
   // ---- Memory ---------------------------------------------------------------------------------
 

@@ -65,4 +65,17 @@ FlashPlan PlanFlashAttention(const AttentionArgs& args, int sm_count, int64_t ma
 cudaError_t LaunchFlashAttention(const LaunchContext& ctx, const AttentionArgs& args,
                                  const FlashPlan& plan, void* scratch, int* counters);
 
+// FlashAttention v2 (flash_attention.cu): the same arithmetic, tuned. Keys are split over blocks
+// (up to 4 ranges, as many as one wave of resident blocks holds) so that the grid fills the chip,
+// merged by the last block of each group with all its threads; K fragments through ldmatrix; masks
+// only on the tiles that need them; q, k, v, out 16-byte aligned. Once per process and device,
+// before the first launch (the shared-memory carveout).
+cudaError_t PrepareFlashAttention2();
+bool FlashAttention2Supported(const AttentionArgs& args);
+// `force_splits` > 0: that many key ranges (at most 4) instead of the plan's choice.
+FlashPlan PlanFlashAttention2(const AttentionArgs& args, int sm_count, int64_t max_counters,
+                              int force_splits = 0);
+cudaError_t LaunchFlashAttention2(const LaunchContext& ctx, const AttentionArgs& args,
+                                  const FlashPlan& plan, void* scratch, int* counters);
+
 }  // namespace waav::cuda

@@ -28,6 +28,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gpu.h"
 #include "kernels/cuda/graph.h"
+#include "kernels/cuda/half_gemm.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/memory_pool.h"
@@ -158,6 +159,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
       case Op::kGraphCapture:
       case Op::kArgmaxLogSumExp:
         return true;
+      case Op::kLinearResidual:
+        return options_.linear_residual;
       default:  // optional ops this backend does not implement
         return false;
     }
@@ -214,16 +217,57 @@ class CudaBackend final : public Backend, public CudaExtensions {
 
   absl::Status Linear(const Tensor& x, const Tensor& weight, const Tensor* bias, Activation act,
                       const Tensor& y) override {
+    return LinearImpl("Linear", x, weight, bias, act, Tensor(), y);
+  }
+
+  absl::Status LinearResidual(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                              Activation act, const Tensor& residual, const Tensor& y) override {
+    RETURN_IF_ERROR(checks::ValidateAdd(kGpuKind, residual, y, y));
+    return LinearImpl("LinearResidual", x, weight, bias, act, residual, y);
+  }
+
+  // Linear, and with `residual` defined y = residual + Linear(...): fused into HalfGemm's
+  // epilogue, else the GEMM into scratch followed by the Add kernel.
+  absl::Status LinearImpl(const char* op, const Tensor& x, const Tensor& weight, const Tensor* bias,
+                          Activation act, const Tensor& residual, const Tensor& y) {
     ASSIGN_OR_RETURN(const checks::LinearDims d,
                      checks::ValidateLinear(kGpuKind, x, weight, bias, y));
-    ASSIGN_OR_RETURN(const cuda::Epilogue epilogue, ToEpilogue("Linear", act));
+    ASSIGN_OR_RETURN(const cuda::Epilogue epilogue, ToEpilogue(op, act));
     const bool w_f16 = weight.dtype() == DType::kF16;
-    const cuda::GemmPlan plan = cuda::PlanGemm(state_->gemm, d.m, d.n, d.k, w_f16);
-    ASSIGN_OR_RETURN(Tensor scratch, Scratch(plan.scratch_bytes));
     const Tensor b = bias != nullptr ? *bias : Tensor();
+    cuda::HalfGemmArgs half{x.data_as<float>(),
+                            weight.data(),
+                            b.defined() ? b.data_as<float>() : nullptr,
+                            y.data_as<float>(),
+                            d.m,
+                            d.n,
+                            d.k,
+                            epilogue,
+                            nullptr};
+    half.residual = residual.defined() ? residual.data_as<float>() : nullptr;
+    const bool half_ok = w_f16 &&
+                         (options_.half_gemm_max_k <= 0 || d.k <= options_.half_gemm_max_k) &&
+                         (options_.half_gemm_max_n <= 0 || d.n <= options_.half_gemm_max_n) &&
+                         (options_.half_gemm_max_rows <= 0 || d.m <= options_.half_gemm_max_rows) &&
+                         cuda::HalfGemmSupported(half);
+    const cuda::GemmPlan plan = cuda::PlanGemm(state_->gemm, d.m, d.n, d.k, w_f16, half_ok);
+    const bool fused = plan.path == cuda::GemmPath::kHalfMma;
+    // In place without activation on a cuBLAS path: the GEMM adds into y (beta = 1), then the
+    // bias. Otherwise an unfused residual takes a temporary and the Add kernel.
+    const bool accumulate = residual.defined() && !fused && residual.data() == y.data() &&
+                            residual.size_bytes() == y.size_bytes() &&
+                            epilogue == cuda::Epilogue::kNone && cuda::GemmAccumulates(plan.path);
+    const size_t temp_bytes = residual.defined() && !fused && !accumulate
+                                  ? RoundUp256(static_cast<size_t>(d.m * d.n) * 4)
+                                  : 0;
+    ASSIGN_OR_RETURN(Tensor scratch, Scratch(temp_bytes + plan.scratch_bytes));
     Sign({static_cast<int64_t>(SigOp::kLinear), d.m, d.n, d.k, w_f16, b.defined(),
-          static_cast<int64_t>(epilogue), static_cast<int64_t>(plan.path)});
-    return Submit([state = state_, x, weight, b, y, d, w_f16, epilogue, plan, scratch]() {
+          static_cast<int64_t>(epilogue), static_cast<int64_t>(plan.path), residual.defined(),
+          accumulate});
+    return Submit([state = state_, x, weight, b, residual, y, d, w_f16, epilogue, plan, fused,
+                   accumulate, temp_bytes, scratch, op]() {
+      char* base = scratch.defined() ? static_cast<char*>(scratch.data()) : nullptr;
+      float* out = temp_bytes > 0 ? reinterpret_cast<float*>(base) : y.data_as<float>();
       const cuda::GemmProblem p{x.data_as<float>(),
                                 d.m,
                                 d.k,
@@ -232,9 +276,15 @@ class CudaBackend final : public Backend, public CudaExtensions {
                                 d.n,
                                 b.defined() ? b.data_as<float>() : nullptr,
                                 epilogue,
-                                y.data_as<float>()};
-      return cuda::RunGemm(state->gemm, state->ctx, plan, p,
-                           scratch.defined() ? scratch.data() : nullptr);
+                                out,
+                                nullptr,
+                                fused && residual.defined() ? residual.data_as<float>() : nullptr,
+                                accumulate};
+      RETURN_IF_ERROR(cuda::RunGemm(state->gemm, state->ctx, plan, p,
+                                    plan.scratch_bytes > 0 ? base + temp_bytes : nullptr));
+      if (temp_bytes == 0) return absl::OkStatus();
+      return GpuStatus(op, cuda::LaunchAdd(state->ctx, residual.data_as<float>(), out,
+                                           y.data_as<float>(), d.m * d.n));
     });
   }
 
@@ -245,16 +295,33 @@ class CudaBackend final : public Backend, public CudaExtensions {
     ASSIGN_OR_RETURN(const cuda::Epilogue epilogue, ToEpilogue("Conv1d", act));
     const bool w_f16 = weight.dtype() == DType::kF16;
     const int64_t m = s.batch * s.out_time, k = s.in_channels * s.kernel_size;
+    // HalfGemm gathers the im2col matrix as it loads (an implicit GEMM: no column matrix).
+    const cuda::ConvGather gather{s.time,        s.in_channels, s.out_time,
+                                  s.kernel_size, s.stride,      s.padding};
+    const cuda::HalfGemmArgs half{x.data_as<float>(),
+                                  weight.data(),
+                                  bias.data_as<float>(),
+                                  y.data_as<float>(),
+                                  m,
+                                  s.out_channels,
+                                  k,
+                                  epilogue,
+                                  &gather};
+    const cuda::GemmPlan plan =
+        cuda::PlanGemm(state_->gemm, m, s.out_channels, k, w_f16,
+                       w_f16 && options_.half_gemm_conv &&
+                           (options_.half_gemm_max_rows <= 0 || m <= options_.half_gemm_max_rows) &&
+                           cuda::HalfGemmSupported(half));
+    const bool implicit = plan.path == cuda::GemmPath::kHalfMma;
     // A 1-wide kernel without stride or padding reads x as it is.
-    const bool direct = s.kernel_size == 1 && s.stride == 1 && s.padding == 0;
+    const bool direct = implicit || (s.kernel_size == 1 && s.stride == 1 && s.padding == 0);
     const size_t col_bytes = direct ? 0 : RoundUp256(static_cast<size_t>(m * k) * sizeof(float));
-    const cuda::GemmPlan plan = cuda::PlanGemm(state_->gemm, m, s.out_channels, k, w_f16);
     ASSIGN_OR_RETURN(Tensor scratch, Scratch(col_bytes + plan.scratch_bytes));
     Sign({static_cast<int64_t>(SigOp::kConv1d), s.batch, s.time, s.in_channels, s.out_channels,
           s.kernel_size, s.stride, s.padding, w_f16, static_cast<int64_t>(epilogue),
           static_cast<int64_t>(plan.path)});
-    return Submit([state = state_, x, weight, bias, y, s, m, k, direct, col_bytes, w_f16, epilogue,
-                   plan, scratch]() {
+    return Submit([state = state_, x, weight, bias, y, s, m, k, direct, implicit, gather, col_bytes,
+                   w_f16, epilogue, plan, scratch]() {
       const float* col = x.data_as<float>();
       char* base = scratch.defined() ? static_cast<char*>(scratch.data()) : nullptr;
       if (!direct) {
@@ -273,7 +340,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
                                 s.out_channels,
                                 bias.data_as<float>(),
                                 epilogue,
-                                y.data_as<float>()};
+                                y.data_as<float>(),
+                                implicit ? &gather : nullptr};
       return cuda::RunGemm(state->gemm, state->ctx, plan, p,
                            plan.scratch_bytes > 0 ? base + col_bytes : nullptr);
     });
@@ -334,11 +402,18 @@ class CudaBackend final : public Backend, public CudaExtensions {
                                    static_cast<int>(d.head_dim),
                                    scale,
                                    causal};
-    const bool flash = options_.math == CudaMath::kFast && cuda::FlashAttentionSupported(args);
+    const bool flash2 = options_.math == CudaMath::kFast && options_.use_flash_v2 &&
+                        cuda::FlashAttention2Supported(args);
+    const bool flash =
+        flash2 || (options_.math == CudaMath::kFast && cuda::FlashAttentionSupported(args));
     cuda::SplitPlan plan;
     cuda::FlashPlan flash_plan;
     size_t scratch_bytes = 0;
-    if (flash) {
+    if (flash2) {
+      flash_plan = cuda::PlanFlashAttention2(args, state_->ctx.sm_count, kAttentionCounters,
+                                             options_.flash_splits);
+      scratch_bytes = flash_plan.scratch_bytes;
+    } else if (flash) {
       flash_plan = cuda::PlanFlashAttention(args, state_->ctx.sm_count, kAttentionCounters);
       scratch_bytes = flash_plan.scratch_bytes;
     } else {
@@ -347,9 +422,14 @@ class CudaBackend final : public Backend, public CudaExtensions {
     }
     ASSIGN_OR_RETURN(Tensor scratch, Scratch(scratch_bytes));
     Sign({static_cast<int64_t>(SigOp::kAttention), d.batch, d.q_len, d.kv_len, d.heads, d.head_dim,
-          causal, lengths.defined(), flash, plan.splits, flash_plan.splits});
-    return Submit([state = state_, q, k, v, lengths, out, args, flash, plan, flash_plan,
+          causal, lengths.defined(), flash, flash2, plan.splits, flash_plan.splits});
+    return Submit([state = state_, q, k, v, lengths, out, args, flash, flash2, plan, flash_plan,
                    scratch]() {
+      if (flash2) {
+        return GpuStatus("Attention",
+                         cuda::LaunchFlashAttention2(state->ctx, args, flash_plan, scratch.data(),
+                                                     state->counters.data_as<int>()));
+      }
       if (flash) {
         return GpuStatus("Attention",
                          cuda::LaunchFlashAttention(state->ctx, args, flash_plan, scratch.data(),
@@ -701,7 +781,9 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const CudaBackendOp
     }
   }
 #endif
-  state->gemm = {state->blas.get(), options.math, options.skinny_max_rows};
+  RETURN_IF_ERROR(GpuStatus("HalfGemm shared memory", cuda::PrepareHalfGemm()));
+  RETURN_IF_ERROR(GpuStatus("flash attention shared memory", cuda::PrepareFlashAttention2()));
+  state->gemm = {state->blas.get(), options.math, options.skinny_max_rows, options.use_half_gemm};
   const bool pdl = options.use_pdl && WAAV_GPU_HAS_PDL && props.major >= 9;
   state->ctx = {state->graphs->stream, pdl, state->error_device, props.multiProcessorCount};
   RETURN_IF_ERROR(GpuStatus("cudaStreamSynchronize", cudaStreamSynchronize(state->graphs->stream)));

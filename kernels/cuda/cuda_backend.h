@@ -7,18 +7,21 @@
 // reaches cudaMalloc. Kernels are launched with programmatic dependent launch on Hopper, so the
 // next kernel's launch overlaps the tail of the current one (see common.cuh).
 //
-// GEMMs (Linear, Conv1d after im2col): up to CudaBackendOptions::skinny_max_rows rows, a
-// memory-bound kernel of our own with bias and activation fused (decoder steps); above that,
-// cuBLAS (loaded at run time, blas.h) then one epilogue kernel for bias and activation. Without
-// cuBLAS, a built-in tiled kernel (slower) takes its place.
+// GEMMs (Linear, LinearResidual, Conv1d): up to CudaBackendOptions::skinny_max_rows rows, a
+// memory-bound kernel of our own with bias and activation fused (decoder steps); above that, in
+// kFast with f16 weights, HalfGemm (half_gemm.cuh: one tensor-core kernel that rounds the f32
+// activations to f16 as it loads them, with bias, activation and residual in its epilogue, and
+// Conv1d as an implicit GEMM); otherwise cuBLAS (loaded at run time, blas.h) then one epilogue
+// kernel for bias and activation (and im2col before it for Conv1d). Without cuBLAS, a built-in
+// tiled kernel (slower) takes cuBLAS's place.
 //
 // Arithmetic (CudaMath), stated per path so tests can hold each to a tolerance:
 //  * kAccurate: f32 throughout. f32 weights: cuBLAS SGEMM, no TF32. f16 weights: activations are
 //    split into hi + lo f16 halves and multiplied on f16 tensor cores with f32 accumulation (two
 //    GEMMs), which keeps ~22 significant bits of x (relative error ~1e-6, like f32). Attention on
 //    f32 CUDA cores.
-//  * kFast (default): activations rounded to f16 for the cuBLAS GEMMs (f16 weights) or TF32
-//    (f32 weights), f32 accumulation: relative error ~1e-3 per GEMM. Encoder-size attention
+//  * kFast (default): activations rounded to f16 for HalfGemm or the cuBLAS GEMMs (f16 weights)
+//    or TF32 (f32 weights), f32 accumulation: relative error ~1e-3 per GEMM. Encoder-size attention
 //    (head_dim 64, >= 16 queries) on f16 tensor cores with an f32 softmax. The skinny path (decoder
 //    steps up to 16 rows) and every other kernel stay exact f32 in both modes.
 //
@@ -68,6 +71,29 @@ struct CudaBackendOptions {
   bool use_cublas = true;
   // Rows up to which Linear uses the memory-bound skinny kernel. Default: 16.
   int skinny_max_rows = 16;
+  // kFast, f16 weights, more than skinny_max_rows rows: our HalfGemm kernel (f32 → f16 in the
+  // loader, bias, activation and residual fused; Conv1d as an implicit GEMM) instead of
+  // conversion + cuBLAS + epilogue. Default: false: measured on an H100 (docs/benchmarks.md,
+  // "Encoder at batch 1"), one 30 s window took 733 µs with it against 639 without: it re-reads
+  // the f32 activations through L2 for every 64 or 128 output columns, and L2 bandwidth bounds it.
+  bool use_half_gemm = false;
+  // With use_half_gemm: Linear only up to this K and this N (0: any), Conv1d only with
+  // half_gemm_conv, and only up to half_gemm_max_rows rows (0: any); the rest goes to cuBLAS.
+  int64_t half_gemm_max_k = 0;
+  int64_t half_gemm_max_n = 0;
+  int64_t half_gemm_max_rows = 0;
+  bool half_gemm_conv = true;
+  // kFast encoder attention: the tuned flash kernel (keys split to fill the chip, merged in the
+  // same launch) instead of the first one. Default: true.
+  bool use_flash_v2 = true;
+  // Flash v2 key ranges per query block: 0 lets the plan choose (as many as one wave of
+  // resident blocks holds, up to 4); 1 to 4 forces that many (for measurements).
+  int flash_splits = 0;
+  // Report LinearResidual as supported, so that the Whisper encoder adds its residuals in the
+  // projections (HalfGemm's epilogue, or cuBLAS with beta = 1 followed by the bias) instead of
+  // separate Add kernels; the op itself works either way. Default: false until the cuBLAS form
+  // is measured (with HalfGemm it saved 59 µs of 792 per window on an H100).
+  bool linear_residual = false;
   // cuBLAS workspace. Default: 32 MiB.
   size_t cublas_workspace_bytes = size_t{32} << 20;
 };

@@ -9,9 +9,11 @@
 //    split-KV attention, layer norm, elementwise, embed, log-softmax; WriteRows is bit-exact.
 //  * CudaMath::kAccurate GEMMs through cuBLAS: 2e-5 (f32 weights: SGEMM without TF32; f16 weights:
 //    activations as hi + lo f16 halves, 22 significant bits).
-//  * CudaMath::kFast GEMMs through cuBLAS: 3e-3 (activations rounded to f16, or TF32 for f32
-//    weights; both keep 11 significant bits, relative rounding 2^-11 ≈ 4.9e-4 per operand), and
-//    f16 tensor-core attention (head_dim 64, >= 16 queries): 3e-3.
+//  * CudaMath::kFast GEMMs of more than 16 rows: 3e-3 (activations rounded to f16, or TF32 for
+//    f32 weights; both keep 11 significant bits, relative rounding 2^-11 ≈ 4.9e-4 per operand),
+//    whether cuBLAS or our HalfGemm kernel (f16 weights, Linear and Conv1d as an implicit GEMM)
+//    runs them, and f16 tensor-core attention (head_dim 64, >= 16 queries; the first flash kernel
+//    or v2): 3e-3.
 //  * Whole model (4 + 4 layers, errors compound): encoder output and logits 1e-4 (accurate),
 //    2e-3 (fast; measured on an H200: 3e-4 encoder, 3e-5 logits).
 // Every comparison prints its measured error (a line starting "parity:") for the device report.
@@ -110,6 +112,9 @@ struct Variant {
   CudaMath math;
   bool cublas;
   bool graphs;
+  bool half_gemm = false;  // CudaBackendOptions::use_half_gemm
+  bool flash_v2 = true;    // CudaBackendOptions::use_flash_v2
+  bool residual = false;   // CudaBackendOptions::linear_residual
 };
 
 void PrintTo(const Variant& variant, std::ostream* os) { *os << variant.name; }
@@ -123,6 +128,9 @@ class CudaParityTest : public ::testing::TestWithParam<Variant> {
     options.math = GetParam().math;
     options.use_cublas = GetParam().cublas;
     options.use_graphs = GetParam().graphs;
+    options.use_half_gemm = GetParam().half_gemm;
+    options.use_flash_v2 = GetParam().flash_v2;
+    options.linear_residual = GetParam().residual;
     auto gpu = CreateCudaBackend(options);
     if (!gpu.ok()) GTEST_SKIP() << "no usable GPU, CUDA test skipped: " << gpu.status().message();
     gpu_ = std::move(*gpu);
@@ -182,10 +190,14 @@ class CudaParityTest : public ::testing::TestWithParam<Variant> {
     return v.ok() ? *v : std::vector<float>();
   }
 
-  // Tolerance of a GEMM of m rows on this variant.
-  double GemmTolerance(int64_t m) const {
-    if (m <= 16 || !blas_) return kExact;
-    return GetParam().math == CudaMath::kFast ? kFastGemm : kAccurateGemm;
+  // Tolerance of a GEMM of m rows with weights of `w` on this variant.
+  double GemmTolerance(int64_t m, DType w) const {
+    if (m <= 16) return kExact;
+    if (GetParam().math == CudaMath::kFast) {
+      const bool half_gemm = GetParam().half_gemm && w == DType::kF16;
+      return blas_ || half_gemm ? kFastGemm : kExact;
+    }
+    return blas_ ? kAccurateGemm : kExact;
   }
   bool fast() const { return GetParam().math == CudaMath::kFast; }
 
@@ -200,9 +212,12 @@ TEST_P(CudaParityTest, LinearMatchesCpu) {
     int64_t m, k, n;
   };
   int variant = 0;
-  for (const Case c : {Case{1, 384, 384}, Case{1, 384, 51864}, Case{2, 384, 1536}, Case{5, 37, 29},
-                       Case{16, 1536, 384}, Case{17, 384, 384}, Case{40, 37, 29},
-                       Case{300, 384, 1536}, Case{3, 0, 7}}) {
+  for (const Case c :
+       {Case{1, 384, 384}, Case{1, 384, 51864}, Case{2, 384, 1536}, Case{5, 37, 29},
+        Case{16, 1536, 384}, Case{17, 384, 384}, Case{40, 37, 29}, Case{300, 384, 1536},
+        Case{3, 0, 7},
+        // HalfGemm: a 30 s window (32- and 64-row tiles), ragged M, N and K
+        Case{1500, 384, 384}, Case{1500, 384, 1536}, Case{77, 40, 24}, Case{33, 1536, 392}}) {
     for (DType dtype : {DType::kF32, DType::kF16}) {
       ++variant;
       const bool with_bias = variant % 2 == 0;
@@ -220,9 +235,46 @@ TEST_P(CudaParityTest, LinearMatchesCpu) {
           cpu_->Linear(x.cpu, weight.cpu, with_bias ? &bias.cpu : nullptr, act, y.cpu).ok());
       ASSERT_TRUE(
           gpu_->Linear(x.gpu, weight.gpu, with_bias ? &bias.gpu : nullptr, act, y.gpu).ok());
-      EXPECT_TRUE(Close(what, Gpu(y.gpu), Cpu(y.cpu), GemmTolerance(c.m)));
+      EXPECT_TRUE(Close(what, Gpu(y.gpu), Cpu(y.cpu), GemmTolerance(c.m, dtype)));
     }
   }
+}
+
+// LinearResidual (GPU only: the CPU backend leaves it to Linear + Add) against the CPU's Linear
+// into a temporary + Add, in place (y = residual) and not: HalfGemm's fused epilogue (variant
+// FastHalfGemm), cuBLAS adding into y (in place, no activation) and the fallbacks (temporary +
+// Add: skinny rows, K not a multiple of 8, an activation, not in place).
+TEST_P(CudaParityTest, LinearResidualMatchesCpuLinearThenAdd) {
+  struct Case {
+    int64_t m, k, n;
+  };
+  int variant = 0;
+  for (const Case c : {Case{1500, 1536, 384}, Case{1500, 384, 384}, Case{5, 384, 384},
+                       Case{40, 37, 29}, Case{77, 40, 24}}) {
+    for (DType dtype : {DType::kF32, DType::kF16}) {
+      ++variant;
+      const bool in_place = variant % 2 == 1;
+      const Activation act = variant % 3 == 0 ? Activation::kGelu : Activation::kNone;
+      const std::string what =
+          absl::StrCat("LinearResidual m=", c.m, " k=", c.k, " n=", c.n, " ", Name(dtype),
+                       in_place ? " in place" : "", act == Activation::kGelu ? " gelu" : "");
+      SCOPED_TRACE(what);
+      std::vector<float> w = Random(c.n * c.k, -0.2f, 0.2f);
+      const Pair x = F32({c.m, c.k}, Random(c.m * c.k));
+      const Pair weight = Weight({c.n, c.k}, w, dtype);
+      const Pair bias = F32({c.n}, Random(c.n));
+      const Pair residual = F32({c.m, c.n}, Random(c.m * c.n, -2.0f, 2.0f));
+      const Pair tmp = Poisoned({c.m, c.n});
+      const Pair y = Poisoned({c.m, c.n});
+      ASSERT_TRUE(cpu_->Linear(x.cpu, weight.cpu, &bias.cpu, act, tmp.cpu).ok());
+      ASSERT_TRUE(cpu_->Add(residual.cpu, tmp.cpu, y.cpu).ok());
+      const Tensor& out = in_place ? residual.gpu : y.gpu;
+      ASSERT_TRUE(gpu_->LinearResidual(x.gpu, weight.gpu, &bias.gpu, act, residual.gpu, out).ok());
+      EXPECT_TRUE(Close(what, Gpu(out), Cpu(y.cpu), GemmTolerance(c.m, dtype)));
+    }
+  }
+  EXPECT_EQ(gpu_->supports(Op::kLinearResidual), GetParam().residual);
+  EXPECT_FALSE(cpu_->supports(Op::kLinearResidual));
 }
 
 TEST_P(CudaParityTest, Conv1dMatchesCpu) {
@@ -231,7 +283,10 @@ TEST_P(CudaParityTest, Conv1dMatchesCpu) {
     int stride, padding;
   };
   for (const Case c : {Case{1, 200, 80, 64, 3, 1, 1}, Case{2, 100, 64, 48, 3, 2, 1},
-                       Case{1, 9, 5, 7, 4, 3, 2}, Case{2, 6, 8, 3, 1, 1, 0}}) {
+                       Case{1, 9, 5, 7, 4, 3, 2}, Case{2, 6, 8, 3, 1, 1, 0},
+                       // Whisper's two convolutions (implicit GEMM), and batch 2 at stride 2
+                       Case{1, 3000, 80, 384, 3, 1, 1}, Case{1, 3000, 384, 384, 3, 2, 1},
+                       Case{2, 301, 384, 64, 3, 2, 1}}) {
     for (DType dtype : {DType::kF32, DType::kF16}) {
       const int64_t t_out = (c.time + 2 * c.padding - c.kernel) / c.stride + 1;
       const std::string what =
@@ -249,7 +304,7 @@ TEST_P(CudaParityTest, Conv1dMatchesCpu) {
       ASSERT_TRUE(
           gpu_->Conv1d(x.gpu, weight.gpu, bias.gpu, c.stride, c.padding, Activation::kGelu, y.gpu)
               .ok());
-      EXPECT_TRUE(Close(what, Gpu(y.gpu), Cpu(y.cpu), GemmTolerance(c.batch * t_out)));
+      EXPECT_TRUE(Close(what, Gpu(y.gpu), Cpu(y.cpu), GemmTolerance(c.batch * t_out, dtype)));
     }
   }
 }
@@ -414,8 +469,10 @@ TEST_P(CudaParityTest, AttentionMatchesCpu) {
         Case{3, 1, 1500, 6, 64, false, false},
         Case{1, 300, 300, 6, 64, false, false},  // encoder-like
         Case{2, 100, 120, 6, 64, true, true}, Case{1, 1500, 1500, 6, 64, false, false},
-        Case{1, 64, 1024, 2, 64, true, true},  // f16 path with key splits
-        Case{2, 5, 33, 3, 24, true, true},     // odd head sizes
+        Case{1, 64, 1024, 2, 64, true, true},     // f16 path with key splits
+        Case{2, 1500, 1500, 6, 64, false, true},  // split v2 kernel, a row that sees nothing
+        Case{1, 200, 1500, 6, 64, true, true}, Case{1, 1500, 70, 6, 64, false, false},
+        Case{2, 5, 33, 3, 24, true, true},  // odd head sizes
         Case{1, 20, 50, 2, 128, false, false}, Case{1, 2, 40, 1, 200, false, true}}) {
     const std::string what =
         absl::StrCat("Attention B=", c.batch, " Tq=", c.q_len, " Tk=", c.kv_len, " H=", c.heads,
@@ -590,12 +647,15 @@ bool CudaWhisperTest::model_ok_ = false;
 
 TEST_P(CudaWhisperTest, EncoderPassMatchesCpu) {
   const whisper::WhisperDims& d = cpu_model_->dims();
-  const std::vector<float> mel = Random(int64_t{d.n_mels} * d.n_frames(), -1.5f, 1.5f);
-  auto want = cpu_model_->EncoderOutput(mel, 1);
-  auto got = gpu_model_->EncoderOutput(mel, 1);
-  ASSERT_TRUE(want.ok()) << want.status();
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_TRUE(Close("Whisper encoder output", *got, *want, ModelTolerance()));
+  for (int batch : {1, 2}) {
+    const std::vector<float> mel = Random(int64_t{batch} * d.n_mels * d.n_frames(), -1.5f, 1.5f);
+    auto want = cpu_model_->EncoderOutput(mel, batch);
+    auto got = gpu_model_->EncoderOutput(mel, batch);
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(Close(absl::StrCat("Whisper encoder output, batch ", batch), *got, *want,
+                      ModelTolerance()));
+  }
 }
 
 TEST_P(CudaWhisperTest, DecoderStepsAndReplayedStepGraphMatchCpu) {
@@ -654,6 +714,12 @@ const Variant kVariants[] = {
     {"Accurate", CudaMath::kAccurate, true, true},
     {"Fast", CudaMath::kFast, true, true},
     {"AccurateBuiltinGemmEagerGraphs", CudaMath::kAccurate, false, false},
+    // The first encoder kernels: conversion + cuBLAS + epilogue, flash v1, separate Adds.
+    {"FastFirstKernels", CudaMath::kFast, true, true, false, false, false},
+    // HalfGemm for every many-row f16 GEMM, residuals in its epilogue.
+    {"FastHalfGemm", CudaMath::kFast, true, true, true, true, true},
+    // cuBLAS GEMMs adding the residuals (beta = 1).
+    {"FastCublasResidual", CudaMath::kFast, true, true, false, true, true},
 };
 std::string VariantName(const ::testing::TestParamInfo<Variant>& info) { return info.param.name; }
 

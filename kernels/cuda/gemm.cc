@@ -15,7 +15,13 @@ absl::Status LaunchStatus(const char* what, cudaError_t err) {
 
 }  // namespace
 
-GemmPlan PlanGemm(const GemmConfig& config, int64_t m, int64_t n, int64_t k, bool w_f16) {
+bool GemmAccumulates(GemmPath path) {
+  return path == GemmPath::kBlasF32 || path == GemmPath::kBlasTf32 || path == GemmPath::kBlasHalf ||
+         path == GemmPath::kBlasHalfSplit;
+}
+
+GemmPlan PlanGemm(const GemmConfig& config, int64_t m, int64_t n, int64_t k, bool w_f16,
+                  bool half_gemm_ok) {
   GemmPlan plan;
   if (m == 0 || n == 0) return plan;
   if (k == 0) {
@@ -24,6 +30,10 @@ GemmPlan PlanGemm(const GemmConfig& config, int64_t m, int64_t n, int64_t k, boo
   }
   if (m <= config.skinny_max_rows) {
     plan.path = GemmPath::kSkinny;
+    return plan;
+  }
+  if (w_f16 && half_gemm_ok && config.use_half_gemm && config.math == CudaMath::kFast) {
+    plan.path = GemmPath::kHalfMma;
     return plan;
   }
 #if !defined(WAAV_HIP)
@@ -59,6 +69,11 @@ absl::Status RunGemm(const GemmConfig& config, const LaunchContext& ctx, const G
     case GemmPath::kTiled:
       return LaunchStatus(
           "Linear", LaunchTiledLinear(ctx, p.x, p.m, p.k, p.w, p.w_f16, p.n, p.bias, p.act, p.y));
+    case GemmPath::kHalfMma: {
+      HalfGemmArgs args{p.x, p.w, p.bias, p.y, p.m, p.n, p.k, p.act, p.conv};
+      args.residual = p.residual;
+      return LaunchStatus("Linear", LaunchHalfGemm(ctx, args));
+    }
     default:
       break;
   }
@@ -67,18 +82,19 @@ absl::Status RunGemm(const GemmConfig& config, const LaunchContext& ctx, const G
 #else
   const Blas& blas = *config.blas;
   const cudaDataType w_type = p.w_f16 ? CUDA_R_16F : CUDA_R_32F;
+  const float beta = p.accumulate ? 1.0f : 0.0f;
   switch (plan.path) {
     case GemmPath::kBlasF32:
       RETURN_IF_ERROR(
-          blas.Gemm(p.m, p.n, p.k, p.x, CUDA_R_32F, p.w, w_type, 0.0f, p.y, CUBLAS_COMPUTE_32F));
+          blas.Gemm(p.m, p.n, p.k, p.x, CUDA_R_32F, p.w, w_type, beta, p.y, CUBLAS_COMPUTE_32F));
       break;
     case GemmPath::kBlasTf32:
-      RETURN_IF_ERROR(blas.Gemm(p.m, p.n, p.k, p.x, CUDA_R_32F, p.w, w_type, 0.0f, p.y,
+      RETURN_IF_ERROR(blas.Gemm(p.m, p.n, p.k, p.x, CUDA_R_32F, p.w, w_type, beta, p.y,
                                 CUBLAS_COMPUTE_32F_FAST_TF32));
       break;
     case GemmPath::kBlasHalf:
       RETURN_IF_ERROR(LaunchStatus("Linear f16 input", LaunchToHalf(ctx, p.x, p.m * p.k, scratch)));
-      RETURN_IF_ERROR(blas.Gemm(p.m, p.n, p.k, scratch, CUDA_R_16F, p.w, w_type, 0.0f, p.y,
+      RETURN_IF_ERROR(blas.Gemm(p.m, p.n, p.k, scratch, CUDA_R_16F, p.w, w_type, beta, p.y,
                                 CUBLAS_COMPUTE_32F));
       break;
     case GemmPath::kBlasHalfSplit: {
@@ -87,7 +103,7 @@ absl::Status RunGemm(const GemmConfig& config, const LaunchContext& ctx, const G
       RETURN_IF_ERROR(
           LaunchStatus("Linear f16 split", LaunchSplitHalf(ctx, p.x, p.m * p.k, hi, lo)));
       RETURN_IF_ERROR(
-          blas.Gemm(p.m, p.n, p.k, hi, CUDA_R_16F, p.w, w_type, 0.0f, p.y, CUBLAS_COMPUTE_32F));
+          blas.Gemm(p.m, p.n, p.k, hi, CUDA_R_16F, p.w, w_type, beta, p.y, CUBLAS_COMPUTE_32F));
       RETURN_IF_ERROR(
           blas.Gemm(p.m, p.n, p.k, lo, CUDA_R_16F, p.w, w_type, 1.0f, p.y, CUBLAS_COMPUTE_32F));
       break;

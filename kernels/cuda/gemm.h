@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "kernels/cuda/blas.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/half_gemm.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/linear.cuh"
 
@@ -19,6 +20,7 @@ struct GemmConfig {
   const Blas* blas = nullptr;  // null: no cuBLAS
   CudaMath math = CudaMath::kFast;
   int skinny_max_rows = 16;
+  bool use_half_gemm = false;  // kFast, f16 weights, many rows: HalfGemm (half_gemm.cuh)
 };
 
 enum class GemmPath : uint8_t {
@@ -30,6 +32,7 @@ enum class GemmPath : uint8_t {
   kBlasTf32,       // cuBLAS, f32 weights, TF32 tensor cores
   kBlasHalf,       // cuBLAS, f16 weights, x rounded to f16
   kBlasHalfSplit,  // cuBLAS, f16 weights, x as hi + lo f16 (two GEMMs)
+  kHalfMma,        // HalfGemm: x rounded to f16 as it is loaded, bias/activation fused, 1 kernel
 };
 
 struct GemmPlan {
@@ -46,9 +49,18 @@ struct GemmProblem {
   const float* bias;  // may be null
   Epilogue act;
   float* y;
+  const ConvGather* conv = nullptr;  // kHalfMma only: x is a Conv1d input gathered as im2col
+  const float* residual = nullptr;   // kHalfMma only: y = residual + act(...), may be y
+  // cuBLAS paths only (act kNone): y += x·wᵀ + bias (the GEMM with beta = 1, then the bias).
+  bool accumulate = false;
 };
 
-GemmPlan PlanGemm(const GemmConfig& config, int64_t m, int64_t n, int64_t k, bool w_f16);
+// Whether `path` can add into y (GemmProblem::accumulate).
+bool GemmAccumulates(GemmPath path);
+
+// `half_gemm_ok`: HalfGemmSupported() for the problem's shapes and addresses.
+GemmPlan PlanGemm(const GemmConfig& config, int64_t m, int64_t n, int64_t k, bool w_f16,
+                  bool half_gemm_ok = false);
 // `scratch` holds plan.scratch_bytes (null when 0).
 absl::Status RunGemm(const GemmConfig& config, const LaunchContext& ctx, const GemmPlan& plan,
                      const GemmProblem& p, void* scratch);

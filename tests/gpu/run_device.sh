@@ -55,7 +55,7 @@ if [[ "$skip" == *" sanitizer "* ]]; then
   sanitizer_rc=skipped
 elif command -v compute-sanitizer > /dev/null; then
   [[ "$skip" == *" backend_sanitizer "* ]] || timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
-    "$here/bin/cuda_backend_test" --gtest_filter='Variants/CudaParityTest.*/Fast:Variants/CudaParityTest.*/AccurateBuiltin*' \
+    "$here/bin/cuda_backend_test" --gtest_filter='Variants/CudaParityTest.*/Fast:Variants/CudaParityTest.*/FastHalfGemm:Variants/CudaParityTest.*/AccurateBuiltin*' \
     > "$out/sanitizer.log" 2>&1
   sanitizer_rc=$?
   # The persistent step (one cooperative kernel): memcheck and the grid barrier under it.

@@ -346,7 +346,7 @@ absl::StatusOr<WhisperModel::Workspace> WhisperModel::NewWorkspace(const Shape& 
 }
 
 absl::Status WhisperModel::RunFeedForward(const FeedForwardWeights& w, const Tensor& x,
-                                          const Workspace& ws) const {
+                                          const Workspace& ws, bool fuse_residual) const {
   const int64_t rows = x.numel() / dims_.d_model;
   const Tensor& h = ws.h;
   ASSIGN_OR_RETURN(Tensor hidden, ws.hidden.Slice(0, rows * w.in_w.dim(0)));
@@ -354,6 +354,10 @@ absl::Status WhisperModel::RunFeedForward(const FeedForwardWeights& w, const Ten
   ASSIGN_OR_RETURN(Tensor h2, h.Reshape({rows, dims_.d_model}));
   RETURN_IF_ERROR(backend_.LayerNorm(x, w.norm_gamma, w.norm_beta, 1e-5f, h));
   RETURN_IF_ERROR(backend_.Linear(h2, w.in_w, &w.in_b, Activation::kGelu, hidden));
+  if (fuse_residual) {
+    ASSIGN_OR_RETURN(const Tensor x2, x.Reshape({rows, dims_.d_model}));
+    return backend_.LinearResidual(hidden, w.out_w, &w.out_b, Activation::kNone, x2, x2);
+  }
   RETURN_IF_ERROR(backend_.Linear(hidden, w.out_w, &w.out_b, Activation::kNone, h2));
   return backend_.Add(x, h, x);
 }
@@ -365,7 +369,8 @@ absl::Status WhisperModel::RunFeedForward(const FeedForwardWeights& w, const Ten
 absl::Status WhisperModel::RunAttention(const AttentionWeights& w, const Tensor& x,
                                         const Tensor& k_cache, const Tensor& v_cache,
                                         const Tensor* positions, const Tensor* lengths, bool causal,
-                                        const Tensor& out, const Workspace& ws) const {
+                                        const Tensor& out, const Workspace& ws,
+                                        bool fuse_residual) const {
   const Tensor &h = ws.h, &q = ws.q, &attended = ws.attended;
   RETURN_IF_ERROR(backend_.LayerNorm(x, w.norm_gamma, w.norm_beta, 1e-5f, h));
   RETURN_IF_ERROR(backend_.Linear(h, w.q_w, &w.q_b, Activation::kNone, q));
@@ -384,6 +389,9 @@ absl::Status WhisperModel::RunAttention(const AttentionWeights& w, const Tensor&
   }
   RETURN_IF_ERROR(backend_.Attention(q, keys, values, lengths, dims_.n_heads, attention_scale_,
                                      causal, attended));
+  if (fuse_residual) {
+    return backend_.LinearResidual(attended, w.out_w, &w.out_b, Activation::kNone, x, x);
+  }
   RETURN_IF_ERROR(backend_.Linear(attended, w.out_w, &w.out_b, Activation::kNone, out));
   return backend_.Add(x, out, x);
 }
@@ -520,10 +528,12 @@ absl::Status WhisperModel::EncoderPass(EncoderBuffers& buffers) const {
   }
   const Workspace ws{buffers.h_, buffers.q_,        buffers.k_,
                      buffers.v_, buffers.attended_, buffers.hidden_};
+  // The residual additions go into the projections' epilogues where the backend can fuse them.
+  const bool fuse = backend_.supports(Op::kLinearResidual);
   for (const EncoderLayer& layer : encoder_layers_) {
     RETURN_IF_ERROR(RunAttention(layer.self_attention, x, Tensor(), Tensor(), nullptr, nullptr,
-                                 /*causal=*/false, buffers.scratch_, ws));
-    RETURN_IF_ERROR(RunFeedForward(layer.ffn, x, ws));
+                                 /*causal=*/false, buffers.scratch_, ws, fuse));
+    RETURN_IF_ERROR(RunFeedForward(layer.ffn, x, ws, fuse));
   }
   return backend_.LayerNorm(x, encoder_norm_gamma_, encoder_norm_beta_, 1e-5f, x);
 }

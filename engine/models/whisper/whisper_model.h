@@ -289,9 +289,12 @@ class WhisperModel {
 
   absl::Status RunAttention(const AttentionWeights& w, const Tensor& x, const Tensor& k_cache,
                             const Tensor& v_cache, const Tensor* positions, const Tensor* lengths,
-                            bool causal, const Tensor& out, const Workspace& ws) const;
-  absl::Status RunFeedForward(const FeedForwardWeights& w, const Tensor& x,
-                              const Workspace& ws) const;
+                            bool causal, const Tensor& out, const Workspace& ws,
+                            bool fuse_residual = false) const;
+  // `fuse_residual`: x += projection through Backend::LinearResidual (one call) instead of
+  // Linear + Add; the encoder sets it where the backend supports the op.
+  absl::Status RunFeedForward(const FeedForwardWeights& w, const Tensor& x, const Workspace& ws,
+                              bool fuse_residual = false) const;
   // The decoder over token_ids i32 [B, T] at state's positions()/lengths() (already written):
   // the final-normed activations [B, T, d_model] (eager, allocated per call).
   absl::StatusOr<Tensor> DecoderForward(const Tensor& token_ids, DecoderState& state) const;

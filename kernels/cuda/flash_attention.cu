@@ -1,0 +1,471 @@
+// FlashAttention v2 (attention.cuh): the tuned f16 tensor-core kernel for encoder attention.
+// Against the first flash kernel (attention.cu):
+//  * keys are split over blocks so that the grid fills the chip evenly (a 30 s window is 144
+//    (query block, head) groups on 132 SMs: unsplit, 12 SMs ran two groups each while the rest
+//    idled half the time); the split count comes from a cost model of blocks per SM × tiles per
+//    block. The last block of a group merges the partials with all its threads (one round of
+//    loads per split, not a serial loop).
+//  * K fragments through ldmatrix (4 per tile step instead of 32 single-word loads);
+//  * key masks only on tiles that cross a visibility bound; exp2 on the SFU directly;
+//  * q, k, v converted to f16 with 16-byte loads.
+#include <algorithm>
+
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/mma.cuh"
+
+namespace waav::cuda {
+namespace {
+
+#if WAAV_GPU_HAS_MMA
+using namespace mma;  // NOLINT: the PTX wrappers of mma.cuh
+
+constexpr int kRows = 64;  // queries per block (16 per warp) and keys per tile
+constexpr int kDim = 64;
+constexpr int kPadded = kDim + 8;  // row stride in halves (144 bytes: conflict-free ldmatrix)
+constexpr int kMaxSplits = 4;
+constexpr int kResidentPerSm = 4;  // __launch_bounds__(128, 4)
+
+__device__ __forceinline__ int64_t Visible(int64_t valid, int64_t q_len, int64_t i, bool causal) {
+  if (!causal) return valid;
+  const int64_t n = valid - q_len + i + 1;
+  return n < 0 ? 0 : (n > valid ? valid : n);
+}
+
+// Rows [row0, row0 + 64) of a [B·T, width] f16 matrix at column col0 into `tile`; rows at or
+// beyond `rows` are zero-filled.
+__device__ __forceinline__ void LoadRows(__half (*tile)[kPadded], const __half* base, int64_t row0,
+                                         int64_t rows, int64_t width, int64_t col0) {
+#pragma unroll
+  for (int i = 0; i < kRows * kDim / 8 / 128; ++i) {
+    const int c = threadIdx.x + 128 * i;
+    const int r = c / 8, c8 = c % 8;
+    const bool in = row0 + r < rows;
+    const __half* src = in ? base + (row0 + r) * width + col0 + c8 * 8 : base;
+    CopyAsync16(&tile[r][c8 * 8], src, in ? 16 : 0);
+  }
+}
+
+struct Flash2Params {
+  const __half *q, *k, *v;
+  const int32_t* kv_lengths;
+  float* out;
+  int64_t q_len, kv_len;
+  int heads;
+  float scale_log2;
+  bool causal;
+  int splits;
+  float* partials;  // splits > 1: o [groups·splits][64][64], then (m, l) [groups·splits][64]
+  int* counters;
+  unsigned long long* error_word;
+};
+
+__global__ void __launch_bounds__(128, kResidentPerSm) Flash2Kernel(Flash2Params p) {
+  const int64_t q_len = p.q_len, kv_len = p.kv_len;
+  const int heads = p.heads;
+  const float scale_log2 = p.scale_log2;
+  WaitForPreviousKernel();
+  AllowNextKernel();
+  __shared__ alignas(16) __half qs[kRows][kPadded];
+  __shared__ alignas(16) __half ks[2][kRows][kPadded];
+  __shared__ alignas(16) __half vs[2][kRows][kPadded];
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int64_t bh = blockIdx.y, b = bh / heads, h = bh % heads;
+  const int64_t i0 = blockIdx.x * int64_t{kRows};
+  const int64_t width = int64_t{heads} * kDim;
+  int64_t valid = kv_len;
+  if (p.kv_lengths != nullptr) {
+    valid = p.kv_lengths[b];
+    if (valid < 0 || valid > kv_len) {
+      if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.z == 0 && h == 0) {
+        ReportDeviceError(p.error_word, DeviceErrorOp::kAttention, b, static_cast<int32_t>(valid));
+      }
+      return;
+    }
+  }
+  const int64_t last_row = min(i0 + kRows, q_len) - 1;
+  const int64_t block_keys = Visible(valid, q_len, last_row, p.causal);
+  const int all_tiles = static_cast<int>((block_keys + kRows - 1) / kRows);
+  const int per_split = (all_tiles + p.splits - 1) / p.splits;
+  const int first_tile = min(all_tiles, static_cast<int>(blockIdx.z) * per_split);
+  const int tiles = min(all_tiles, first_tile + per_split) - first_tile;
+  const __half* qb = p.q + b * q_len * width;
+  const __half* kb = p.k + b * kv_len * width;
+  const __half* vb = p.v + b * kv_len * width;
+
+  LoadRows(qs, qb, i0, q_len, width, h * kDim);
+  CommitAsync();
+  if (tiles > 0) {
+    LoadRows(ks[0], kb, int64_t{first_tile} * kRows, kv_len, width, h * kDim);
+    LoadRows(vs[0], vb, int64_t{first_tile} * kRows, kv_len, width, h * kDim);
+  }
+  CommitAsync();
+  WaitAsync<0>();
+  __syncthreads();
+
+  // This warp's 16 query rows as A fragments, 4 steps of 16 along the head dim.
+  const int fr = lane / 4, fc = (lane % 4) * 2;
+  uint32_t qa[4][4];
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+    LdMatrix4(qa[kk], &qs[warp * 16 + lane % 16][kk * 16 + (lane / 16) * 8]);
+  const int64_t row0 = i0 + warp * 16 + fr, row1 = row0 + 8;
+  const int64_t visible0 = Visible(valid, q_len, row0, p.causal);
+  const int64_t visible1 = Visible(valid, q_len, row1, p.causal);
+  const int64_t visible_min = min(visible0, visible1);
+
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+  float o[8][4];
+#pragma unroll
+  for (int dt = 0; dt < 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+
+  // One barrier per tile: it makes tile kt visible and tells that every warp is done with tile
+  // kt − 1, whose buffer then takes tile kt + 1 while tile kt is computed.
+  for (int kt = 0; kt < tiles; ++kt) {
+    const int buf = kt & 1;
+    if (kt > 0) {
+      WaitAsync<0>();
+      __syncthreads();
+    }
+    if (kt + 1 < tiles) {
+      const int64_t next = int64_t{first_tile + kt + 1} * kRows;
+      LoadRows(ks[buf ^ 1], kb, next, kv_len, width, h * kDim);
+      LoadRows(vs[buf ^ 1], vb, next, kv_len, width, h * kDim);
+    }
+    CommitAsync();
+
+    float s[8][4];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (int nt = 0; nt < 8; nt += 2) {
+        uint32_t kf[4];
+        LdMatrix4(kf,
+                  &ks[buf][nt * 8 + (lane / 16) * 8 + lane % 8][kk * 16 + ((lane / 8) % 2) * 8]);
+        Mma16816(s[nt], qa[kk], kf[0], kf[1]);
+        Mma16816(s[nt + 1], qa[kk], kf[2], kf[3]);
+      }
+    }
+    const int64_t key0 = int64_t{first_tile + kt} * kRows;
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+    if (key0 + kRows <= visible_min) {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          s[nt][e] *= scale_log2;
+          s[nt][2 + e] *= scale_log2;
+          mx0 = fmaxf(mx0, s[nt][e]);
+          mx1 = fmaxf(mx1, s[nt][2 + e]);
+        }
+      }
+    } else {
+      const int64_t d0 = visible0 - key0, d1 = visible1 - key0;
+      const int lim0 = d0 < 0 ? 0 : (d0 > kRows ? kRows : static_cast<int>(d0));
+      const int lim1 = d1 < 0 ? 0 : (d1 > kRows ? kRows : static_cast<int>(d1));
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = nt * 8 + fc + e;
+          s[nt][e] = key < lim0 ? s[nt][e] * scale_log2 : -INFINITY;
+          s[nt][2 + e] = key < lim1 ? s[nt][2 + e] * scale_log2 : -INFINITY;
+          mx0 = fmaxf(mx0, s[nt][e]);
+          mx1 = fmaxf(mx1, s[nt][2 + e]);
+        }
+      }
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(kFullMask, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(kFullMask, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(kFullMask, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(kFullMask, mx1, 2));
+    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+    // A row that has seen no key yet keeps max −inf: subtract 0 instead (2^−inf = 0 then).
+    const float base0 = n0 == -INFINITY ? 0.0f : n0, base1 = n1 == -INFINITY ? 0.0f : n1;
+    const float alpha0 = Exp2Approx(m0 - base0), alpha1 = Exp2Approx(m1 - base1);
+    m0 = n0;
+    m1 = n1;
+    float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        s[nt][e] = Exp2Approx(s[nt][e] - base0);
+        s[nt][2 + e] = Exp2Approx(s[nt][2 + e] - base1);
+        sum0 += s[nt][e];
+        sum1 += s[nt][2 + e];
+      }
+    }
+    l0 = l0 * alpha0 + sum0;
+    l1 = l1 * alpha1 + sum1;
+#pragma unroll
+    for (int dt = 0; dt < 8; ++dt) {
+      o[dt][0] *= alpha0;
+      o[dt][1] *= alpha0;
+      o[dt][2] *= alpha1;
+      o[dt][3] *= alpha1;
+    }
+    // O += P·V: P's accumulator layout is the A-fragment layout of the next MMA; V's B fragments
+    // come transposed from the row-major tile through ldmatrix.trans.
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint32_t pa[4] = {PackHalf2(s[2 * kk][0], s[2 * kk][1]),
+                              PackHalf2(s[2 * kk][2], s[2 * kk][3]),
+                              PackHalf2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                              PackHalf2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int dt = 0; dt < 8; dt += 2) {
+        const int mi = lane / 8, rr = lane % 8;
+        uint32_t vf[4];
+        LdMatrix4Trans(vf, &vs[buf][kk * 16 + (mi & 1) * 8 + rr][(dt + (mi >> 1)) * 8]);
+        Mma16816(o[dt], pa, vf[0], vf[1]);
+        Mma16816(o[dt + 1], pa, vf[2], vf[3]);
+      }
+    }
+  }
+  WaitAsync<0>();
+
+  l0 += __shfl_xor_sync(kFullMask, l0, 1);
+  l0 += __shfl_xor_sync(kFullMask, l0, 2);
+  l1 += __shfl_xor_sync(kFullMask, l1, 1);
+  l1 += __shfl_xor_sync(kFullMask, l1, 2);
+  float* ob = p.out + b * q_len * width + h * kDim;
+  const int r0 = warp * 16 + fr, r1 = r0 + 8;  // rows within the block
+  if (p.splits == 1) {
+    const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+#pragma unroll
+    for (int dt = 0; dt < 8; ++dt) {
+      const int d = dt * 8 + fc;
+      if (row0 < q_len) {
+        *reinterpret_cast<float2*>(ob + row0 * width + d) =
+            make_float2(o[dt][0] * inv0, o[dt][1] * inv0);
+      }
+      if (row1 < q_len) {
+        *reinterpret_cast<float2*>(ob + row1 * width + d) =
+            make_float2(o[dt][2] * inv1, o[dt][3] * inv1);
+      }
+    }
+    return;
+  }
+
+  // Partial (o, m, l) of this split; m is in log2 units like the scores.
+  const int64_t group = bh * gridDim.x + blockIdx.x;
+  const int64_t records = int64_t{gridDim.x} * gridDim.y * p.splits;
+  const int64_t record = group * p.splits + blockIdx.z;
+  float* part_o = p.partials + record * kRows * kDim;
+  float* part_ml = p.partials + records * kRows * kDim + record * kRows * 2;
+#pragma unroll
+  for (int dt = 0; dt < 8; ++dt) {
+    const int d = dt * 8 + fc;
+    *reinterpret_cast<float2*>(part_o + r0 * kDim + d) = make_float2(o[dt][0], o[dt][1]);
+    *reinterpret_cast<float2*>(part_o + r1 * kDim + d) = make_float2(o[dt][2], o[dt][3]);
+  }
+  if ((lane & 3) == 0) {
+    *reinterpret_cast<float2*>(part_ml + 2 * r0) = make_float2(m0, l0);
+    *reinterpret_cast<float2*>(part_ml + 2 * r1) = make_float2(m1, l1);
+  }
+  __shared__ int last;
+  __shared__ float weight[kMaxSplits][kRows];
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&p.counters[group], 1) == p.splits - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int splits = p.splits;
+  const float* group_o = p.partials + group * splits * kRows * kDim;
+  const float* group_ml = p.partials + records * kRows * kDim + group * splits * kRows * 2;
+  // Per row: the weight of each split, 2^(m_s − m) / Σ_s l_s·2^(m_s − m); all loads at once.
+  if (threadIdx.x < kRows) {
+    const int r = threadIdx.x;
+    float2 ml[kMaxSplits];
+#pragma unroll
+    for (int sp = 0; sp < kMaxSplits; ++sp) {
+      ml[sp] = sp < splits ? __ldcg(reinterpret_cast<const float2*>(group_ml) + sp * kRows + r)
+                           : make_float2(-INFINITY, 0.0f);
+    }
+    float m_max = -INFINITY;
+#pragma unroll
+    for (int sp = 0; sp < kMaxSplits; ++sp) m_max = fmaxf(m_max, ml[sp].x);
+    float l_sum = 0.0f, w[kMaxSplits];
+#pragma unroll
+    for (int sp = 0; sp < kMaxSplits; ++sp) {
+      w[sp] = ml[sp].x == -INFINITY ? 0.0f : Exp2Approx(ml[sp].x - m_max);
+      l_sum = fmaf(ml[sp].y, w[sp], l_sum);
+    }
+    const float inv = l_sum > 0.0f ? 1.0f / l_sum : 0.0f;
+#pragma unroll
+    for (int sp = 0; sp < kMaxSplits; ++sp) weight[sp][r] = w[sp] * inv;
+  }
+  __syncthreads();
+  const int rows = static_cast<int>(min(int64_t{kRows}, q_len - i0));
+  // 64 rows × 16 float4 per row: 8 per thread, in two rounds of 4 with every split's load issued
+  // before the first use.
+#pragma unroll
+  for (int round = 0; round < 2; ++round) {
+    float4 acc[4];
+    float4 part[4][kMaxSplits];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int idx = threadIdx.x + 128 * (4 * round + j);
+      const int r = idx / 16, d4 = idx % 16;
+#pragma unroll
+      for (int sp = 0; sp < kMaxSplits; ++sp) {
+        part[j][sp] = sp < splits && r < rows
+                          ? __ldcg(reinterpret_cast<const float4*>(
+                                       group_o + (int64_t{sp} * kRows + r) * kDim) +
+                                   d4)
+                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int idx = threadIdx.x + 128 * (4 * round + j);
+      const int r = idx / 16, d4 = idx % 16;
+      acc[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int sp = 0; sp < kMaxSplits; ++sp) {
+        const float w = sp < splits ? weight[sp][r] : 0.0f;
+        acc[j].x = fmaf(part[j][sp].x, w, acc[j].x);
+        acc[j].y = fmaf(part[j][sp].y, w, acc[j].y);
+        acc[j].z = fmaf(part[j][sp].z, w, acc[j].z);
+        acc[j].w = fmaf(part[j][sp].w, w, acc[j].w);
+      }
+      if (r < rows) {
+        float* dst = ob + (i0 + r) * width + d4 * 4;
+        *reinterpret_cast<float2*>(dst) = make_float2(acc[j].x, acc[j].y);
+        *reinterpret_cast<float2*>(dst + 2) = make_float2(acc[j].z, acc[j].w);
+      }
+    }
+  }
+  if (threadIdx.x == 0) p.counters[group] = 0;
+}
+
+// q, k and v to f16 in one launch, 4 elements per thread step (counts multiples of 4, pointers
+// 16-byte aligned: checked by the launcher).
+__global__ void ToHalf3x4Kernel(const float4* q, int64_t nq4, const float4* k, const float4* v,
+                                int64_t nkv4, uint2* q16, uint2* k16, uint2* v16) {
+  WaitForPreviousKernel();
+  AllowNextKernel();
+  const int64_t total = nq4 + 2 * nkv4;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += stride) {
+    const float4* src;
+    uint2* dst;
+    int64_t j;
+    if (i < nq4) {
+      src = q, dst = q16, j = i;
+    } else if (i < nq4 + nkv4) {
+      src = k, dst = k16, j = i - nq4;
+    } else {
+      src = v, dst = v16, j = i - nq4 - nkv4;
+    }
+    const float4 x = __ldg(src + j);
+    dst[j] = make_uint2(PackHalf2(x.x, x.y), PackHalf2(x.z, x.w));
+  }
+}
+
+size_t Rounded256(int64_t bytes) { return static_cast<size_t>((bytes + 255) / 256 * 256); }
+
+#endif  // WAAV_GPU_HAS_MMA
+
+}  // namespace
+
+cudaError_t PrepareFlashAttention2() {
+#if WAAV_GPU_HAS_MMA
+  // 47 KB of shared memory per block: four blocks per SM only with the largest carveout.
+  return cudaFuncSetAttribute(Flash2Kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                              cudaSharedmemCarveoutMaxShared);
+#else
+  return cudaSuccess;
+#endif
+}
+
+bool FlashAttention2Supported(const AttentionArgs& a) {
+#if WAAV_GPU_HAS_MMA
+  auto aligned16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+  return a.head_dim == 64 && a.q_len >= 16 && aligned16(a.out) && aligned16(a.q) &&
+         aligned16(a.k) && aligned16(a.v);
+#else
+  (void)a;
+  return false;
+#endif
+}
+
+FlashPlan PlanFlashAttention2(const AttentionArgs& a, int sm_count, int64_t max_counters,
+                              int force_splits) {
+  FlashPlan plan;
+#if WAAV_GPU_HAS_MMA
+  const int64_t width = int64_t{a.heads} * a.head_dim;
+  const int64_t groups = (a.q_len + kRows - 1) / kRows * a.batch * a.heads;
+  const int64_t tiles = (a.kv_len + kRows - 1) / kRows;
+  // Key splits while the grid still fits in one wave of resident blocks (4 per SM: 128
+  // registers and 47 KB of shared memory each), at least 2 tiles per split. One 30 s window (144
+  // groups, 24 tiles, 132 SMs): 3 splits, 432 blocks of 8 tiles. (Measured on an H100 with 4
+  // splits, 576 blocks: 32.8 µs per layer with the conversion, against 60.4 unsplit.)
+  int best = 1;
+  for (int s = 2; s <= kMaxSplits && tiles / s >= 2; ++s) {
+    if (groups * s <= int64_t{kResidentPerSm} * sm_count) best = s;
+  }
+  if (force_splits > 0) {
+    best = std::clamp<int64_t>(force_splits, 1,
+                               std::min<int64_t>(kMaxSplits, std::max<int64_t>(1, tiles)));
+  }
+  plan.half_bytes =
+      Rounded256(a.batch * a.q_len * width * 2) + 2 * Rounded256(a.batch * a.kv_len * width * 2);
+  if (best > 1 && groups <= max_counters) {
+    plan.splits = best;
+    plan.counters = groups;
+    plan.partial_bytes = static_cast<size_t>(groups * best) * kRows * (a.head_dim + 2) * 4;
+  }
+  plan.scratch_bytes = plan.half_bytes + plan.partial_bytes;
+#else
+  (void)a;
+  (void)sm_count;
+  (void)max_counters;
+  (void)force_splits;
+#endif
+  return plan;
+}
+
+cudaError_t LaunchFlashAttention2(const LaunchContext& ctx, const AttentionArgs& a,
+                                  const FlashPlan& plan, void* scratch, int* counters) {
+#if WAAV_GPU_HAS_MMA
+  if (a.batch == 0 || a.q_len == 0 || a.heads == 0) return cudaSuccess;
+  const int64_t width = int64_t{a.heads} * a.head_dim;
+  const int64_t nq = a.batch * a.q_len * width, nkv = a.batch * a.kv_len * width;
+  char* base = static_cast<char*>(scratch);
+  auto* q16 = reinterpret_cast<__half*>(base);
+  auto* k16 = reinterpret_cast<__half*>(base + Rounded256(nq * 2));
+  auto* v16 = reinterpret_cast<__half*>(base + Rounded256(nq * 2) + Rounded256(nkv * 2));
+  // width = heads · 64: every count is a multiple of 4.
+  const int64_t total4 = (nq + 2 * nkv) / 4;
+  // At most 4 blocks per SM: a grid that small launches with PDL (common.cuh).
+  const int64_t blocks = std::min<int64_t>((total4 + 255) / 256, int64_t{ctx.sm_count} * 4);
+  cudaError_t err =
+      Launch(ctx, ToHalf3x4Kernel, dim3(static_cast<unsigned>(blocks)), dim3(256), 0,
+             reinterpret_cast<const float4*>(a.q), nq / 4, reinterpret_cast<const float4*>(a.k),
+             reinterpret_cast<const float4*>(a.v), nkv / 4, reinterpret_cast<uint2*>(q16),
+             reinterpret_cast<uint2*>(k16), reinterpret_cast<uint2*>(v16));
+  if (err != cudaSuccess) return err;
+  Flash2Params params{q16,          k16,           v16,
+                      a.kv_lengths, a.out,         a.q_len,
+                      a.kv_len,     a.heads,       a.scale * 1.4426950408889634f,
+                      a.causal,     plan.splits,   reinterpret_cast<float*>(base + plan.half_bytes),
+                      counters,     ctx.error_word};
+  const dim3 grid(CeilDiv(a.q_len, kRows), static_cast<unsigned>(a.batch * a.heads),
+                  static_cast<unsigned>(plan.splits));
+  return Launch(ctx, Flash2Kernel, grid, dim3(128), 0, params);
+#else
+  (void)ctx;
+  (void)a;
+  (void)plan;
+  (void)scratch;
+  (void)counters;
+  return cudaErrorNotSupported;
+#endif
+}
+
+}  // namespace waav::cuda
