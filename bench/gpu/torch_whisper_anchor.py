@@ -153,7 +153,13 @@ def main():
     parser.add_argument("--dtype", default="fp16", choices=["fp16", "fp32"])
     parser.add_argument("--out", default="")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--encoder-batches", default="1,16", help="comma list, or 'none'")
+    parser.add_argument("--decoder-batches", default="1,8,64,256", help="comma list, or 'none'")
     args = parser.parse_args()
+
+    def batches(text):
+        return [] if text == "none" else [int(b) for b in text.split(",")]
+
     dtype = torch.float16 if args.dtype == "fp16" else torch.float32
     dev = torch.device("cuda")
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -164,7 +170,7 @@ def main():
     rows = []
 
     with torch.inference_mode():
-        for batch in (1, 16):
+        for batch in batches(args.encoder_batches):
             mel = (torch.rand(batch, MELS, 3000, device=dev) * 3 - 1.5).to(dtype)
             for mode in ("eager", "CUDA graph"):
                 fn = (lambda: model.encode(mel))
@@ -177,7 +183,7 @@ def main():
                 print(f"{rows[-1][0]:22s} {rows[-1][1]:34s} B={batch:<4d} {per / batch:9.1f} us"
                       f"  round trip {rt / batch:9.1f} us", flush=True)
 
-        for batch in (1, 8, 64, 256):
+        for batch in batches(args.decoder_batches):
             enc = torch.cat([model.encode((torch.rand(min(batch - i, 16), MELS, 3000, device=dev)
                                            * 3 - 1.5).to(dtype)) for i in range(0, batch, 16)])
             cross = model.cross_kv(enc)

@@ -16,9 +16,10 @@
 // differ in one knob each (f16 or f32 cross K/V, L2 prefetch, graph or direct launch, ...).
 //
 // Usage: whisper_gpu_bench [--out results.tsv] [--quick] [--filter SUBSTRING]
-//                          [--exclude SUBSTRING] [--no-ops] [--encoder-batches 1,16]
+//                          [--exclude SUBSTRING] [--no-ops] [--encoder-batches 1,16|none]
 //                          [--decoder-batches 1,8,64,256]
-//   --filter / --exclude: only the variants whose name contains / lacks SUBSTRING;
+//   --filter / --exclude: only the variants whose name contains / lacks SUBSTRING (--exclude may
+//   be given several times);
 //   --no-ops: skip the op profile.
 #include <algorithm>
 #include <chrono>
@@ -358,7 +359,8 @@ absl::Status ProfileOps(const CudaBackendOptions& options, std::vector<Row>* row
 }
 
 int Main(int argc, char** argv) {
-  std::string out_path, filter, exclude;
+  std::string out_path, filter;
+  std::vector<std::string> excludes;
   bool quick = false, ops = true;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
@@ -368,9 +370,13 @@ int Main(int argc, char** argv) {
     } else if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc) {
       filter = argv[++i];
     } else if (std::strcmp(argv[i], "--exclude") == 0 && i + 1 < argc) {
-      exclude = argv[++i];
+      excludes.push_back(argv[++i]);
     } else if (std::strcmp(argv[i], "--no-ops") == 0) {
       ops = false;
+    } else if (std::strcmp(argv[i], "--encoder-batches") == 0 && i + 1 < argc &&
+               std::strcmp(argv[i + 1], "none") == 0) {
+      g_encoder_batches.clear();
+      ++i;
     } else if (std::strcmp(argv[i], "--encoder-batches") == 0 && i + 1 < argc &&
                !(g_encoder_batches = ParseList(argv[++i])).empty()) {
     } else if (std::strcmp(argv[i], "--decoder-batches") == 0 && i + 1 < argc &&
@@ -415,12 +421,27 @@ int Main(int argc, char** argv) {
   add_persistent("f16 cross, CUDA graph", true, [](auto&) {});
   add_persistent("f16 cross, direct launch", false, [](auto&) {});
   add_persistent("f32 cross, CUDA graph", true, [](auto& o) { o.f16_cross = false; });
+  // The first version's attention (warp items of 32 keys, merged by the last warp of each
+  // (row, head)) and the block attention with its K/V tiles issued after the barrier.
+  add_persistent("f16 cross, v1 attention (warp items)", true,
+                 [](auto& o) { o.block_attention = false; });
+  add_persistent("f32 cross, v1 attention (warp items)", true, [](auto& o) {
+    o.block_attention = false;
+    o.f16_cross = false;
+  });
+  add_persistent("f16 cross, one-piece barriers (loads before arrival)", true,
+                 [](auto& o) { o.split_barrier = false; });
+  add_persistent("f16 cross, K/V tiles after the barrier", true,
+                 [](auto& o) { o.prefetch_kv_tiles = false; });
+  add_persistent("f16 cross, chunks >= 64 keys", true, [](auto& o) {
+    o.cross_split_keys = 64;
+    o.self_split_keys = 64;
+  });
   add_persistent("f16 cross, no L2 prefetch", true, [](auto& o) { o.prefetch = false; });
   add_persistent("f16 cross, logits prefetch from layer 2", true,
                  [](auto& o) { o.logits_prefetch_layer = 2; });
   add_persistent("f16 cross, no logits prefetch", true,
                  [](auto& o) { o.logits_prefetch_layer = -1; });
-  add_persistent("f16 cross, cross split 64 keys", true, [](auto& o) { o.cross_split_keys = 64; });
   add_persistent("f16 cross, argmax only (no logits out)", true,
                  [](auto& o) { o.write_logits = false; });
   // Attribution (wrong outputs, timing only): the same kernel with one part left out.
@@ -430,9 +451,16 @@ int Main(int argc, char** argv) {
                  [](auto& o) { o.profile_mode = cuda::kProfileNoAttention; });
   add_persistent("profile: no logits phase", true,
                  [](auto& o) { o.profile_mode = cuda::kProfileNoLogits; });
+  add_persistent("profile: v1 attention, no attention phases", true, [](auto& o) {
+    o.block_attention = false;
+    o.profile_mode = cuda::kProfileNoAttention;
+  });
   std::erase_if(variants, [&](const BackendVariant& v) {
-    return (!filter.empty() && v.name.find(filter) == std::string::npos) ||
-           (!exclude.empty() && v.name.find(exclude) != std::string::npos);
+    if (!filter.empty() && v.name.find(filter) == std::string::npos) return true;
+    for (const std::string& e : excludes) {
+      if (v.name.find(e) != std::string::npos) return true;
+    }
+    return false;
   });
 
   std::vector<Row> rows;

@@ -38,6 +38,17 @@ constexpr int kPartial = kDh + 2;  // o[64], m, l
 constexpr int kVGroup = 16;        // value rows loaded together
 constexpr int kMaxSplits = 128;    // key splits per (row, head) the merge takes
 static_assert(kDh == 2 * kWarp, "attention keeps two dims per lane");
+// Block attention: a chunk's partial is o[64], m, l and two floats of padding (16-byte records
+// for cp.async); K and V tiles of up to kStageBytes / 2 each sit in shared memory.
+constexpr int kChunkPartial = kDh + 4;
+constexpr int kStageBytes = 65536;
+template <typename T>
+__host__ __device__ constexpr int TileKeys() {
+  return kStageBytes / (2 * kDh * static_cast<int>(sizeof(T)));  // 256 (f16), 128 (f32)
+}
+constexpr int kMaxTileKeys = TileKeys<__half>();
+constexpr int kScoreLanes = 8;                        // lanes per key when scoring a tile
+constexpr int kKeysPerPass = kThreads / kScoreLanes;  // 64
 
 size_t Round4(size_t n) { return (n + 3) / 4 * 4; }
 
@@ -50,6 +61,10 @@ int MaxSplits(int audio_ctx, int text_ctx, int cross_split, int self_split) {
 struct Layout {
   size_t x, q, att, hidden, partials, stats, total;
 };
+// Chunks of the block attention: at most one per block plus one per (row, head).
+size_t MaxChunks(int batch, int max_blocks) {
+  return static_cast<size_t>(max_blocks) + static_cast<size_t>(batch) * kH;
+}
 Layout MakeLayout(int batch, int max_splits, int max_blocks) {
   Layout l{};
   const size_t b = static_cast<size_t>(batch);
@@ -58,7 +73,9 @@ Layout MakeLayout(int batch, int max_splits, int max_blocks) {
   l.att = l.q + Round4(b * kD);
   l.hidden = l.att + Round4(b * kD);
   l.partials = l.hidden + Round4(b * kFf);
-  l.stats = l.partials + Round4(b * kH * static_cast<size_t>(max_splits) * kPartial);
+  const size_t split_partials = b * kH * static_cast<size_t>(max_splits) * kPartial;
+  const size_t chunk_partials = MaxChunks(batch, max_blocks) * kChunkPartial;
+  l.stats = l.partials + Round4(std::max(split_partials, chunk_partials));
   l.total = l.stats + Round4(static_cast<size_t>(max_blocks) * kPersistentMaxBatch * 4);
   return l;
 }
@@ -80,6 +97,31 @@ __device__ __forceinline__ void GridSync(unsigned* sync, unsigned& target) {
   if (threadIdx.x == 0) {
     target += gridDim.x;
     gpu::RedAddRelease(sync + kSyncCount, 1u);
+    while (gpu::LoadAcquire(sync + kSyncCount) < target) {
+    }
+  }
+  __syncthreads();
+}
+
+// The barrier in two halves, so that the next phase's loads that depend on nothing of this step
+// (weights, biases, LayerNorm gains, K/V tiles) are issued between them: after the arrival, whose
+// release fence waits for the arriving thread's outstanding memory operations (loads included),
+// and before the wait. With `split` false both together at GridWait (the loads then precede
+// the arrival).
+__device__ __forceinline__ void GridArrive(unsigned* sync, unsigned& target, bool split) {
+  if (!split) return;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    target += gridDim.x;
+    gpu::RedAddRelease(sync + kSyncCount, 1u);
+  }
+}
+__device__ __forceinline__ void GridWait(unsigned* sync, unsigned& target, bool split) {
+  if (!split) {
+    GridSync(sync, target);
+    return;
+  }
+  if (threadIdx.x == 0) {
     while (gpu::LoadAcquire(sync + kSyncCount) < target) {
     }
   }
@@ -511,6 +553,278 @@ __device__ void AttentionPhase(const PersistentDecoderParams& p, const Rows& row
   }
 }
 
+// ---- Block attention ----------------------------------------------------------------------
+// The keys of each (row, head) split into n[r] chunks of keys[r] keys, about one chunk per block
+// in all (n[r] proportional to the row's keys, at least 1 and at most len / min_keys); chunk c
+// goes to block c mod G. Chunk index: start[r] + h · n[r] + j. Planned once per launch by every
+// block alike (it depends only on the rows' lengths), so that the prefetch before a barrier, the
+// phase and the merge in the next phase agree.
+struct ChunkPlan {
+  int n[kPersistentMaxBatch];
+  int keys[kPersistentMaxBatch];
+  int start[kPersistentMaxBatch];
+  int len[kPersistentMaxBatch];
+  int total;
+};
+
+struct Chunk {
+  int r, h, begin, end;
+};
+
+__device__ void MakePlan(const int* lengths, int batch, int blocks, int min_keys, ChunkPlan& plan) {
+  long long sum = 0;
+  for (int r = 0; r < batch; ++r) sum += lengths[r];
+  int start = 0;
+  for (int r = 0; r < batch; ++r) {
+    const int len = lengths[r];
+    int n = static_cast<int>(static_cast<long long>(blocks) * len / (kH * sum));
+    n = max(1, min(n, (len + min_keys - 1) / min_keys));
+    plan.n[r] = n;
+    plan.keys[r] = (len + n - 1) / n;
+    plan.start[r] = start;
+    plan.len[r] = len;
+    start += kH * n;
+  }
+  plan.total = start;
+}
+
+__device__ __forceinline__ Chunk GetChunk(const ChunkPlan& plan, int batch, int c) {
+  int r = 0;
+  for (int i = 1; i < batch; ++i) r = c >= plan.start[i] ? i : r;
+  const int rest = c - plan.start[r];
+  Chunk ch;
+  ch.r = r;
+  ch.h = rest / plan.n[r];
+  const int j = rest % plan.n[r];
+  ch.begin = min(plan.len[r], j * plan.keys[r]);
+  ch.end = min(plan.len[r], ch.begin + plan.keys[r]);
+  return ch;
+}
+
+template <typename T>
+__device__ __forceinline__ T FromFloat(float v);
+template <>
+__device__ __forceinline__ float FromFloat<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __half FromFloat<__half>(float v) {
+  return __float2half_rn(v);
+}
+
+// Copies keys [t0, t0 + count) of head h of row r (K and V, 64 values each) into the stage
+// (ks, vs: [key - t0][64]), asynchronously; the key `skip` is left out (the self cache's row of
+// this step, written by the phase before: re-read after the barrier).
+template <typename T>
+__device__ __forceinline__ void IssueTile(const T* k, const T* v, int cache_rows, const Chunk& ch,
+                                          int t0, int count, int skip, T* ks, T* vs) {
+  constexpr int kPer = 16 / static_cast<int>(sizeof(T));  // values per 16-byte piece
+  constexpr int kPieces = kDh / kPer;                     // pieces per key row
+  const size_t base = static_cast<size_t>(ch.r) * cache_rows * kD + ch.h * kDh;
+  const int n = count * kPieces;
+  for (int i = threadIdx.x; i < 2 * n; i += kThreads) {
+    const bool is_v = i >= n;
+    const int j = is_v ? i - n : i;
+    const int key = j / kPieces, piece = j % kPieces;
+    if (t0 + key == skip) continue;
+    const size_t src = base + static_cast<size_t>(t0 + key) * kD + piece * kPer;
+    gpu::CopyAsync16((is_v ? vs : ks) + key * kDh + piece * kPer, (is_v ? v : k) + src);
+  }
+}
+
+// The first tile of this block's first chunk, issued before the barrier of the phase.
+template <typename T>
+__device__ __forceinline__ void PrefetchFirstTile(const ChunkPlan& plan, int batch,
+                                                  const int* positions, const T* k, const T* v,
+                                                  int cache_rows, bool self, char* stage) {
+  if (static_cast<int>(blockIdx.x) >= plan.total) return;
+  const Chunk ch = GetChunk(plan, batch, blockIdx.x);
+  T* ks = reinterpret_cast<T*>(stage);
+  T* vs = ks + TileKeys<T>() * kDh;
+  IssueTile<T>(k, v, cache_rows, ch, ch.begin, min(TileKeys<T>(), ch.end - ch.begin),
+               self ? positions[ch.r] : -1, ks, vs);
+}
+
+// Score of key `key` (lanes kScoreLanes · key ..): this lane's share of the 64-dim dot product.
+__device__ __forceinline__ float TileDot(const float* krow, const float* qh, int part) {
+  // Dims [4·part, +4) and [32 + 4·part, +4): a key's 8 lanes read 128 contiguous bytes twice.
+  const float4 a = *reinterpret_cast<const float4*>(krow + 4 * part);
+  const float4 b = *reinterpret_cast<const float4*>(krow + 32 + 4 * part);
+  const float4 qa = *reinterpret_cast<const float4*>(qh + 4 * part);
+  const float4 qb = *reinterpret_cast<const float4*>(qh + 32 + 4 * part);
+  float s = a.x * qa.x;
+  s = fmaf(a.y, qa.y, s);
+  s = fmaf(a.z, qa.z, s);
+  s = fmaf(a.w, qa.w, s);
+  s = fmaf(b.x, qb.x, s);
+  s = fmaf(b.y, qb.y, s);
+  s = fmaf(b.z, qb.z, s);
+  return fmaf(b.w, qb.w, s);
+}
+__device__ __forceinline__ float TileDot(const __half* krow, const float* qh, int part) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(krow + 8 * part);
+  const __half2* h = reinterpret_cast<const __half2*>(&raw);
+  const float4 qa = *reinterpret_cast<const float4*>(qh + 8 * part);
+  const float4 qb = *reinterpret_cast<const float4*>(qh + 8 * part + 4);
+  const float2 f0 = __half22float2(h[0]), f1 = __half22float2(h[1]);
+  const float2 f2 = __half22float2(h[2]), f3 = __half22float2(h[3]);
+  float s = f0.x * qa.x;
+  s = fmaf(f0.y, qa.y, s);
+  s = fmaf(f1.x, qa.z, s);
+  s = fmaf(f1.y, qa.w, s);
+  s = fmaf(f2.x, qb.x, s);
+  s = fmaf(f2.y, qb.y, s);
+  s = fmaf(f3.x, qb.z, s);
+  return fmaf(f3.y, qb.w, s);
+}
+__device__ __forceinline__ float2 TileLoad2(const float* v) {
+  return *reinterpret_cast<const float2*>(v);
+}
+__device__ __forceinline__ float2 TileLoad2(const __half* v) {
+  return __half22float2(*reinterpret_cast<const __half2*>(v));
+}
+
+// Shared memory of the block attention besides the stage: a tile's scores and the warps' P·V
+// sums.
+struct AttentionShared {
+  float scores[kMaxTileKeys];
+  float sums[kWarps][kDh];
+};
+
+// Attention of this block's chunks: q (global [B, 384]) against the K/V of each chunk, one tile
+// of up to TileKeys<T>() keys at a time (online softmax across tiles), one partial per chunk into
+// `partials` ([chunk][kChunkPartial]: o unnormalised, m, l). `prefetched`: the first tile of the
+// first chunk was issued before the barrier.
+__device__ __forceinline__ float ReadFresh(const float* p) { return __ldcg(p); }
+__device__ __forceinline__ float ReadFresh(const __half* p) { return __half2float(*p); }
+
+template <int MaxB, typename T>
+__device__ void BlockAttentionPhase(const PersistentDecoderParams& p, const Rows& rows,
+                                    const ChunkPlan& plan, const T* k, const T* v, int cache_rows,
+                                    bool self, bool prefetched, const float* q, float* partials,
+                                    float* xs, char* stage, AttentionShared& sh) {
+  T* ks = reinterpret_cast<T*>(stage);
+  T* vs = ks + TileKeys<T>() * kDh;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  bool need_q = true;
+  for (int c = blockIdx.x; c < plan.total; c += gridDim.x) {
+    const Chunk ch = GetChunk(plan, rows.batch, c);
+    const int skip = self ? rows.position[ch.r] : -1;
+    const bool pre = prefetched && c == static_cast<int>(blockIdx.x);
+    float o_acc = 0.0f, m_acc = -INFINITY, l_acc = 0.0f;  // threads < 64: dim threadIdx.x
+    for (int t0 = ch.begin; t0 < ch.end; t0 += TileKeys<T>()) {
+      const int count = min(TileKeys<T>(), ch.end - t0);
+      // The self cache's row of this step (written by the QKV phase), read through L2 beside
+      // the queries.
+      const bool fix = skip >= t0 && skip < t0 + count && threadIdx.x < 2 * kDh;
+      float fresh = 0.0f;
+      if (fix) {
+        const size_t at =
+            (static_cast<size_t>(ch.r) * cache_rows + skip) * kD + ch.h * kDh + threadIdx.x % kDh;
+        fresh = ReadFresh((threadIdx.x < kDh ? k : v) + at);
+      }
+      if (need_q) {
+        for (int i = threadIdx.x; i < MaxB * kD; i += kThreads) {
+          xs[i] = i < rows.batch * kD ? __ldcg(q + i) : 0.0f;
+        }
+        need_q = false;
+      }
+      if (!(pre && t0 == ch.begin)) IssueTile<T>(k, v, cache_rows, ch, t0, count, skip, ks, vs);
+      gpu::CopyAsyncWaitAll();
+      if (fix)
+        (threadIdx.x < kDh ? ks : vs)[(skip - t0) * kDh + threadIdx.x % kDh] = FromFloat<T>(fresh);
+      __syncthreads();
+      // Scores: kScoreLanes lanes per key.
+      const float* qh = xs + ch.r * kD + ch.h * kDh;
+      for (int base = 0; base < count; base += kKeysPerPass) {
+        const int key = base + threadIdx.x / kScoreLanes, part = threadIdx.x % kScoreLanes;
+        float sc = key < count ? TileDot(ks + key * kDh, qh, part) : 0.0f;
+#pragma unroll
+        for (int o = kScoreLanes / 2; o > 0; o /= 2) sc += __shfl_xor_sync(kFullMask, sc, o);
+        if (part == 0 && key < count) sh.scores[key] = sc * p.scale;
+      }
+      __syncthreads();
+      // Every warp: the tile's max and Σ exp; then P·V over keys warp, warp + 16, ... (two dims
+      // per lane), summed over the warps by threads 0 .. 63.
+      float m = -INFINITY;
+      for (int i = lane; i < count; i += kWarp) m = fmaxf(m, sh.scores[i]);
+      m = WarpMax(m);
+      float l = 0.0f;
+      for (int i = lane; i < count; i += kWarp) l += expf(sh.scores[i] - m);
+      l = WarpSum(l);
+      float o0 = 0.0f, o1 = 0.0f;
+      for (int key = warp; key < count; key += kWarps) {
+        const float pk = expf(sh.scores[key] - m);
+        const float2 vv = TileLoad2(vs + key * kDh + 2 * lane);
+        o0 = fmaf(pk, vv.x, o0);
+        o1 = fmaf(pk, vv.y, o1);
+      }
+      sh.sums[warp][2 * lane] = o0;
+      sh.sums[warp][2 * lane + 1] = o1;
+      __syncthreads();
+      if (threadIdx.x < kDh) {
+        float o = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) o += sh.sums[w][threadIdx.x];
+        const float m_new = fmaxf(m_acc, m);
+        const float a = expf(m_acc - m_new), b = expf(m - m_new);
+        o_acc = fmaf(o_acc, a, o * b);
+        l_acc = fmaf(l_acc, a, l * b);
+        m_acc = m_new;
+      }
+    }
+    if (threadIdx.x < kDh) {
+      float* part = partials + static_cast<size_t>(c) * kChunkPartial;
+      part[threadIdx.x] = o_acc;
+      if (threadIdx.x == 0) {
+        part[kDh] = m_acc;
+        part[kDh + 1] = l_acc;
+      }
+    }
+  }
+}
+
+// xs[r][0, 384) = the attention output of row r (zeros for B <= r < MaxB), merged from the
+// chunks' partials (all copied into `pstage` at once).
+template <int MaxB>
+__device__ void MergePartials(const ChunkPlan& plan, int batch, const float* partials,
+                              float* pstage, float* xs) {
+  const int n = plan.total * (kChunkPartial / 4);
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    gpu::CopyAsync16(pstage + 4 * i, partials + 4 * i);
+  }
+  gpu::CopyAsyncWaitAll();
+  __syncthreads();
+  const int lane = threadIdx.x % kWarp;
+  for (int pair = threadIdx.x / kWarp; pair < MaxB * kH; pair += kWarps) {
+    const int r = pair / kH, h = pair % kH;
+    float* out = xs + r * kD + h * kDh + 2 * lane;
+    if (r >= batch) {
+      out[0] = 0.0f;
+      out[1] = 0.0f;
+      continue;
+    }
+    const float* group =
+        pstage + static_cast<size_t>(plan.start[r] + h * plan.n[r]) * kChunkPartial;
+    const int count = plan.n[r];
+    float m = -INFINITY;
+    for (int j = lane; j < count; j += kWarp) m = fmaxf(m, group[j * kChunkPartial + kDh]);
+    m = WarpMax(m);
+    float l = 0.0f, a0 = 0.0f, a1 = 0.0f;
+    for (int j = 0; j < count; ++j) {
+      const float* part = group + j * kChunkPartial;
+      const float mj = part[kDh];
+      const float w = mj == -INFINITY ? 0.0f : expf(mj - m);
+      l = fmaf(part[kDh + 1], w, l);
+      a0 = fmaf(part[2 * lane], w, a0);
+      a1 = fmaf(part[2 * lane + 1], w, a1);
+    }
+    out[0] = a0 / l;
+    out[1] = a1 / l;
+  }
+  __syncthreads();
+}
+
 // x[r, col] += value: the residual epilogue (each column has one owner). The value of x that
 // a lane adds to in the first pass is read when the phase starts, beside the phase's inputs.
 template <int K>
@@ -571,10 +885,15 @@ __global__ void __launch_bounds__(kThreads, 1)
                             int max_splits) {
   extern __shared__ float4 smem_raw[];
   float* xs = reinterpret_cast<float*>(smem_raw);  // [MaxB][kFf]
+  // Block attention: the K/V stage (kStageBytes) and the partials' stage (MaxChunks records).
+  char* stage = reinterpret_cast<char*>(xs + MaxB * kFf);
+  float* pstage = reinterpret_cast<float*>(stage + kStageBytes);
   __shared__ Rows rows;
   __shared__ Best warp_best[kWarps][MaxB];
   __shared__ bool last_block;
   __shared__ float merge_weights[kWarps * kMaxSplits];
+  __shared__ ChunkPlan self_plan, cross_plan;
+  __shared__ AttentionShared att_shared;
   unsigned target = 0;  // barrier arrivals awaited (thread 0)
 
   float* x = p.workspace + lay.x;
@@ -604,6 +923,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       rows.length[r] = length_ok ? length : 1;
     }
   }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int cross_lengths[kPersistentMaxBatch];
+    for (int r = 0; r < kPersistentMaxBatch; ++r) cross_lengths[r] = p.audio_ctx;
+    MakePlan(rows.length, p.batch, gridDim.x, p.self_split_keys, self_plan);
+    MakePlan(cross_lengths, p.batch, gridDim.x, p.cross_split_keys, cross_plan);
+  }
   const size_t cross_bytes =
       static_cast<size_t>(p.batch) * p.audio_ctx * kD * (p.cross_f16 ? 2 : 4);
   if (p.prefetch) {
@@ -618,15 +944,25 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
   const bool attention = p.profile_mode != kProfileNoAttention;
+  const bool blocks_att = p.block_attention;
+  const bool tiles_early = blocks_att && attention && p.prefetch_kv_tiles;
+  // Blocks with columns of a 384-column GEMV (the others skip its input).
+  const bool has_d_cols = blockIdx.x * kWarps * Geom<kD>::kCols < kD;
+  const bool split = p.split_barrier;
 
   for (int layer = 0; layer < p.n_layers; ++layer) {
     const PersistentDecoderLayer& w = p.layers[layer];
     // -- LN1 + QKV, K and V appended to the self caches.
     {
+      if (layer > 0) GridArrive(p.sync, target, split);
       WeightRegs<kD> first;
       LoadWeights<kD>(w.qkv_w, w.qkv_b, 3 * kD, FirstColumn<kD>(), first);
       const NormRegs norm = LoadNorm<MaxB>(w.ln1_g, w.ln1_b);
-      if (layer > 0) GridSync(p.sync, target);
+      if (tiles_early) {
+        PrefetchFirstTile<float>(self_plan, rows.batch, rows.position, p.self_k[layer],
+                                 p.self_v[layer], p.text_ctx, true, stage);
+      }
+      if (layer > 0) GridWait(p.sync, target, split);
       if (p.prefetch) {
         if (layer + 1 < p.n_layers) PrefetchLayer(p.layers[layer + 1]);
         if (layer > 0) {
@@ -654,25 +990,41 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     // -- Self-attention over keys [0, length).
     GridSync(p.sync, target);
-    if (attention)
+    if (attention && blocks_att) {
+      BlockAttentionPhase<MaxB, float>(p, rows, self_plan, p.self_k[layer], p.self_v[layer],
+                                       p.text_ctx, true, tiles_early, q, partials, xs, stage,
+                                       att_shared);
+    } else if (attention) {
       AttentionPhase<MaxB, float>(p, rows, p.self_k[layer], p.self_v[layer], p.text_ctx, true,
                                   p.self_split_keys, max_splits, q, att, partials, xs,
                                   merge_weights);
-    // -- Output projection + residual.
+    }
+    // -- (Partials merged +) output projection + residual.
     {
+      GridArrive(p.sync, target, split);
       WeightRegs<kD> first;
       LoadWeights<kD>(w.out_w, w.out_b, kD, FirstColumn<kD>(), first);
-      GridSync(p.sync, target);
+      GridWait(p.sync, target, split);
       const Residual<kD> res(x, rows.batch, kD);
-      CopyRows<MaxB>(att, rows.batch, kD, xs);
+      if (!blocks_att) {
+        CopyRows<MaxB>(att, rows.batch, kD, xs);
+      } else if (has_d_cols) {
+        MergePartials<MaxB>(self_plan, rows.batch, partials, pstage, xs);
+      }
       Gemv<kD, MaxB>(w.out_w, w.out_b, kD, xs, first, res);
     }
     // -- LN2 + cross-attention query.
     {
+      GridArrive(p.sync, target, split);
       WeightRegs<kD> first;
       LoadWeights<kD>(w.cq_w, w.cq_b, kD, FirstColumn<kD>(), first);
       const NormRegs norm = LoadNorm<MaxB>(w.ln2_g, w.ln2_b);
-      GridSync(p.sync, target);
+      if (tiles_early) {
+        PrefetchFirstTile<Cross>(
+            cross_plan, rows.batch, rows.position, static_cast<const Cross*>(p.cross_k[layer]),
+            static_cast<const Cross*>(p.cross_v[layer]), p.audio_ctx, false, stage);
+      }
+      GridWait(p.sync, target, split);
       NormRows<MaxB>(p, rows, x, norm, false, xs);
       Gemv<kD, MaxB>(w.cq_w, w.cq_b, kD, xs, first, [&](int r, int col, float acc) {
         if (r < rows.batch) q[r * kD + col] = acc;
@@ -680,26 +1032,38 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     // -- Cross-attention over the encoder's keys.
     GridSync(p.sync, target);
-    if (attention)
+    if (attention && blocks_att) {
+      BlockAttentionPhase<MaxB, Cross>(p, rows, cross_plan,
+                                       static_cast<const Cross*>(p.cross_k[layer]),
+                                       static_cast<const Cross*>(p.cross_v[layer]), p.audio_ctx,
+                                       false, tiles_early, q, partials, xs, stage, att_shared);
+    } else if (attention) {
       AttentionPhase<MaxB, Cross>(p, rows, static_cast<const Cross*>(p.cross_k[layer]),
                                   static_cast<const Cross*>(p.cross_v[layer]), p.audio_ctx, false,
                                   p.cross_split_keys, max_splits, q, att, partials, xs,
                                   merge_weights);
-    // -- Output projection + residual.
+    }
+    // -- (Partials merged +) output projection + residual.
     {
+      GridArrive(p.sync, target, split);
       WeightRegs<kD> first;
       LoadWeights<kD>(w.cout_w, w.cout_b, kD, FirstColumn<kD>(), first);
-      GridSync(p.sync, target);
+      GridWait(p.sync, target, split);
       const Residual<kD> res(x, rows.batch, kD);
-      CopyRows<MaxB>(att, rows.batch, kD, xs);
+      if (!blocks_att) {
+        CopyRows<MaxB>(att, rows.batch, kD, xs);
+      } else if (has_d_cols) {
+        MergePartials<MaxB>(cross_plan, rows.batch, partials, pstage, xs);
+      }
       Gemv<kD, MaxB>(w.cout_w, w.cout_b, kD, xs, first, res);
     }
     // -- LN3 + FFN1 + GELU.
     {
+      GridArrive(p.sync, target, split);
       WeightRegs<kD> first;
       LoadWeights<kD>(w.ff1_w, w.ff1_b, kFf, FirstColumn<kD>(), first);
       const NormRegs norm = LoadNorm<MaxB>(w.ln3_g, w.ln3_b);
-      GridSync(p.sync, target);
+      GridWait(p.sync, target, split);
       NormRows<MaxB>(p, rows, x, norm, false, xs);
       Gemv<kD, MaxB>(w.ff1_w, w.ff1_b, kFf, xs, first, [&](int r, int col, float acc) {
         if (r < rows.batch) hidden[r * kFf + col] = GeluExact(acc);
@@ -707,9 +1071,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     // -- FFN2 + residual.
     {
+      GridArrive(p.sync, target, split);
       WeightRegs<kFf> first;
       LoadWeights<kFf>(w.ff2_w, w.ff2_b, kD, FirstColumn<kFf>(), first);
-      GridSync(p.sync, target);
+      GridWait(p.sync, target, split);
       const Residual<kFf> res(x, rows.batch, kD);
       CopyRows<MaxB>(hidden, rows.batch, kFf, xs);
       Gemv<kFf, MaxB>(w.ff2_w, w.ff2_b, kD, xs, first, res);
@@ -718,10 +1083,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // -- Final LayerNorm + logits + suppression, argmax, log-sum-exp.
   {
+    GridArrive(p.sync, target, split);
     WeightRegs<kD> first;
     LoadWeights<kD>(p.token_embedding, nullptr, p.vocab, FirstColumn<kD>(), first);
     const NormRegs norm = LoadNorm<MaxB>(p.final_g, p.final_b);
-    GridSync(p.sync, target);
+    GridWait(p.sync, target, split);
     NormRows<MaxB>(p, rows, x, norm, false, xs);
     if (p.profile_mode == kProfileNoLogits) {
       FinishLaunch(p.sync, &last_block);
@@ -795,7 +1161,8 @@ cudaError_t LaunchTyped(const LaunchContext& ctx, const PersistentDecoderParams&
     return cudaErrorInvalidValue;
   }
   auto* kernel = PersistentDecoderKernel<MaxB, Cross>;
-  const size_t smem = sizeof(float) * MaxB * kFf;
+  const size_t smem = sizeof(float) * MaxB * kFf + kStageBytes +
+                      sizeof(float) * kChunkPartial * MaxChunks(MaxB, ctx.sm_count);
   cudaError_t err =
       cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
@@ -834,7 +1201,8 @@ bool PersistentDecoderSupported(int batch, int n_layers, int d_model, int n_head
 cudaError_t LaunchPersistentDecoder(const LaunchContext& ctx, const PersistentDecoderParams& p) {
   if (!PersistentDecoderSupported(p.batch, p.n_layers, kD, kH, kFf) || p.cross_split_keys < 1 ||
       p.self_split_keys < 1 ||
-      MaxSplits(p.audio_ctx, p.text_ctx, p.cross_split_keys, p.self_split_keys) > kMaxSplits) {
+      (!p.block_attention &&
+       MaxSplits(p.audio_ctx, p.text_ctx, p.cross_split_keys, p.self_split_keys) > kMaxSplits)) {
     return cudaErrorInvalidValue;
   }
   if (p.batch == 1) return LaunchForBatch<1>(ctx, p);

@@ -2,9 +2,10 @@
 // Whisper tiny (d_model 384, 6 heads of 64, FFN 1536, up to 4 layers) for up to 8 rows, with
 // grid-wide barriers between its phases instead of kernel boundaries:
 //
-//   per layer: LN1 + QKV (K, V appended to the self cache)  | self-attention (split keys, merged
-//   by the last warp of each (row, head))  | out-proj + residual  | LN2 + cross Q  |
-//   cross-attention over the precomputed cross K/V (f32 or f16)  | out-proj + residual  | LN3 +
+//   per layer: LN1 + QKV (K, V appended to the self cache)  | self-attention (keys split into
+//   one chunk per block, a partial per chunk)  | partials merged + out-proj + residual  | LN2 +
+//   cross Q  | cross-attention over the precomputed cross K/V (f32 or f16)  | merge + out-proj +
+//   residual  | LN3 +
 //   FFN1 + GELU  | FFN2 + residual;  then final LN + logits (tied embedding) with suppression,
 //   argmax and log-sum-exp reduced on the device (the last block to finish merges the blocks'
 //   partials).
@@ -85,8 +86,20 @@ struct PersistentDecoderParams {
   float* logsumexp = nullptr;     // f32 [B]: log Σ exp(logits) over the tokens not suppressed
   const uint32_t* suppress_bits = nullptr;  // bit t set: token t suppressed; null: none
   // Tuning (kept as knobs so that the benchmark can measure each).
-  int cross_split_keys = 32;      // keys per warp item of the cross-attention
-  int self_split_keys = 32;       // keys per warp item of the self-attention
+  // Attention by block chunks (default): each block takes a (row, head, key range) chunk, its K/V
+  // tile copied into shared memory (cp.async) before the barrier that starts the phase, and
+  // writes one partial (o, m, l); the output projection's blocks merge the partials. false: the
+  // first version (warp items of split keys, merged by the last warp of each (row, head)).
+  bool block_attention = true;
+  // With block_attention: issue each block's first K/V tile before the barrier (self: before the
+  // QKV phase, the new position's row re-read after it; cross: before the cross-Q phase).
+  bool prefetch_kv_tiles = true;
+  // Keys per warp item (first version), or the fewest keys of a block chunk (block_attention).
+  int cross_split_keys = 32;
+  int self_split_keys = 32;
+  // Barriers in two halves (arrive, then the next phase's constant loads, then wait), so that the
+  // arrival's release fence does not wait for those loads; false: loads, then the barrier.
+  bool split_barrier = true;
   bool prefetch = true;           // L2 prefetch of the next layer's weights and cross K/V
   int logits_prefetch_layer = 3;  // prefetch the logits weights from this layer's start (-1: never)
   unsigned long long* error_word = nullptr;  // set by the launcher from the context
