@@ -222,6 +222,8 @@ absl::Status PersistentWhisperDecoder::Step(const whisper::DecoderState& state) 
   p.prefetch = options_.prefetch;
   p.block_attention = options_.block_attention;
   p.split_barrier = options_.split_barrier;
+  p.fuse_ffn = options_.fuse_ffn;
+  p.fuse_self_out = options_.fuse_self_out;
   p.prefetch_kv_tiles = options_.prefetch_kv_tiles;
   p.logits_prefetch_layer = options_.logits_prefetch_layer;
   p.profile_mode = options_.profile_mode;
@@ -233,7 +235,7 @@ absl::Status PersistentWhisperDecoder::Step(const whisper::DecoderState& state) 
       std::move(keep),
       {batch_, p.n_layers, p.cross_f16, p.prefetch, p.cross_split_keys, p.self_split_keys,
        p.logits_prefetch_layer, p.logits != nullptr, p.suppress_bits != nullptr, p.profile_mode,
-       p.block_attention, p.prefetch_kv_tiles, p.split_barrier});
+       p.block_attention, p.prefetch_kv_tiles, p.split_barrier, p.fuse_ffn, p.fuse_self_out});
 }
 
 }  // namespace waav::bench

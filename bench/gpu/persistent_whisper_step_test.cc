@@ -3,7 +3,8 @@
 // (row 0 of the first case from position 0, of the second from text_ctx - 5, so that its last
 // step attends all text_ctx keys; rows 0 and 1 of the larger batches likewise; the rest random),
 // self caches filled with the same random history on both sides, eagerly and replayed from a
-// graph; both attention versions (block chunks, the default; warp items). Outputs are poisoned
+// graph; both attention versions (block chunks, the default; warp items), and the fused FFN
+// and fused self-attention + output projection (atomic sums). Outputs are poisoned
 // (NaN, -7) before every step. Checked per step:
 //  * the K/V rows the step appended to every layer's self cache (layer 0's depend on nothing
 //    but the step's inputs; later layers' show where an error starts);
@@ -48,6 +49,8 @@ double RelativeError(const float* got, const float* want, size_t n) {
 struct StepCase {
   bool f16_cross;
   bool block_attention;
+  bool fuse_ffn = false;
+  bool fuse_self_out = false;
 };
 
 class PersistentStepTest : public ::testing::TestWithParam<StepCase> {};
@@ -110,6 +113,8 @@ TEST_P(PersistentStepTest, MatchesCpuDecodeStep) {
     PersistentStepOptions step_options;
     step_options.f16_cross = f16_cross;
     step_options.block_attention = GetParam().block_attention;
+    step_options.fuse_ffn = GetParam().fuse_ffn;
+    step_options.fuse_self_out = GetParam().fuse_self_out;
     ASSERT_TRUE((*persistent)->Prepare(**gpu_state, step_options).ok());
     ASSERT_TRUE((*persistent)->RefreshCross(**gpu_state).ok());
 
@@ -207,7 +212,10 @@ TEST_P(PersistentStepTest, MatchesCpuDecodeStep) {
       ASSERT_TRUE(logits.ok() && best.ok() && logprob.ok() && lse.ok());
       const double error = RelativeError(logits->data(), want->data(), want->size());
       std::cout << "parity: persistent step batch " << batch << (f16_cross ? " f16" : " f32")
-                << " cross, step " << step << (suppress ? " (suppressed argmax)" : "")
+                << " cross" << (GetParam().block_attention ? "" : ", warp items")
+                << (GetParam().fuse_ffn ? ", fused FFN" : "")
+                << (GetParam().fuse_self_out ? ", fused self-attention + out-proj" : "")
+                << ", step " << step << (suppress ? " (suppressed argmax)" : "")
                 << ": logits relative L2 error " << error << " (tolerance " << logits_tolerance
                 << ")\n";
       EXPECT_LE(error, logits_tolerance);
@@ -265,16 +273,20 @@ TEST_P(PersistentStepTest, MatchesCpuDecodeStep) {
 }
 
 // (The device script's compute-sanitizer pass runs the cases named *F16Cross*.)
-INSTANTIATE_TEST_SUITE_P(CrossKv, PersistentStepTest,
-                         ::testing::Values(StepCase{false, true}, StepCase{true, true},
-                                           StepCase{true, false}, StepCase{false, false}),
-                         [](const ::testing::TestParamInfo<StepCase>& info) {
-                           if (!info.param.block_attention) {
-                             return std::string(info.param.f16_cross ? "WarpItemsF16"
-                                                                     : "WarpItemsF32");
-                           }
-                           return std::string(info.param.f16_cross ? "F16Cross" : "F32Cross");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    CrossKv, PersistentStepTest,
+    ::testing::Values(StepCase{false, true}, StepCase{true, true}, StepCase{true, false},
+                      StepCase{false, false}, StepCase{true, true, true},
+                      StepCase{false, true, true}, StepCase{true, true, false, true},
+                      StepCase{true, true, true, true}, StepCase{false, true, true, true}),
+    [](const ::testing::TestParamInfo<StepCase>& info) {
+      if (!info.param.block_attention) {
+        return std::string(info.param.f16_cross ? "WarpItemsF16" : "WarpItemsF32");
+      }
+      return std::string(info.param.f16_cross ? "F16Cross" : "F32Cross") +
+             (info.param.fuse_ffn ? "FusedFfn" : "") +
+             (info.param.fuse_self_out ? "FusedSelf" : "");
+    });
 
 }  // namespace
 }  // namespace waav::bench

@@ -20,7 +20,7 @@
 //                          [--decoder-batches 1,8,64,256]
 //   --filter / --exclude: only the variants whose name contains / lacks SUBSTRING (--exclude may
 //   be given several times);
-//   --no-ops: skip the op profile.
+//   --no-ops: skip the op profile; --list: print the variants selected and exit.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -361,7 +361,7 @@ absl::Status ProfileOps(const CudaBackendOptions& options, std::vector<Row>* row
 int Main(int argc, char** argv) {
   std::string out_path, filter;
   std::vector<std::string> excludes;
-  bool quick = false, ops = true;
+  bool quick = false, ops = true, list = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
       out_path = argv[++i];
@@ -373,6 +373,8 @@ int Main(int argc, char** argv) {
       excludes.push_back(argv[++i]);
     } else if (std::strcmp(argv[i], "--no-ops") == 0) {
       ops = false;
+    } else if (std::strcmp(argv[i], "--list") == 0) {
+      list = true;
     } else if (std::strcmp(argv[i], "--encoder-batches") == 0 && i + 1 < argc &&
                std::strcmp(argv[i + 1], "none") == 0) {
       g_encoder_batches.clear();
@@ -383,17 +385,11 @@ int Main(int argc, char** argv) {
                !(g_decoder_batches = ParseList(argv[++i])).empty()) {
     } else {
       std::cerr << "usage: whisper_gpu_bench [--out results.tsv] [--quick] [--filter SUBSTRING] "
-                   "[--exclude SUBSTRING] [--no-ops] [--encoder-batches 1,16] "
+                   "[--exclude SUBSTRING] [--no-ops] [--list] [--encoder-batches 1,16|none] "
                    "[--decoder-batches 1,8,64,256]\n";
       return 2;
     }
   }
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "waav-gpu-bench";
-  if (!waav::testing::WriteRandomWhisperModel(dir.string(), 42)) {
-    std::cerr << "cannot write the random model into " << dir << "\n";
-    return 1;
-  }
-
   std::vector<BackendVariant> variants;
   auto add = [&](const std::string& name, CudaMath math, bool pdl, bool capture, bool fused) {
     CudaBackendOptions o;
@@ -429,6 +425,11 @@ int Main(int argc, char** argv) {
     o.block_attention = false;
     o.f16_cross = false;
   });
+  add_persistent("f16 cross, v1 attention + one-piece barriers (the first version)", true,
+                 [](auto& o) {
+                   o.block_attention = false;
+                   o.split_barrier = false;
+                 });
   add_persistent("f16 cross, one-piece barriers (loads before arrival)", true,
                  [](auto& o) { o.split_barrier = false; });
   add_persistent("f16 cross, K/V tiles after the barrier", true,
@@ -455,6 +456,25 @@ int Main(int argc, char** argv) {
     o.block_attention = false;
     o.profile_mode = cuda::kProfileNoAttention;
   });
+  // Last (a fault in a new path would end the process's CUDA context for the rest).
+  add_persistent("f16 cross, fused FFN (atomic FFN2 sums)", true,
+                 [](auto& o) { o.fuse_ffn = true; });
+  add_persistent("f16 cross, fused self-attention + out-proj", true,
+                 [](auto& o) { o.fuse_self_out = true; });
+  add_persistent("f16 cross, both fusions", true, [](auto& o) {
+    o.fuse_ffn = true;
+    o.fuse_self_out = true;
+  });
+  add_persistent("f32 cross, both fusions", true, [](auto& o) {
+    o.f16_cross = false;
+    o.fuse_ffn = true;
+    o.fuse_self_out = true;
+  });
+  add_persistent("profile: both fusions, no logits phase", true, [](auto& o) {
+    o.fuse_ffn = true;
+    o.fuse_self_out = true;
+    o.profile_mode = cuda::kProfileNoLogits;
+  });
   std::erase_if(variants, [&](const BackendVariant& v) {
     if (!filter.empty() && v.name.find(filter) == std::string::npos) return true;
     for (const std::string& e : excludes) {
@@ -462,6 +482,16 @@ int Main(int argc, char** argv) {
     }
     return false;
   });
+
+  if (list) {
+    for (const BackendVariant& v : variants) std::cout << v.name << "\n";
+    return 0;
+  }
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "waav-gpu-bench";
+  if (!waav::testing::WriteRandomWhisperModel(dir.string(), 42)) {
+    std::cerr << "cannot write the random model into " << dir << "\n";
+    return 1;
+  }
 
   std::vector<Row> rows;
   if (ops) {

@@ -100,6 +100,15 @@ struct PersistentDecoderParams {
   // Barriers in two halves (arrive, then the next phase's constant loads, then wait), so that the
   // arrival's release fence does not wait for those loads; false: loads, then the barrier.
   bool split_barrier = true;
+  // LN3 + FFN1 + GELU + FFN2 as one phase: each block owns ~12 hidden units and adds its share
+  // of FFN2 atomically into a second residual buffer (one barrier fewer per layer; sums in a
+  // varying order).
+  bool fuse_ffn = false;
+  // With block_attention: the self-attention as one chunk per (row, head), whose block multiplies
+  // its head's output by that head's slice of W_o (copied into shared memory before the barrier)
+  // and adds it atomically into the residual stream: the output projection's phase and barrier
+  // go (sums in a varying order).
+  bool fuse_self_out = false;
   bool prefetch = true;           // L2 prefetch of the next layer's weights and cross K/V
   int logits_prefetch_layer = 3;  // prefetch the logits weights from this layer's start (-1: never)
   unsigned long long* error_word = nullptr;  // set by the launcher from the context
