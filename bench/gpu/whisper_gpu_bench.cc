@@ -456,6 +456,8 @@ int Main(int argc, char** argv) {
     o.block_attention = false;
     o.profile_mode = cuda::kProfileNoAttention;
   });
+  // The default again, for the run-to-run spread within one call.
+  add_persistent("f16 cross, CUDA graph (repeat)", true, [](auto&) {});
   // Last (a fault in a new path would end the process's CUDA context for the rest).
   add_persistent("f16 cross, fused FFN (atomic FFN2 sums)", true,
                  [](auto& o) { o.fuse_ffn = true; });
