@@ -28,12 +28,13 @@ struct PersistentStepOptions {
   // wait). Default: true.
   bool split_barrier = true;
   // LN3 + FFN1 + GELU + FFN2 as one phase, FFN2 shares summed atomically (one barrier fewer per
-  // layer; the summation order varies from run to run). Default: false.
-  bool fuse_ffn = false;
+  // layer; the summation order varies from run to run). Default: true.
+  bool fuse_ffn = true;
   // With block_attention: each (row, head) of the self-attention in one block, which also applies
   // its head's slice of the output projection and adds it atomically into the residual stream
-  // (one phase and barrier fewer per layer). Default: false.
-  bool fuse_self_out = false;
+  // (one phase and barrier fewer per layer; measured at position 64 only, see
+  // bench/gpu/persistent_notes.md). Default: true.
+  bool fuse_self_out = true;
   // L2 prefetch of the next layer's weights and cross K/V (sm_90). Default: true.
   bool prefetch = true;
   // Prefetch the logits weights (40 MB) from the start of this layer; -1: never, default: the

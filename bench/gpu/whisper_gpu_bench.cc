@@ -414,19 +414,34 @@ int Main(int argc, char** argv) {
     variants.back().persistent = true;
     set(variants.back().persistent_options);
   };
+  // The default: block attention, split barriers, fused FFN and fused self-attention +
+  // out-proj. The variants below change one knob each ("no fusions": the configuration that
+  // the knobs after it were first measured on, bench/gpu/persistent_notes.md).
+  auto no_fusions = [](bench::PersistentStepOptions& o) {
+    o.fuse_ffn = false;
+    o.fuse_self_out = false;
+  };
   add_persistent("f16 cross, CUDA graph", true, [](auto&) {});
   add_persistent("f16 cross, direct launch", false, [](auto&) {});
   add_persistent("f32 cross, CUDA graph", true, [](auto& o) { o.f16_cross = false; });
+  add_persistent("f16 cross, no fusions", true, no_fusions);
+  add_persistent("f16 cross, fused FFN only", true, [](auto& o) { o.fuse_self_out = false; });
+  add_persistent("f16 cross, fused self-attention + out-proj only", true,
+                 [](auto& o) { o.fuse_ffn = false; });
   // The first version's attention (warp items of 32 keys, merged by the last warp of each
-  // (row, head)) and the block attention with its K/V tiles issued after the barrier.
-  add_persistent("f16 cross, v1 attention (warp items)", true,
-                 [](auto& o) { o.block_attention = false; });
-  add_persistent("f32 cross, v1 attention (warp items)", true, [](auto& o) {
+  // (row, head)), alone and with the first version's one-piece barriers.
+  add_persistent("f16 cross, v1 attention (warp items), no fusions", true, [&](auto& o) {
+    no_fusions(o);
+    o.block_attention = false;
+  });
+  add_persistent("f32 cross, v1 attention (warp items), no fusions", true, [&](auto& o) {
+    no_fusions(o);
     o.block_attention = false;
     o.f16_cross = false;
   });
   add_persistent("f16 cross, v1 attention + one-piece barriers (the first version)", true,
-                 [](auto& o) {
+                 [&](auto& o) {
+                   no_fusions(o);
                    o.block_attention = false;
                    o.split_barrier = false;
                  });
@@ -445,38 +460,25 @@ int Main(int argc, char** argv) {
                  [](auto& o) { o.logits_prefetch_layer = -1; });
   add_persistent("f16 cross, argmax only (no logits out)", true,
                  [](auto& o) { o.write_logits = false; });
-  // Attribution (wrong outputs, timing only): the same kernel with one part left out.
+  // Attribution (wrong outputs, timing only): the same kernel with one part left out. Leaving
+  // the attention out also leaves the self-attention fusion out (its projection is in it).
   add_persistent("profile: grid barriers only", true,
                  [](auto& o) { o.profile_mode = cuda::kProfileBarriersOnly; });
   add_persistent("profile: no attention phases", true,
                  [](auto& o) { o.profile_mode = cuda::kProfileNoAttention; });
   add_persistent("profile: no logits phase", true,
                  [](auto& o) { o.profile_mode = cuda::kProfileNoLogits; });
-  add_persistent("profile: v1 attention, no attention phases", true, [](auto& o) {
+  add_persistent("profile: no fusions, no attention phases", true, [&](auto& o) {
+    no_fusions(o);
+    o.profile_mode = cuda::kProfileNoAttention;
+  });
+  add_persistent("profile: v1 attention, no fusions, no attention phases", true, [&](auto& o) {
+    no_fusions(o);
     o.block_attention = false;
     o.profile_mode = cuda::kProfileNoAttention;
   });
   // The default again, for the run-to-run spread within one call.
   add_persistent("f16 cross, CUDA graph (repeat)", true, [](auto&) {});
-  // Last (a fault in a new path would end the process's CUDA context for the rest).
-  add_persistent("f16 cross, fused FFN (atomic FFN2 sums)", true,
-                 [](auto& o) { o.fuse_ffn = true; });
-  add_persistent("f16 cross, fused self-attention + out-proj", true,
-                 [](auto& o) { o.fuse_self_out = true; });
-  add_persistent("f16 cross, both fusions", true, [](auto& o) {
-    o.fuse_ffn = true;
-    o.fuse_self_out = true;
-  });
-  add_persistent("f32 cross, both fusions", true, [](auto& o) {
-    o.f16_cross = false;
-    o.fuse_ffn = true;
-    o.fuse_self_out = true;
-  });
-  add_persistent("profile: both fusions, no logits phase", true, [](auto& o) {
-    o.fuse_ffn = true;
-    o.fuse_self_out = true;
-    o.profile_mode = cuda::kProfileNoLogits;
-  });
   std::erase_if(variants, [&](const BackendVariant& v) {
     if (!filter.empty() && v.name.find(filter) == std::string::npos) return true;
     for (const std::string& e : excludes) {

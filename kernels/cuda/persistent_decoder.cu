@@ -1,17 +1,23 @@
 // The persistent decoder step (see persistent_decoder.cuh for the phases). One block of 512
 // threads per multiprocessor, all co-resident (cooperative launch); phases are separated by a
-// grid barrier on two global words (arrival count, generation) with GPU-scope acquire/release.
+// grid barrier on one growing arrival counter with GPU-scope release/acquire.
 //
 // Work split:
 //  * GEMV phases: output columns go to (warp, lane group) slots across the whole grid; a column
 //    of K = 384 is 16 lanes x 3 chunks of 8 f16 weights (two columns per warp), a column of
 //    K = 1536 is 32 lanes x 6 chunks. The inputs (LayerNorm'ed rows, attention output or FFN
 //    hidden of all B rows) sit in shared memory, recomputed by every block. The first chunks of
-//    a warp's weights are loaded into registers before the barrier that starts the phase.
-//  * Attention phases: items (row, head, key range of `split` keys) go to warps; a warp scores
-//    32 keys at a time (one key per lane), keeps an online softmax and accumulates P·V with two
-//    dims per lane, writes (o, m, l) as a partial; the last warp of a (row, head) to finish
-//    (arrival counter) merges the partials into the attention output.
+//    a warp's weights are loaded into registers between the halves of the barrier before it.
+//  * Block attention (default): each (row, head)'s keys split into chunks, about one per block
+//    (ChunkPlan); a block copies its chunk's K/V tile (up to 256 f16 / 128 f32 keys) into shared
+//    memory with cp.async before the barrier (self: the step's own row re-read after it), scores
+//    the keys 8 lanes per key, takes the softmax over the tile and P·V over 16 warps, and writes
+//    one partial (o, m, l); the next phase's GEMV blocks copy all partials at once and merge
+//    them. Fused self-attention: one chunk per (row, head) that applies its W_o slice itself.
+//  * First version (knob): items (row, head, `split` keys) go to warps, one key per lane, merged
+//    by the last warp of each (row, head) to finish (arrival counter).
+//  * Fused FFN: block b owns hidden units [12 b, 12 b + 12): FFN1 + GELU of those, then its
+//    share of FFN2 for all 384 outputs, added atomically into a zeroed second residual buffer.
 //  * Logits: the tied embedding as a GEMV over all warps; each lane group keeps a running
 //    max / argmax / Σexp of its row over the columns it computed (suppressed tokens skipped);
 //    blocks merge theirs and the last block to finish reduces the blocks' partials.
