@@ -52,6 +52,11 @@ struct StepCase {
   bool fuse_ffn = false;
   bool fuse_self_out = false;
 };
+void PrintTo(const StepCase& c, std::ostream* os) {
+  *os << (c.f16_cross ? "f16" : "f32") << " cross, "
+      << (c.block_attention ? "block attention" : "warp items") << (c.fuse_ffn ? ", fused FFN" : "")
+      << (c.fuse_self_out ? ", fused self-attention" : "");
+}
 
 class PersistentStepTest : public ::testing::TestWithParam<StepCase> {};
 
