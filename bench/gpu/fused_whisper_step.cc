@@ -37,28 +37,23 @@ absl::StatusOr<Tensor> LoadVariable(Backend& backend, const ct2::ModelFile& file
   return Upload(backend, Shape(var->shape), dtype, host.data());
 }
 
-absl::StatusOr<std::unique_ptr<FusedWhisperDecoder>> FusedWhisperDecoder::Load(
-    const std::string& model_dir, Backend& backend) {
-  CudaExtensions* ext = GetCudaExtensions(backend);
-  if (ext == nullptr) {
-    return absl::FailedPreconditionError("the fused decoder step needs the CUDA backend");
-  }
+absl::StatusOr<WhisperDecoderWeights> LoadWhisperDecoderWeights(const std::string& model_dir,
+                                                                Backend& backend) {
   ASSIGN_OR_RETURN(ct2::ModelFile file, ct2::ModelFile::Open(model_dir + "/model.bin"));
-  auto dec = std::unique_ptr<FusedWhisperDecoder>(new FusedWhisperDecoder(backend, *ext));
+  WhisperDecoderWeights w;
   ASSIGN_OR_RETURN(const int64_t heads, file.GetScalarInt("decoder/num_heads"));
-  dec->n_heads_ = static_cast<int>(heads);
+  w.n_heads = static_cast<int>(heads);
   const DType f16 = DType::kF16, f32 = DType::kF32;
   auto load = [&](const std::string& name, DType dtype) {
     return LoadVariable(backend, file, name, dtype);
   };
-  ASSIGN_OR_RETURN(dec->token_embedding_, load("decoder/embeddings/weight", f16));
-  dec->d_model_ = static_cast<int>(dec->token_embedding_.dim(1));
-  ASSIGN_OR_RETURN(dec->positions_, load("decoder/position_encodings/encodings", f32));
-  ASSIGN_OR_RETURN(dec->final_g_, load("decoder/layer_norm/gamma", f32));
-  ASSIGN_OR_RETURN(dec->final_b_, load("decoder/layer_norm/beta", f32));
+  ASSIGN_OR_RETURN(w.token_embedding, load("decoder/embeddings/weight", f16));
+  ASSIGN_OR_RETURN(w.positions, load("decoder/position_encodings/encodings", f32));
+  ASSIGN_OR_RETURN(w.final_g, load("decoder/layer_norm/gamma", f32));
+  ASSIGN_OR_RETURN(w.final_b, load("decoder/layer_norm/beta", f32));
   for (int i = 0; file.Get(absl::StrCat("decoder/layer_", i, "/ffn/linear_0/weight")).ok(); ++i) {
     const std::string p = absl::StrCat("decoder/layer_", i);
-    Layer l;
+    WhisperDecoderWeights::Layer l;
     ASSIGN_OR_RETURN(l.ln1_g, load(p + "/self_attention/layer_norm/gamma", f32));
     ASSIGN_OR_RETURN(l.ln1_b, load(p + "/self_attention/layer_norm/beta", f32));
     ASSIGN_OR_RETURN(l.qkv_w, load(p + "/self_attention/linear_0/weight", f16));  // [3d, d]
@@ -77,9 +72,25 @@ absl::StatusOr<std::unique_ptr<FusedWhisperDecoder>> FusedWhisperDecoder::Load(
     ASSIGN_OR_RETURN(l.ff1_b, load(p + "/ffn/linear_0/bias", f32));
     ASSIGN_OR_RETURN(l.ff2_w, load(p + "/ffn/linear_1/weight", f16));
     ASSIGN_OR_RETURN(l.ff2_b, load(p + "/ffn/linear_1/bias", f32));
-    dec->layers_.push_back(std::move(l));
+    w.layers.push_back(std::move(l));
+  }
+  if (w.layers.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(model_dir, "/model.bin has no decoder layers"));
   }
   RETURN_IF_ERROR(backend.Synchronize());
+  return w;
+}
+
+absl::StatusOr<std::unique_ptr<FusedWhisperDecoder>> FusedWhisperDecoder::Load(
+    const std::string& model_dir, Backend& backend) {
+  CudaExtensions* ext = GetCudaExtensions(backend);
+  if (ext == nullptr) {
+    return absl::FailedPreconditionError("the fused decoder step needs the CUDA backend");
+  }
+  ASSIGN_OR_RETURN(WhisperDecoderWeights weights, LoadWhisperDecoderWeights(model_dir, backend));
+  auto dec = std::unique_ptr<FusedWhisperDecoder>(
+      new FusedWhisperDecoder(backend, *ext, std::move(weights)));
+  dec->d_model_ = static_cast<int>(dec->w_.token_embedding.dim(1));
   return dec;
 }
 
@@ -89,7 +100,7 @@ absl::Status FusedWhisperDecoder::Prepare(const whisper::DecoderState& state) {
   ASSIGN_OR_RETURN(x_, backend_.Allocate({b, 1, d}, DType::kF32));
   ASSIGN_OR_RETURN(q_, backend_.Allocate({b, 1, d}, DType::kF32));
   ASSIGN_OR_RETURN(attended_, backend_.Allocate({b, 1, d}, DType::kF32));
-  ASSIGN_OR_RETURN(hidden_, backend_.Allocate({b, layers_[0].ff1_w.dim(0)}, DType::kF32));
+  ASSIGN_OR_RETURN(hidden_, backend_.Allocate({b, w_.layers[0].ff1_w.dim(0)}, DType::kF32));
   return absl::OkStatus();
 }
 
@@ -99,11 +110,12 @@ absl::Status FusedWhisperDecoder::Step(const whisper::DecoderState& state) {
   }
   using Args = CudaExtensions::FusedLinearArgs;
   using Output = CudaExtensions::Output;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d_model_ / n_heads_));
+  const int n_heads = w_.n_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d_model_ / n_heads));
   RETURN_IF_ERROR(
-      backend_.Embed(state.step_tokens(), state.positions(), token_embedding_, positions_, x_));
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    const Layer& l = layers_[i];
+      backend_.Embed(state.step_tokens(), state.positions(), w_.token_embedding, w_.positions, x_));
+  for (size_t i = 0; i < w_.layers.size(); ++i) {
+    const WhisperDecoderWeights::Layer& l = w_.layers[i];
     const int layer = static_cast<int>(i);
     Args qkv;
     qkv.x = x_;
@@ -118,7 +130,7 @@ absl::Status FusedWhisperDecoder::Step(const whisper::DecoderState& state) {
     qkv.positions = state.positions();
     RETURN_IF_ERROR(ext_.FusedLinear(qkv));
     RETURN_IF_ERROR(backend_.Attention(q_, state.self_k(layer), state.self_v(layer),
-                                       &state.lengths(), n_heads_, scale, true, attended_));
+                                       &state.lengths(), n_heads, scale, true, attended_));
     Args out;
     out.x = attended_;
     out.weight = l.out_w;
@@ -135,7 +147,7 @@ absl::Status FusedWhisperDecoder::Step(const whisper::DecoderState& state) {
     cross_q.y = q_;
     RETURN_IF_ERROR(ext_.FusedLinear(cross_q));
     RETURN_IF_ERROR(backend_.Attention(q_, state.cross_k(layer), state.cross_v(layer), nullptr,
-                                       n_heads_, scale, false, attended_));
+                                       n_heads, scale, false, attended_));
     Args cross_out = out;
     cross_out.weight = l.cout_w;
     cross_out.bias = l.cout_b;
@@ -159,9 +171,9 @@ absl::Status FusedWhisperDecoder::Step(const whisper::DecoderState& state) {
   }
   Args logits;
   logits.x = x_;
-  logits.norm_gamma = final_g_;
-  logits.norm_beta = final_b_;
-  logits.weight = token_embedding_;
+  logits.norm_gamma = w_.final_g;
+  logits.norm_beta = w_.final_b;
+  logits.weight = w_.token_embedding;
   logits.y = state.step_logits();
   return ext_.FusedLinear(logits);
 }

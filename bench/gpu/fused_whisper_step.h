@@ -25,6 +25,22 @@ namespace waav::bench {
 absl::StatusOr<Tensor> LoadVariable(Backend& backend, const ct2::ModelFile& file,
                                     const std::string& name, DType dtype);
 
+// The decoder weights of a Whisper model file as the bench steps (fused, persistent) use them:
+// f16 projections and token embedding, f32 biases, LayerNorms and position table.
+struct WhisperDecoderWeights {
+  struct Layer {
+    Tensor ln1_g, ln1_b, qkv_w, qkv_b, out_w, out_b;  // self-attention (qkv_w [3d, d])
+    Tensor ln2_g, ln2_b, cq_w, cq_b, cout_w, cout_b;  // cross-attention
+    Tensor ln3_g, ln3_b, ff1_w, ff1_b, ff2_w, ff2_b;  // FFN
+  };
+  int n_heads = 0;
+  Tensor token_embedding, positions, final_g, final_b;
+  std::vector<Layer> layers;
+};
+// Reads `model_dir`/model.bin's decoder onto `backend` (synchronised before returning).
+absl::StatusOr<WhisperDecoderWeights> LoadWhisperDecoderWeights(const std::string& model_dir,
+                                                                Backend& backend);
+
 class FusedWhisperDecoder {
  public:
   // Loads the decoder weights of `model_dir`/model.bin (f16 projections and embedding) onto
@@ -39,19 +55,13 @@ class FusedWhisperDecoder {
   absl::Status Step(const whisper::DecoderState& state);
 
  private:
-  struct Layer {
-    Tensor ln1_g, ln1_b, qkv_w, qkv_b, out_w, out_b;
-    Tensor ln2_g, ln2_b, cq_w, cq_b, cout_w, cout_b;
-    Tensor ln3_g, ln3_b, ff1_w, ff1_b, ff2_w, ff2_b;
-  };
-  explicit FusedWhisperDecoder(Backend& backend, CudaExtensions& ext)
-      : backend_(backend), ext_(ext) {}
+  FusedWhisperDecoder(Backend& backend, CudaExtensions& ext, WhisperDecoderWeights weights)
+      : backend_(backend), ext_(ext), w_(std::move(weights)) {}
 
   Backend& backend_;
   CudaExtensions& ext_;
-  int d_model_ = 0, n_heads_ = 0;
-  Tensor token_embedding_, positions_, final_g_, final_b_;
-  std::vector<Layer> layers_;
+  WhisperDecoderWeights w_;
+  int d_model_ = 0;
   int batch_ = 0;
   Tensor x_, q_, attended_, hidden_;
 };

@@ -4,7 +4,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/gpu/fused_whisper_step.h"
-#include "engine/models/ct2/model_file.h"
 #include "engine/runtime/status.h"
 #include "kernels/cuda/gpu.h"
 #include "kernels/cuda/launch.h"
@@ -26,56 +25,24 @@ absl::StatusOr<std::unique_ptr<PersistentWhisperDecoder>> PersistentWhisperDecod
   if (ext == nullptr) {
     return absl::FailedPreconditionError("the persistent decoder step needs the CUDA backend");
   }
-  ASSIGN_OR_RETURN(ct2::ModelFile file, ct2::ModelFile::Open(model_dir + "/model.bin"));
-  auto dec = std::unique_ptr<PersistentWhisperDecoder>(new PersistentWhisperDecoder(backend, *ext));
-  ASSIGN_OR_RETURN(const int64_t heads, file.GetScalarInt("decoder/num_heads"));
-  dec->n_heads_ = static_cast<int>(heads);
-  const DType f16 = DType::kF16, f32 = DType::kF32;
-  auto load = [&](const std::string& name, DType dtype) {
-    return LoadVariable(backend, file, name, dtype);
-  };
-  ASSIGN_OR_RETURN(dec->token_embedding_, load("decoder/embeddings/weight", f16));
-  ASSIGN_OR_RETURN(dec->positions_, load("decoder/position_encodings/encodings", f32));
-  ASSIGN_OR_RETURN(dec->final_g_, load("decoder/layer_norm/gamma", f32));
-  ASSIGN_OR_RETURN(dec->final_b_, load("decoder/layer_norm/beta", f32));
-  for (int i = 0; file.Get(absl::StrCat("decoder/layer_", i, "/ffn/linear_0/weight")).ok(); ++i) {
-    const std::string p = absl::StrCat("decoder/layer_", i);
-    Layer l;
-    ASSIGN_OR_RETURN(l.ln1_g, load(p + "/self_attention/layer_norm/gamma", f32));
-    ASSIGN_OR_RETURN(l.ln1_b, load(p + "/self_attention/layer_norm/beta", f32));
-    ASSIGN_OR_RETURN(l.qkv_w, load(p + "/self_attention/linear_0/weight", f16));
-    ASSIGN_OR_RETURN(l.qkv_b, load(p + "/self_attention/linear_0/bias", f32));
-    ASSIGN_OR_RETURN(l.out_w, load(p + "/self_attention/linear_1/weight", f16));
-    ASSIGN_OR_RETURN(l.out_b, load(p + "/self_attention/linear_1/bias", f32));
-    ASSIGN_OR_RETURN(l.ln2_g, load(p + "/attention/layer_norm/gamma", f32));
-    ASSIGN_OR_RETURN(l.ln2_b, load(p + "/attention/layer_norm/beta", f32));
-    ASSIGN_OR_RETURN(l.cq_w, load(p + "/attention/linear_0/weight", f16));
-    ASSIGN_OR_RETURN(l.cq_b, load(p + "/attention/linear_0/bias", f32));
-    ASSIGN_OR_RETURN(l.cout_w, load(p + "/attention/linear_2/weight", f16));
-    ASSIGN_OR_RETURN(l.cout_b, load(p + "/attention/linear_2/bias", f32));
-    ASSIGN_OR_RETURN(l.ln3_g, load(p + "/ffn/layer_norm/gamma", f32));
-    ASSIGN_OR_RETURN(l.ln3_b, load(p + "/ffn/layer_norm/beta", f32));
-    ASSIGN_OR_RETURN(l.ff1_w, load(p + "/ffn/linear_0/weight", f16));
-    ASSIGN_OR_RETURN(l.ff1_b, load(p + "/ffn/linear_0/bias", f32));
-    ASSIGN_OR_RETURN(l.ff2_w, load(p + "/ffn/linear_1/weight", f16));
-    ASSIGN_OR_RETURN(l.ff2_b, load(p + "/ffn/linear_1/bias", f32));
-    dec->layers_.push_back(std::move(l));
-  }
-  const int d_model = static_cast<int>(dec->token_embedding_.dim(1));
-  const int ffn = dec->layers_.empty() ? 0 : static_cast<int>(dec->layers_[0].ff1_w.dim(0));
-  if (!cuda::PersistentDecoderSupported(1, static_cast<int>(dec->layers_.size()), d_model,
-                                        dec->n_heads_, ffn) ||
-      dec->positions_.dim(1) != d_model) {
+  ASSIGN_OR_RETURN(WhisperDecoderWeights weights, LoadWhisperDecoderWeights(model_dir, backend));
+  auto dec = std::unique_ptr<PersistentWhisperDecoder>(
+      new PersistentWhisperDecoder(backend, *ext, std::move(weights)));
+  const WhisperDecoderWeights& w = dec->w_;
+  const int d_model = static_cast<int>(w.token_embedding.dim(1));
+  const int ffn = static_cast<int>(w.layers[0].ff1_w.dim(0));
+  if (!cuda::PersistentDecoderSupported(1, static_cast<int>(w.layers.size()), d_model, w.n_heads,
+                                        ffn) ||
+      w.positions.dim(1) != d_model) {
     return absl::UnimplementedError(absl::StrCat(
         "the persistent decoder step takes Whisper tiny's decoder (d_model ",
         cuda::kPersistentDModel, ", ", cuda::kPersistentHeads, " heads, FFN ", cuda::kPersistentFfn,
         ", <= ", cuda::kPersistentMaxLayers, " layers); ", model_dir, " has d_model ", d_model,
-        ", ", dec->n_heads_, " heads, FFN ", ffn, ", ", dec->layers_.size(), " layers"));
+        ", ", w.n_heads, " heads, FFN ", ffn, ", ", w.layers.size(), " layers"));
   }
-  dec->vocab_ = static_cast<int>(dec->token_embedding_.dim(0));
-  dec->text_ctx_ = static_cast<int>(dec->positions_.dim(0));
-  dec->scale_ = 1.0f / std::sqrt(static_cast<float>(d_model / dec->n_heads_));
-  RETURN_IF_ERROR(backend.Synchronize());
+  dec->vocab_ = static_cast<int>(w.token_embedding.dim(0));
+  dec->text_ctx_ = static_cast<int>(w.positions.dim(0));
+  dec->scale_ = 1.0f / std::sqrt(static_cast<float>(d_model / w.n_heads));
   return dec;
 }
 
@@ -102,7 +69,7 @@ absl::Status PersistentWhisperDecoder::Prepare(const whisper::DecoderState& stat
   batch_ = b;
   options_ = options;
   if (options_.logits_prefetch_layer == -2) {
-    options_.logits_prefetch_layer = static_cast<int>(layers_.size()) - 1;
+    options_.logits_prefetch_layer = static_cast<int>(w_.layers.size()) - 1;
   }
   audio_ctx_ = static_cast<int>(state.cross_k(0).dim(1));
   const size_t floats = cuda::PersistentWorkspaceFloats(
@@ -117,7 +84,7 @@ absl::Status PersistentWhisperDecoder::Prepare(const whisper::DecoderState& stat
   cross_k16_.clear();
   cross_v16_.clear();
   if (options.f16_cross) {
-    for (size_t i = 0; i < layers_.size(); ++i) {
+    for (size_t i = 0; i < w_.layers.size(); ++i) {
       const Shape shape = state.cross_k(static_cast<int>(i)).shape();
       ASSIGN_OR_RETURN(Tensor k, backend_.Allocate(shape, DType::kF16));
       ASSIGN_OR_RETURN(Tensor v, backend_.Allocate(shape, DType::kF16));
@@ -154,7 +121,7 @@ absl::Status PersistentWhisperDecoder::RefreshCross(const whisper::DecoderState&
   std::vector<Tensor> keep;
   std::vector<const float*> src;
   std::vector<__half*> dst;
-  for (size_t i = 0; i < layers_.size(); ++i) {
+  for (size_t i = 0; i < w_.layers.size(); ++i) {
     const int layer = static_cast<int>(i);
     for (const auto& [from, to] :
          {std::pair<const Tensor*, const Tensor*>{&state.cross_k(layer), &cross_k16_[i]},
@@ -183,7 +150,7 @@ absl::Status PersistentWhisperDecoder::Step(const whisper::DecoderState& state) 
   }
   cuda::PersistentDecoderParams p;
   p.batch = batch_;
-  p.n_layers = static_cast<int>(layers_.size());
+  p.n_layers = static_cast<int>(w_.layers.size());
   p.vocab = vocab_;
   p.text_ctx = text_ctx_;
   p.audio_ctx = audio_ctx_;
@@ -191,17 +158,15 @@ absl::Status PersistentWhisperDecoder::Step(const whisper::DecoderState& state) 
   p.tokens = state.step_tokens().data_as<int32_t>();
   p.positions = state.positions().data_as<int32_t>();
   p.lengths = state.lengths().data_as<int32_t>();
-  p.token_embedding = token_embedding_.data_as<__half>();
-  p.position_table = positions_.data_as<float>();
-  std::vector<Tensor> keep = {token_embedding_,   positions_,
-                              final_g_,           final_b_,
-                              workspace_,         sync_,
-                              best_token_,        best_logprob_,
-                              logsumexp_,         state.step_tokens(),
-                              state.positions(),  state.lengths(),
+  p.token_embedding = w_.token_embedding.data_as<__half>();
+  p.position_table = w_.positions.data_as<float>();
+  std::vector<Tensor> keep = {w_.token_embedding,  w_.positions,      w_.final_g,
+                              w_.final_b,          workspace_,        sync_,
+                              best_token_,         best_logprob_,     logsumexp_,
+                              state.step_tokens(), state.positions(), state.lengths(),
                               state.step_logits()};
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    const Layer& l = layers_[i];
+  for (size_t i = 0; i < w_.layers.size(); ++i) {
+    const WhisperDecoderWeights::Layer& l = w_.layers[i];
     cuda::PersistentDecoderLayer& w = p.layers[i];
     w.ln1_g = l.ln1_g.data_as<float>();
     w.ln1_b = l.ln1_b.data_as<float>();
@@ -239,8 +204,8 @@ absl::Status PersistentWhisperDecoder::Step(const whisper::DecoderState& state) 
     keep.push_back(cv);
   }
   p.cross_f16 = options_.f16_cross;
-  p.final_g = final_g_.data_as<float>();
-  p.final_b = final_b_.data_as<float>();
+  p.final_g = w_.final_g.data_as<float>();
+  p.final_b = w_.final_b.data_as<float>();
   p.workspace = workspace_.data_as<float>();
   p.workspace_floats = static_cast<size_t>(workspace_.numel());
   p.sync = sync_.data_as<unsigned>();
@@ -255,6 +220,11 @@ absl::Status PersistentWhisperDecoder::Step(const whisper::DecoderState& state) 
   p.cross_split_keys = options_.cross_split_keys;
   p.self_split_keys = options_.self_split_keys;
   p.prefetch = options_.prefetch;
+  p.block_attention = options_.block_attention;
+  p.split_barrier = options_.split_barrier;
+  p.fuse_ffn = options_.fuse_ffn;
+  p.fuse_self_out = options_.fuse_self_out;
+  p.prefetch_kv_tiles = options_.prefetch_kv_tiles;
   p.logits_prefetch_layer = options_.logits_prefetch_layer;
   p.profile_mode = options_.profile_mode;
   return ext_.LaunchRaw(
@@ -264,7 +234,8 @@ absl::Status PersistentWhisperDecoder::Step(const whisper::DecoderState& state) 
       },
       std::move(keep),
       {batch_, p.n_layers, p.cross_f16, p.prefetch, p.cross_split_keys, p.self_split_keys,
-       p.logits_prefetch_layer, p.logits != nullptr, p.suppress_bits != nullptr, p.profile_mode});
+       p.logits_prefetch_layer, p.logits != nullptr, p.suppress_bits != nullptr, p.profile_mode,
+       p.block_attention, p.prefetch_kv_tiles, p.split_barrier, p.fuse_ffn, p.fuse_self_out});
 }
 
 }  // namespace waav::bench

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "bench/gpu/fused_whisper_step.h"
 #include "engine/models/whisper/whisper_model.h"
 #include "engine/runtime/backend.h"
 #include "kernels/cuda/cuda_backend.h"
@@ -23,12 +24,28 @@ struct PersistentStepOptions {
   // Attend over f16 copies of the cross-attention K/V (RefreshCross() makes them from the
   // state's f32 caches): half the bytes of the largest read of a step. Default: true.
   bool f16_cross = true;
+  // Grid barriers in two halves with the next phase's constant loads between (arrive, load,
+  // wait). Default: true.
+  bool split_barrier = true;
+  // LN3 + FFN1 + GELU + FFN2 as one phase, FFN2 shares summed atomically (one barrier fewer per
+  // layer; the summation order varies from run to run). Default: true.
+  bool fuse_ffn = true;
+  // With block_attention: each (row, head) of the self-attention in one block, which also applies
+  // its head's slice of the output projection and adds it atomically into the residual stream
+  // (one phase and barrier fewer per layer; measured at position 64 only, see
+  // bench/gpu/persistent_notes.md). Default: true.
+  bool fuse_self_out = true;
   // L2 prefetch of the next layer's weights and cross K/V (sm_90). Default: true.
   bool prefetch = true;
   // Prefetch the logits weights (40 MB) from the start of this layer; -1: never, default: the
   // last layer.
   int logits_prefetch_layer = -2;
-  // Keys per warp item of the cross- and self-attention phases.
+  // Attention by block chunks, K/V tiles copied before the barrier, partials merged by the
+  // output projection (default); false: the first version (warp items, last-warp merge).
+  bool block_attention = true;
+  // With block_attention: issue the first K/V tile before the barrier. Default: true.
+  bool prefetch_kv_tiles = true;
+  // Keys per warp item (first version) or the fewest keys per block chunk (block attention).
   int cross_split_keys = 32;
   int self_split_keys = 32;
   // Also write the raw logits into state.step_logits(). Default: true.
@@ -67,19 +84,14 @@ class PersistentWhisperDecoder {
   const Tensor& logsumexp() const { return logsumexp_; }
 
  private:
-  struct Layer {
-    Tensor ln1_g, ln1_b, qkv_w, qkv_b, out_w, out_b;
-    Tensor ln2_g, ln2_b, cq_w, cq_b, cout_w, cout_b;
-    Tensor ln3_g, ln3_b, ff1_w, ff1_b, ff2_w, ff2_b;
-  };
-  PersistentWhisperDecoder(Backend& backend, CudaExtensions& ext) : backend_(backend), ext_(ext) {}
+  PersistentWhisperDecoder(Backend& backend, CudaExtensions& ext, WhisperDecoderWeights weights)
+      : backend_(backend), ext_(ext), w_(std::move(weights)) {}
 
   Backend& backend_;
   CudaExtensions& ext_;
-  int n_heads_ = 0, vocab_ = 0, text_ctx_ = 0;
+  WhisperDecoderWeights w_;
+  int vocab_ = 0, text_ctx_ = 0;
   float scale_ = 0.125f;
-  Tensor token_embedding_, positions_, final_g_, final_b_;
-  std::vector<Layer> layers_;
   // Per batch (Prepare).
   int batch_ = 0, audio_ctx_ = 0, sm_count_ = 0;
   PersistentStepOptions options_;

@@ -1,12 +1,16 @@
 // The persistent decoder step (persistent_whisper_step.h) against the CPU backend's DecodeStep on
-// a fresh random tiny.en-shaped model, batches 1, 2 and 8 with a different position per row
-// (self caches filled with the same random history on both sides), eagerly and replayed from a
-// graph. Checked per step:
+// a fresh random tiny.en-shaped model, batches 1, 1, 2, 4 and 8 with a different position per row
+// (row 0 of the first case from position 0, of the second from text_ctx - 5, so that its last
+// step attends all text_ctx keys; rows 0 and 1 of the larger batches likewise; the rest random),
+// self caches filled with the same random history on both sides, eagerly and replayed from a
+// graph; both attention versions (block chunks, the default; warp items), and the fused FFN
+// and fused self-attention + output projection (atomic sums). Outputs are poisoned
+// (NaN, -7) before every step. Checked per step:
 //  * the K/V rows the step appended to every layer's self cache (layer 0's depend on nothing
 //    but the step's inputs; later layers' show where an error starts);
-//  * the logits, relative L2 error <= 1e-5 with f32 cross K/V (f32 arithmetic throughout; the
-//    GPU encoder in accurate math feeds it), <= 3e-3 with f16 cross K/V (K and V rounded to
-//    f16, ~2.4e-4 relative each);
+//  * the logits, relative L2 error <= 1e-5 with f32 cross K/V (f32 arithmetic throughout; both
+//    sides get the same random cross K/V), <= 3e-3 with f16 cross K/V (K and V rounded to f16,
+//    ~2.4e-4 relative each);
 //  * the greedy token: identical to the CPU's argmax unless the CPU's top two are closer than
 //    four times the largest logit error (then it must be one of them);
 //  * its log-softmax value and the log-sum-exp, within 1e-4 + 4 x the largest logit error;
@@ -42,10 +46,22 @@ double RelativeError(const float* got, const float* want, size_t n) {
   return std::sqrt(diff / norm);
 }
 
-class PersistentStepTest : public ::testing::TestWithParam<bool> {};
+struct StepCase {
+  bool f16_cross;
+  bool block_attention;
+  bool fuse_ffn = false;
+  bool fuse_self_out = false;
+};
+void PrintTo(const StepCase& c, std::ostream* os) {
+  *os << (c.f16_cross ? "f16" : "f32") << " cross, "
+      << (c.block_attention ? "block attention" : "warp items") << (c.fuse_ffn ? ", fused FFN" : "")
+      << (c.fuse_self_out ? ", fused self-attention" : "");
+}
+
+class PersistentStepTest : public ::testing::TestWithParam<StepCase> {};
 
 TEST_P(PersistentStepTest, MatchesCpuDecodeStep) {
-  const bool f16_cross = GetParam();
+  const bool f16_cross = GetParam().f16_cross;
   CudaBackendOptions options;
   options.math = CudaMath::kAccurate;
   auto gpu = CreateCudaBackend(options);
@@ -68,37 +84,57 @@ TEST_P(PersistentStepTest, MatchesCpuDecodeStep) {
   const whisper::WhisperDims& d = (*cpu_model)->dims();
   const double logits_tolerance = f16_cross ? 3e-3 : 1e-5;
 
-  for (int batch : {1, 2, 8}) {
-    SCOPED_TRACE(absl::StrCat("batch ", batch, ", f16 cross ", f16_cross, ", seed ", seed));
+  const int batches[] = {1, 1, 2, 4, 8};
+  for (size_t case_index = 0; case_index < std::size(batches); ++case_index) {
+    const int batch = batches[case_index];
+    SCOPED_TRACE(absl::StrCat("batch ", batch, ", f16 cross ", f16_cross, ", block attention ",
+                              GetParam().block_attention, ", seed ", seed));
     std::uniform_real_distribution<float> dist(-1.5f, 1.5f);
-    std::vector<float> mel(static_cast<size_t>(batch) * d.n_mels * d.n_frames());
-    for (float& v : mel) v = dist(rng);
     auto cpu_state = (*cpu_model)->NewDecoderState(batch);
     auto gpu_state = (*gpu_model)->NewDecoderState(batch);
     ASSERT_TRUE(cpu_state.ok() && gpu_state.ok());
-    ASSERT_TRUE((*cpu_model)->Encode(mel, **cpu_state).ok());
-    ASSERT_TRUE((*gpu_model)->Encode(mel, **gpu_state).ok());
-    // The same random history in both self caches.
+    // The same random history in both self caches, and the same random cross K/V (instead of
+    // an encoder pass: the encoder is not under test, and B windows of it on the CPU are slow).
     const size_t cache_n = static_cast<size_t>(batch) * d.n_text_ctx * d.d_model;
+    const size_t cross_n = static_cast<size_t>((*cpu_state)->cross_k(0).numel());
     for (int layer = 0; layer < d.n_decoder_layers; ++layer) {
-      for (int kv = 0; kv < 2; ++kv) {
-        std::vector<float> history(cache_n);
-        for (float& v : history) v = dist(rng);
-        const Tensor& c = kv == 0 ? (*cpu_state)->self_k(layer) : (*cpu_state)->self_v(layer);
-        const Tensor& t = kv == 0 ? (*gpu_state)->self_k(layer) : (*gpu_state)->self_v(layer);
-        ASSERT_TRUE(cpu->CopyFromHost(history.data(), cache_n * 4, c).ok());
-        ASSERT_TRUE(g.CopyFromHost(history.data(), cache_n * 4, t).ok());
+      for (int kv = 0; kv < 4; ++kv) {
+        const whisper::DecoderState& cs = **cpu_state;
+        const whisper::DecoderState& gs = **gpu_state;
+        const Tensor& c = kv == 0   ? cs.self_k(layer)
+                          : kv == 1 ? cs.self_v(layer)
+                          : kv == 2 ? cs.cross_k(layer)
+                                    : cs.cross_v(layer);
+        const Tensor& t = kv == 0   ? gs.self_k(layer)
+                          : kv == 1 ? gs.self_v(layer)
+                          : kv == 2 ? gs.cross_k(layer)
+                                    : gs.cross_v(layer);
+        std::vector<float> values(kv < 2 ? cache_n : cross_n);
+        for (float& v : values) v = dist(rng);
+        ASSERT_TRUE(cpu->CopyFromHost(values.data(), values.size() * 4, c).ok());
+        ASSERT_TRUE(g.CopyFromHost(values.data(), values.size() * 4, t).ok());
       }
     }
     PersistentStepOptions step_options;
     step_options.f16_cross = f16_cross;
+    step_options.block_attention = GetParam().block_attention;
+    step_options.fuse_ffn = GetParam().fuse_ffn;
+    step_options.fuse_self_out = GetParam().fuse_self_out;
     ASSERT_TRUE((*persistent)->Prepare(**gpu_state, step_options).ok());
     ASSERT_TRUE((*persistent)->RefreshCross(**gpu_state).ok());
 
+    constexpr int kSteps = 5;
     std::vector<int32_t> start(static_cast<size_t>(batch));
-    for (int32_t& s : start) s = static_cast<int32_t>(rng() % 400);
+    for (int32_t& s : start) s = static_cast<int32_t>(rng() % (d.n_text_ctx - kSteps));
+    const int32_t last_start = d.n_text_ctx - kSteps;  // its last step: position text_ctx - 1
+    if (case_index == 0) start[0] = 0;
+    if (case_index == 1) start[0] = last_start;
+    if (batch >= 2) {
+      start[0] = 0;
+      start[1] = last_start;
+    }
     std::unique_ptr<Graph> graph;
-    for (int step = 0; step < 5; ++step) {
+    for (int step = 0; step < kSteps; ++step) {
       SCOPED_TRACE(absl::StrCat("step ", step));
       const bool suppress = step == 4;
       std::vector<int32_t> tokens(static_cast<size_t>(batch)), positions(tokens.size()),
@@ -111,6 +147,17 @@ TEST_P(PersistentStepTest, MatchesCpuDecodeStep) {
       auto want = (*cpu_model)->Decode(tokens, 1, positions, **cpu_state);
       ASSERT_TRUE(want.ok()) << want.status();
       const whisper::DecoderState& s = **gpu_state;
+      {
+        // Poison: every output the step must write.
+        const std::vector<float> nan(static_cast<size_t>(s.step_logits().numel()), NAN);
+        ASSERT_TRUE(g.CopyFromHost(nan.data(), nan.size() * 4, s.step_logits()).ok());
+        const std::vector<int32_t> minus7(tokens.size(), -7);
+        ASSERT_TRUE(
+            g.CopyFromHost(minus7.data(), minus7.size() * 4, (*persistent)->best_token()).ok());
+        ASSERT_TRUE(
+            g.CopyFromHost(nan.data(), tokens.size() * 4, (*persistent)->best_logprob()).ok());
+        ASSERT_TRUE(g.CopyFromHost(nan.data(), tokens.size() * 4, (*persistent)->logsumexp()).ok());
+      }
       ASSERT_TRUE(g.CopyFromHost(tokens.data(), tokens.size() * 4, s.step_tokens()).ok());
       ASSERT_TRUE(g.CopyFromHost(positions.data(), positions.size() * 4, s.positions()).ok());
       ASSERT_TRUE(g.CopyFromHost(lengths.data(), lengths.size() * 4, s.lengths()).ok());
@@ -170,7 +217,10 @@ TEST_P(PersistentStepTest, MatchesCpuDecodeStep) {
       ASSERT_TRUE(logits.ok() && best.ok() && logprob.ok() && lse.ok());
       const double error = RelativeError(logits->data(), want->data(), want->size());
       std::cout << "parity: persistent step batch " << batch << (f16_cross ? " f16" : " f32")
-                << " cross, step " << step << (suppress ? " (suppressed argmax)" : "")
+                << " cross" << (GetParam().block_attention ? "" : ", warp items")
+                << (GetParam().fuse_ffn ? ", fused FFN" : "")
+                << (GetParam().fuse_self_out ? ", fused self-attention + out-proj" : "")
+                << ", step " << step << (suppress ? " (suppressed argmax)" : "")
                 << ": logits relative L2 error " << error << " (tolerance " << logits_tolerance
                 << ")\n";
       EXPECT_LE(error, logits_tolerance);
@@ -227,10 +277,21 @@ TEST_P(PersistentStepTest, MatchesCpuDecodeStep) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(CrossKv, PersistentStepTest, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? std::string("F16Cross") : std::string("F32Cross");
-                         });
+// (The device script's compute-sanitizer pass runs the cases named *F16Cross*.)
+INSTANTIATE_TEST_SUITE_P(
+    CrossKv, PersistentStepTest,
+    ::testing::Values(StepCase{false, true}, StepCase{true, true}, StepCase{true, false},
+                      StepCase{false, false}, StepCase{true, true, true},
+                      StepCase{false, true, true}, StepCase{true, true, false, true},
+                      StepCase{true, true, true, true}, StepCase{false, true, true, true}),
+    [](const ::testing::TestParamInfo<StepCase>& info) {
+      if (!info.param.block_attention) {
+        return std::string(info.param.f16_cross ? "WarpItemsF16" : "WarpItemsF32");
+      }
+      return std::string(info.param.f16_cross ? "F16Cross" : "F32Cross") +
+             (info.param.fuse_ffn ? "FusedFfn" : "") +
+             (info.param.fuse_self_out ? "FusedSelf" : "");
+    });
 
 }  // namespace
 }  // namespace waav::bench

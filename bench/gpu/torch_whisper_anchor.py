@@ -155,7 +155,13 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--encoder-only", action="store_true",
                         help="encoder rows and encoder-sized ops only (no decoder steps)")
+    parser.add_argument("--encoder-batches", default="1,16", help="comma list, or 'none'")
+    parser.add_argument("--decoder-batches", default="1,8,64,256", help="comma list, or 'none'")
     args = parser.parse_args()
+
+    def batches(text):
+        return [] if text == "none" else [int(b) for b in text.split(",")]
+
     dtype = torch.float16 if args.dtype == "fp16" else torch.float32
     dev = torch.device("cuda")
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -166,7 +172,7 @@ def main():
     rows = []
 
     with torch.inference_mode():
-        for batch in (1, 16):
+        for batch in batches(args.encoder_batches):
             mel = (torch.rand(batch, MELS, 3000, device=dev) * 3 - 1.5).to(dtype)
             for mode in ("eager", "CUDA graph"):
                 fn = (lambda: model.encode(mel))
@@ -198,7 +204,7 @@ def main():
                 per, rt = time_it(fn, 10, 5)
                 rows.append((what, f"torch {args.dtype} op in graph", 1, per / 20, rt / 20))
                 print(f"op {what:40s} B=1     {per / 20:8.2f} us", flush=True)
-        for batch in (() if args.encoder_only else (1, 8, 64, 256)):
+        for batch in ([] if args.encoder_only else batches(args.decoder_batches)):
             enc = torch.cat([model.encode((torch.rand(min(batch - i, 16), MELS, 3000, device=dev)
                                            * 3 - 1.5).to(dtype)) for i in range(0, batch, 16)])
             cross = model.cross_kv(enc)

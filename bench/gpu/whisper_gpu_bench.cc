@@ -16,11 +16,12 @@
 // differ in one knob each (f16 or f32 cross K/V, L2 prefetch, graph or direct launch, ...).
 //
 // Usage: whisper_gpu_bench [--out results.tsv] [--quick] [--filter SUBSTRING]
-//                          [--exclude SUBSTRING] [--no-ops] [--encoder-batches 1,16]
+//                          [--exclude SUBSTRING] [--no-ops] [--encoder-batches 1,16|none]
 //                          [--decoder-batches 1,8,64,256]
-//   --filter / --exclude: only the variants whose name contains / lacks SUBSTRING;
+//   --filter / --exclude: only the variants whose name contains / lacks SUBSTRING (--exclude may
+//   be given several times);
 //   --only "NAME;NAME": only the variants of exactly these names;
-//   --no-ops: skip the op profile;
+//   --no-ops: skip the op profile; --list: print the variants selected and exit;
 //   --encoder-only: only the encoder rows (its ops, and the variants that run the encoder),
 //   with the encoder ops profiled on the first kernels (cuBLAS GEMMs, flash v1) and the new.
 #include <algorithm>
@@ -367,8 +368,9 @@ absl::Status ProfileOps(const CudaBackendOptions& options, const std::string& la
 }
 
 int Main(int argc, char** argv) {
-  std::string out_path, filter, exclude, only;
-  bool quick = false, ops = true;
+  std::string out_path, filter, only;
+  std::vector<std::string> excludes;
+  bool quick = false, ops = true, list = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
       out_path = argv[++i];
@@ -379,29 +381,29 @@ int Main(int argc, char** argv) {
     } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
       only = std::string(";") + argv[++i] + ";";
     } else if (std::strcmp(argv[i], "--exclude") == 0 && i + 1 < argc) {
-      exclude = argv[++i];
+      excludes.push_back(argv[++i]);
     } else if (std::strcmp(argv[i], "--no-ops") == 0) {
       ops = false;
     } else if (std::strcmp(argv[i], "--encoder-only") == 0) {
       g_encoder_only = true;
+    } else if (std::strcmp(argv[i], "--list") == 0) {
+      list = true;
+    } else if (std::strcmp(argv[i], "--encoder-batches") == 0 && i + 1 < argc &&
+               std::strcmp(argv[i + 1], "none") == 0) {
+      g_encoder_batches.clear();
+      ++i;
     } else if (std::strcmp(argv[i], "--encoder-batches") == 0 && i + 1 < argc &&
                !(g_encoder_batches = ParseList(argv[++i])).empty()) {
     } else if (std::strcmp(argv[i], "--decoder-batches") == 0 && i + 1 < argc &&
                !(g_decoder_batches = ParseList(argv[++i])).empty()) {
     } else {
       std::cerr << "usage: whisper_gpu_bench [--out results.tsv] [--quick] [--filter SUBSTRING] "
-                   "[--exclude SUBSTRING] [--only NAME;NAME] [--no-ops] [--encoder-only] "
-                   "[--encoder-batches 1,16] "
+                   "[--exclude SUBSTRING] [--only NAME;NAME] [--no-ops] [--list] "
+                   "[--encoder-only] [--encoder-batches 1,16|none] "
                    "[--decoder-batches 1,8,64,256]\n";
       return 2;
     }
   }
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "waav-gpu-bench";
-  if (!waav::testing::WriteRandomWhisperModel(dir.string(), 42)) {
-    std::cerr << "cannot write the random model into " << dir << "\n";
-    return 1;
-  }
-
   std::vector<BackendVariant> variants;
   auto add = [&](const std::string& name, CudaMath math, bool pdl, bool capture, bool fused) {
     CudaBackendOptions o;
@@ -449,32 +451,92 @@ int Main(int argc, char** argv) {
     variants.back().persistent = true;
     set(variants.back().persistent_options);
   };
+  // The default: block attention, split barriers, fused FFN and fused self-attention +
+  // out-proj. The variants below change one knob each ("no fusions": the configuration that
+  // the knobs after it were first measured on, bench/gpu/persistent_notes.md).
+  auto no_fusions = [](bench::PersistentStepOptions& o) {
+    o.fuse_ffn = false;
+    o.fuse_self_out = false;
+  };
   add_persistent("f16 cross, CUDA graph", true, [](auto&) {});
   add_persistent("f16 cross, direct launch", false, [](auto&) {});
   add_persistent("f32 cross, CUDA graph", true, [](auto& o) { o.f16_cross = false; });
+  add_persistent("f16 cross, no fusions", true, no_fusions);
+  add_persistent("f16 cross, fused FFN only", true, [](auto& o) { o.fuse_self_out = false; });
+  add_persistent("f16 cross, fused self-attention + out-proj only", true,
+                 [](auto& o) { o.fuse_ffn = false; });
+  // The first version's attention (warp items of 32 keys, merged by the last warp of each
+  // (row, head)), alone and with the first version's one-piece barriers.
+  add_persistent("f16 cross, v1 attention (warp items), no fusions", true, [&](auto& o) {
+    no_fusions(o);
+    o.block_attention = false;
+  });
+  add_persistent("f32 cross, v1 attention (warp items), no fusions", true, [&](auto& o) {
+    no_fusions(o);
+    o.block_attention = false;
+    o.f16_cross = false;
+  });
+  add_persistent("f16 cross, v1 attention + one-piece barriers (the first version)", true,
+                 [&](auto& o) {
+                   no_fusions(o);
+                   o.block_attention = false;
+                   o.split_barrier = false;
+                 });
+  add_persistent("f16 cross, one-piece barriers (loads before arrival)", true,
+                 [](auto& o) { o.split_barrier = false; });
+  add_persistent("f16 cross, K/V tiles after the barrier", true,
+                 [](auto& o) { o.prefetch_kv_tiles = false; });
+  add_persistent("f16 cross, chunks >= 64 keys", true, [](auto& o) {
+    o.cross_split_keys = 64;
+    o.self_split_keys = 64;
+  });
   add_persistent("f16 cross, no L2 prefetch", true, [](auto& o) { o.prefetch = false; });
   add_persistent("f16 cross, logits prefetch from layer 2", true,
                  [](auto& o) { o.logits_prefetch_layer = 2; });
   add_persistent("f16 cross, no logits prefetch", true,
                  [](auto& o) { o.logits_prefetch_layer = -1; });
-  add_persistent("f16 cross, cross split 64 keys", true, [](auto& o) { o.cross_split_keys = 64; });
   add_persistent("f16 cross, argmax only (no logits out)", true,
                  [](auto& o) { o.write_logits = false; });
-  // Attribution (wrong outputs, timing only): the same kernel with one part left out.
+  // Attribution (wrong outputs, timing only): the same kernel with one part left out. Leaving
+  // the attention out also leaves the self-attention fusion out (its projection is in it).
   add_persistent("profile: grid barriers only", true,
                  [](auto& o) { o.profile_mode = cuda::kProfileBarriersOnly; });
   add_persistent("profile: no attention phases", true,
                  [](auto& o) { o.profile_mode = cuda::kProfileNoAttention; });
   add_persistent("profile: no logits phase", true,
                  [](auto& o) { o.profile_mode = cuda::kProfileNoLogits; });
+  add_persistent("profile: no fusions, no attention phases", true, [&](auto& o) {
+    no_fusions(o);
+    o.profile_mode = cuda::kProfileNoAttention;
+  });
+  add_persistent("profile: v1 attention, no fusions, no attention phases", true, [&](auto& o) {
+    no_fusions(o);
+    o.block_attention = false;
+    o.profile_mode = cuda::kProfileNoAttention;
+  });
+  // The default again, for the run-to-run spread within one call.
+  add_persistent("f16 cross, CUDA graph (repeat)", true, [](auto&) {});
   std::erase_if(variants, [&](const BackendVariant& v) {
     if (g_encoder_only && (v.fused || v.persistent || v.name.find("skinny") != std::string::npos)) {
       return true;
     }
     if (!only.empty() && only.find(";" + v.name + ";") == std::string::npos) return true;
-    return (!filter.empty() && v.name.find(filter) == std::string::npos) ||
-           (!exclude.empty() && v.name.find(exclude) != std::string::npos);
+    if (!filter.empty() && v.name.find(filter) == std::string::npos) return true;
+    for (const std::string& e : excludes) {
+      if (v.name.find(e) != std::string::npos) return true;
+    }
+    return false;
   });
+
+  if (list) {
+    for (const BackendVariant& v : variants) std::cout << v.name << "\n";
+    return 0;
+  }
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "waav-gpu-bench";
+  if (!waav::testing::WriteRandomWhisperModel(dir.string(), 42)) {
+    std::cerr << "cannot write the random model into " << dir << "\n";
+    return 1;
+  }
 
   std::vector<Row> rows;
   if (ops) {

@@ -1,19 +1,26 @@
 // The persistent Whisper decoder step: one cooperative launch that runs a whole decoder step of
 // Whisper tiny (d_model 384, 6 heads of 64, FFN 1536, up to 4 layers) for up to 8 rows, with
-// grid-wide barriers between its phases instead of kernel boundaries:
+// grid-wide barriers between its phases instead of kernel boundaries. Per layer, by default
+// (6 phases):
 //
-//   per layer: LN1 + QKV (K, V appended to the self cache)  | self-attention (split keys, merged
-//   by the last warp of each (row, head))  | out-proj + residual  | LN2 + cross Q  |
-//   cross-attention over the precomputed cross K/V (f32 or f16)  | out-proj + residual  | LN3 +
-//   FFN1 + GELU  | FFN2 + residual;  then final LN + logits (tied embedding) with suppression,
-//   argmax and log-sum-exp reduced on the device (the last block to finish merges the blocks'
-//   partials).
+//   LN1 + QKV (K, V appended to the self cache)  | self-attention, one block per (row, head),
+//   times that head's slice of W_o, added atomically into the residual  | LN2 + cross Q  |
+//   cross-attention over the precomputed cross K/V (f32 or f16), keys split into about one
+//   chunk per block, a partial (o, m, l) per chunk  | partials merged + out-proj + residual  |
+//   LN3 + FFN1 + GELU of ~12 hidden units per block + their FFN2 share, added atomically into
+//   the other residual buffer;
+//
+// then final LN + logits (tied embedding) with suppression, argmax and log-sum-exp reduced on
+// the device (the last block to finish merges the blocks' partials). Knobs restore the unfused
+// phases (8 per layer) and the first version's attention (warp items, last-warp merge).
 //
 // Every block recomputes the LayerNorms it needs (a few rows of 384) instead of a phase of their
-// own. Each GEMV phase loads its first weight chunks into registers before the barrier that
-// precedes it (weights never depend on the previous phase), and the blocks prefetch the next
-// layer's weights and cross K/V into L2 (cp.async.bulk.prefetch, sm_90) a layer ahead.
-// Arithmetic: f16 weights widened exactly, f32 accumulation and activations, exact GELU and exp.
+// own. Barriers come in two halves: after a block's arrival it issues the next phase's loads
+// that depend on nothing of this step (weights and biases into registers, LayerNorm gains, the
+// attention's K/V tile and W_o slice into shared memory by cp.async), then waits. The blocks
+// also prefetch the next layer's weights and cross K/V into L2 (cp.async.bulk.prefetch, sm_90)
+// a layer ahead. Arithmetic: f16 weights widened exactly, f32 accumulation and activations,
+// exact GELU and exp; the atomic sums make the rounding order vary from run to run.
 #pragma once
 
 #include <cstddef>
@@ -85,8 +92,29 @@ struct PersistentDecoderParams {
   float* logsumexp = nullptr;     // f32 [B]: log Σ exp(logits) over the tokens not suppressed
   const uint32_t* suppress_bits = nullptr;  // bit t set: token t suppressed; null: none
   // Tuning (kept as knobs so that the benchmark can measure each).
-  int cross_split_keys = 32;      // keys per warp item of the cross-attention
-  int self_split_keys = 32;       // keys per warp item of the self-attention
+  // Attention by block chunks (default): each block takes a (row, head, key range) chunk, its K/V
+  // tile copied into shared memory (cp.async) before the barrier that starts the phase, and
+  // writes one partial (o, m, l); the output projection's blocks merge the partials. false: the
+  // first version (warp items of split keys, merged by the last warp of each (row, head)).
+  bool block_attention = true;
+  // With block_attention: issue each block's first K/V tile before the barrier (self: before the
+  // QKV phase, the new position's row re-read after it; cross: before the cross-Q phase).
+  bool prefetch_kv_tiles = true;
+  // Keys per warp item (first version), or the fewest keys of a block chunk (block_attention).
+  int cross_split_keys = 32;
+  int self_split_keys = 32;
+  // Barriers in two halves (arrive, then the next phase's constant loads, then wait), so that the
+  // arrival's release fence does not wait for those loads; false: loads, then the barrier.
+  bool split_barrier = true;
+  // LN3 + FFN1 + GELU + FFN2 as one phase: each block owns ~12 hidden units and adds its share
+  // of FFN2 atomically into a second residual buffer (one barrier fewer per layer; sums in a
+  // varying order).
+  bool fuse_ffn = true;
+  // With block_attention: the self-attention as one chunk per (row, head), whose block multiplies
+  // its head's output by that head's slice of W_o (copied into shared memory before the barrier)
+  // and adds it atomically into the residual stream: the output projection's phase and barrier
+  // go (sums in a varying order).
+  bool fuse_self_out = true;
   bool prefetch = true;           // L2 prefetch of the next layer's weights and cross K/V
   int logits_prefetch_layer = 3;  // prefetch the logits weights from this layer's start (-1: never)
   unsigned long long* error_word = nullptr;  // set by the launcher from the context

@@ -13,6 +13,11 @@ mkdir -p "$out"
 quick=${WAAV_DEVICE_QUICK:-}
 skip=" ${WAAV_DEVICE_SKIP:-} "  # e.g. "sanitizer torch backend_tests" for an exploratory run
 bench_args=${WAAV_BENCH_ARGS:-}  # e.g. "--no-ops --filter persistent"
+torch_args=${WAAV_TORCH_ARGS:-}  # e.g. "--decoder-batches 1,8 --encoder-batches none"
+# Time limits (s) of the longer programs, so that a run fits the caller's limit.
+bench_timeout=${WAAV_BENCH_TIMEOUT:-300}
+sanitizer_timeout=${WAAV_SANITIZER_TIMEOUT:-150}
+torch_timeout=${WAAV_TORCH_TIMEOUT:-120}
 
 # cuBLAS comes from the machine: the CUDA toolkit's, or the one PyTorch's wheels bring.
 cublas=$(ls /usr/local/cuda/lib64/libcublas.so.13 2>/dev/null || true)
@@ -60,7 +65,7 @@ elif command -v compute-sanitizer > /dev/null; then
   sanitizer_rc=$?
   # The persistent step (one cooperative kernel): memcheck and the grid barrier under it.
   if [[ "$skip" != *" persistent "* ]]; then
-    timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    timeout "$sanitizer_timeout" compute-sanitizer --tool memcheck --error-exitcode 9 \
       "$here/bin/persistent_whisper_step_test" --gtest_filter='*F16Cross*' \
       >> "$out/sanitizer.log" 2>&1
     rc=$?
@@ -70,15 +75,15 @@ else
   sanitizer_rc=none
 fi
 echo "== waav benchmarks"
-timeout 300 "$here/bin/whisper_gpu_bench" --out "$out/bench.tsv" ${quick:+--quick} $bench_args \
+timeout "$bench_timeout" "$here/bin/whisper_gpu_bench" --out "$out/bench.tsv" ${quick:+--quick} $bench_args \
   > "$out/bench.log" 2>&1
 bench_rc=$?
 echo "== PyTorch anchor"
 if [[ "$skip" == *" torch "* ]]; then
   torch_rc=skipped
 else
-  PYTHONUNBUFFERED=1 timeout 120 python3 "$scripts/torch_whisper_anchor.py" --out "$out/torch.tsv" \
-    ${quick:+--quick} > "$out/torch.log" 2>&1
+  PYTHONUNBUFFERED=1 timeout "$torch_timeout" python3 "$scripts/torch_whisper_anchor.py" \
+    --out "$out/torch.tsv" ${quick:+--quick} $torch_args > "$out/torch.log" 2>&1
   torch_rc=$?
 fi
 

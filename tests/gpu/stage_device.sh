@@ -5,19 +5,25 @@
 #   bash .device/run_device.sh          (results under $OUT)
 #
 #   tests/gpu/stage_device.sh [BUILD_DIR] [DEST]
+# WAAV_STAGE_TARGETS: the binaries to build and stage (default: all four below); run_device.sh
+# then needs WAAV_DEVICE_SKIP="backend_tests backend_sanitizer" when cuda_backend_test is left out.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build/ci}
 dest=${2:-.device}
-cmake --build "$build" --target cuda_backend_test fused_whisper_step_test \
-  persistent_whisper_step_test whisper_gpu_bench -j2
+read -r -a targets <<< "${WAAV_STAGE_TARGETS:-cuda_backend_test fused_whisper_step_test \
+  persistent_whisper_step_test whisper_gpu_bench}"
+cmake --build "$build" --target "${targets[@]}" -j2
 # Binaries and libraries travel as one xz archive (the device tool carries at most 64 MiB).
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
-cp "$build/kernels/cuda/cuda_backend_test" "$build/bench/gpu/fused_whisper_step_test" \
-  "$build/bench/gpu/persistent_whisper_step_test" "$build/bench/gpu/whisper_gpu_bench" \
-  "$stage/bin/"
+for t in "${targets[@]}"; do
+  for dir in kernels/cuda bench/gpu; do
+    if [ -x "$build/$dir/$t" ]; then cp "$build/$dir/$t" "$stage/bin/"; fi
+  done
+  [ -x "$stage/bin/$t" ] || { echo "no binary $t under $build" >&2; exit 1; }
+done
 strip "$stage/bin/"*
 # Every shared library outside the C runtime (the GPU machine runs another distribution): the
 # CUDA runtime is linked in statically and cuBLAS is loaded from the machine's CUDA install.

@@ -36,5 +36,17 @@ __device__ __forceinline__ void PrefetchL2(const void* p, unsigned bytes) {
 }
 // Four floats through L2 only (data other blocks of the same kernel wrote).
 __device__ __forceinline__ float4 LoadCg4(const float4* p) { return __ldcg(p); }
+// 16 bytes global -> shared without registers (cp.async through L2 only, sm_80); complete and
+// visible to the issuing thread after CopyAsyncWaitAll(), to the block after a barrier that
+// follows it. Both addresses 16-byte aligned.
+__device__ __forceinline__ void CopyAsync16(void* smem, const void* global) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                   static_cast<unsigned>(__cvta_generic_to_shared(smem))),
+               "l"(global)
+               : "memory");
+}
+__device__ __forceinline__ void CopyAsyncWaitAll() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
 }  // namespace waav::gpu
 #endif

@@ -119,4 +119,13 @@ __device__ __forceinline__ float4 LoadCg4(const float4* p) {
   const float* f = reinterpret_cast<const float*>(p);
   return make_float4(__ldcg(f), __ldcg(f + 1), __ldcg(f + 2), __ldcg(f + 3));
 }
+// No asynchronous copy: 16 bytes copied at once (L2-coherent loads, like __ldcg).
+__device__ __forceinline__ void CopyAsync16(void* smem, const void* global) {
+  const unsigned* src = static_cast<const unsigned*>(global);
+  unsigned* dst = static_cast<unsigned*>(smem);
+  for (int i = 0; i < 4; ++i) {
+    dst[i] = __hip_atomic_load(src + i, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+  }
+}
+__device__ __forceinline__ void CopyAsyncWaitAll() {}
 }  // namespace waav::gpu
