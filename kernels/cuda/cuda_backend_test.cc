@@ -115,6 +115,7 @@ struct Variant {
   bool half_gemm = false;  // CudaBackendOptions::use_half_gemm
   bool flash_v2 = true;    // CudaBackendOptions::use_flash_v2
   bool residual = false;   // CudaBackendOptions::linear_residual
+  int64_t half_gemm_max = 0;  // CudaBackendOptions::half_gemm_max_k and _max_n; > 0: no convs
 };
 
 void PrintTo(const Variant& variant, std::ostream* os) { *os << variant.name; }
@@ -131,6 +132,10 @@ class CudaParityTest : public ::testing::TestWithParam<Variant> {
     options.use_half_gemm = GetParam().half_gemm;
     options.use_flash_v2 = GetParam().flash_v2;
     options.linear_residual = GetParam().residual;
+    if (GetParam().half_gemm_max > 0) {
+      options.half_gemm_max_k = options.half_gemm_max_n = GetParam().half_gemm_max;
+      options.half_gemm_conv = false;
+    }
     auto gpu = CreateCudaBackend(options);
     if (!gpu.ok()) GTEST_SKIP() << "no usable GPU, CUDA test skipped: " << gpu.status().message();
     gpu_ = std::move(*gpu);
@@ -720,6 +725,8 @@ const Variant kVariants[] = {
     {"FastHalfGemm", CudaMath::kFast, true, true, true, true, true},
     // cuBLAS GEMMs adding the residuals (beta = 1).
     {"FastCublasResidual", CudaMath::kFast, true, true, false, true, true},
+    // HalfGemm only for N, K <= 384 (Q, K, V, output projection), cuBLAS (beta = 1) elsewhere.
+    {"FastHalfGemmSmall", CudaMath::kFast, true, true, true, true, true, 384},
 };
 std::string VariantName(const ::testing::TestParamInfo<Variant>& info) { return info.param.name; }
 

@@ -63,7 +63,7 @@ fi
   echo "bench rc=$bench_rc torch rc=$torch_rc tests rc=$tests_rc sanitizer rc=$sanitizer_rc"
   grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|Failure" "$out/tests.log" 2>/dev/null | head -30
   awk '/^\[ RUN/ {t = $NF} /parity:/ {print t ": " $0}' "$out/tests.log" 2>/dev/null |
-    grep -E "/(Fast|FastFirstKernels|FastHalfGemm|FastCublasResidual): parity: (Linear m=(1500|77|33)|LinearResidual m=(1500|40)|Conv1d B=(1 T=3000|2 T=301)|Attention B=(1|2) Tq=(1500|200)|Whisper encoder)" |
+    grep -E "/(Fast|FastFirstKernels|FastHalfGemm|FastHalfGemmSmall|FastCublasResidual): parity: (Linear m=(1500|77|33)|LinearResidual m=(1500|40)|Conv1d B=(1 T=3000|2 T=301)|Attention B=(1|2) Tq=(1500|200)|Whisper encoder)" |
     sed -e 's/Variants\/CudaParityTest\.//' -e 's/Variants\/CudaWhisperTest\.//' | head -60
   grep -E "ERROR SUMMARY|Invalid|out of bounds" "$out/sanitizer.log" 2>/dev/null | head -10
   echo "-- waav"
