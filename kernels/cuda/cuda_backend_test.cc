@@ -311,7 +311,8 @@ TEST_P(CudaParityTest, LinearResidualMatchesCpuLinearThenAdd) {
       EXPECT_TRUE(Close(what, Gpu(out), Cpu(y.cpu), GemmTolerance(c.m, dtype)));
     }
   }
-  EXPECT_EQ(gpu_->supports(Op::kLinearResidual), GetParam().residual);
+  EXPECT_EQ(gpu_->supports(Op::kLinearResidual),
+            GetParam().defaults ? CudaBackendOptions{}.linear_residual : GetParam().residual);
   EXPECT_FALSE(cpu_->supports(Op::kLinearResidual));
 }
 
