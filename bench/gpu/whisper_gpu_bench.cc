@@ -441,8 +441,8 @@ int Main(int argc, char** argv) {
         EncoderStep{"cuBLAS GEMMs, flash v2", false, true, false, false, 0, 0, false},
         EncoderStep{"cuBLAS GEMMs (residual beta = 1), flash v2", false, true, true, false, 0, 0,
                     false},
-        EncoderStep{"cuBLAS GEMMs (residual beta = 1), flash v2, f16 FFN activations", false,
-                    true, true, false, 0, 0, true},
+        EncoderStep{"cuBLAS GEMMs (residual beta = 1), flash v2, f16 FFN activations", false, true,
+                    true, false, 0, 0, true},
         EncoderStep{"HalfGemm, flash v2, fused residual", true, true, true, true, 0, 0, false},
         EncoderStep{"HalfGemm N,K<=384 (no conv), flash v2, fused residual", true, true, true,
                     false, 384, 384, false}}) {

@@ -17,7 +17,8 @@
 //  * Values that change from one replay of a graph to the next (token ids, positions, cache
 //    lengths) are passed as device tensors, never as C++ scalars, so a captured graph reads
 //    the current values when it runs.
-//  * Activations are f32 (f16 where a backend supports Op::kHalfActivations). Weights (the `weight` of Linear and Conv1d, embedding tables) may be
+//  * Activations are f32 (f16 where a backend supports Op::kHalfActivations). Weights (the `weight`
+//  of Linear and Conv1d, embedding tables) may be
 //    f32 or f16; f16 values are widened exactly and accumulated in f32.
 #pragma once
 

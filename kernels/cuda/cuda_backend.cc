@@ -235,8 +235,9 @@ class CudaBackend final : public Backend, public CudaExtensions {
   // epilogue (cuBLAS paths: bias and activation there too).
   absl::Status LinearImpl(const char* op, const Tensor& x, const Tensor& weight, const Tensor* bias,
                           Activation act, const Tensor& residual, const Tensor& y) {
-    ASSIGN_OR_RETURN(const checks::LinearDims d, checks::ValidateLinear(kGpuKind, x, weight, bias,
-                                                                        y, options_.half_activations));
+    ASSIGN_OR_RETURN(
+        const checks::LinearDims d,
+        checks::ValidateLinear(kGpuKind, x, weight, bias, y, options_.half_activations));
     ASSIGN_OR_RETURN(const cuda::Epilogue epilogue, ToEpilogue(op, act));
     const bool w_f16 = weight.dtype() == DType::kF16;
     const bool x_f16 = x.dtype() == DType::kF16, y_f16 = y.dtype() == DType::kF16;
@@ -377,16 +378,16 @@ class CudaBackend final : public Backend, public CudaExtensions {
 
   absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                          const Tensor& y) override {
-    ASSIGN_OR_RETURN(const checks::RowDims d,
-                     checks::ValidateLayerNorm(kGpuKind, x, gamma, beta, eps, y,
-                                               options_.half_activations));
+    ASSIGN_OR_RETURN(
+        const checks::RowDims d,
+        checks::ValidateLayerNorm(kGpuKind, x, gamma, beta, eps, y, options_.half_activations));
     const bool y_f16 = y.dtype() == DType::kF16;
     Sign({static_cast<int64_t>(SigOp::kLayerNorm), d.rows, d.cols, y_f16});
     return Submit([state = state_, x, gamma, beta, eps, y, d, y_f16]() {
-      return GpuStatus("LayerNorm", cuda::LaunchLayerNorm(state->ctx, x.data_as<float>(), d.rows,
-                                                          d.cols, gamma.data_as<float>(),
-                                                          beta.data_as<float>(), eps, y.data(),
-                                                          y_f16));
+      return GpuStatus("LayerNorm",
+                       cuda::LaunchLayerNorm(state->ctx, x.data_as<float>(), d.rows, d.cols,
+                                             gamma.data_as<float>(), beta.data_as<float>(), eps,
+                                             y.data(), y_f16));
     });
   }
 

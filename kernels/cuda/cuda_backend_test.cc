@@ -112,10 +112,10 @@ struct Variant {
   CudaMath math;
   bool cublas;
   bool graphs;
-  bool half_gemm = false;  // CudaBackendOptions::use_half_gemm
-  bool flash_v2 = true;    // CudaBackendOptions::use_flash_v2
-  bool residual = false;   // CudaBackendOptions::linear_residual
-  int64_t half_gemm_max = 0;  // CudaBackendOptions::half_gemm_max_k and _max_n; > 0: no convs
+  bool half_gemm = false;         // CudaBackendOptions::use_half_gemm
+  bool flash_v2 = true;           // CudaBackendOptions::use_flash_v2
+  bool residual = false;          // CudaBackendOptions::linear_residual
+  int64_t half_gemm_max = 0;      // CudaBackendOptions::half_gemm_max_k and _max_n; > 0: no convs
   bool half_activations = false;  // CudaBackendOptions::half_activations
   bool defaults = false;  // CudaBackendOptions' defaults for all of the above (variant "Fast")
 };
@@ -395,9 +395,9 @@ TEST_P(CudaParityTest, HalfActivationsMatchCpu) {
       ++variant;
       const bool x_half = variant % 3 != 2, y_half = variant % 2 == 1;
       const Activation act = variant % 4 < 2 ? Activation::kGelu : Activation::kNone;
-      const std::string what = absl::StrCat("Linear m=", c.m, " k=", c.k, " n=", c.n, " w ",
-                                            Name(dtype), x_half ? " x f16" : "",
-                                            y_half ? " y f16" : "", act == Activation::kGelu ? " gelu" : "");
+      const std::string what = absl::StrCat(
+          "Linear m=", c.m, " k=", c.k, " n=", c.n, " w ", Name(dtype), x_half ? " x f16" : "",
+          y_half ? " y f16" : "", act == Activation::kGelu ? " gelu" : "");
       SCOPED_TRACE(what);
       std::vector<float> w = Random(c.n * c.k, -0.2f, 0.2f);
       std::vector<float> xv = Random(c.m * c.k);
@@ -408,9 +408,9 @@ TEST_P(CudaParityTest, HalfActivationsMatchCpu) {
       const Pair y = Poisoned({c.m, c.n});
       const Tensor y16 = PoisonedHalf({c.m, c.n});
       ASSERT_TRUE(cpu_->Linear(x.cpu, weight.cpu, &bias.cpu, act, y.cpu).ok());
-      ASSERT_TRUE(gpu_->Linear(x_half ? x16 : x.gpu, weight.gpu, &bias.gpu, act,
-                               y_half ? y16 : y.gpu)
-                      .ok());
+      ASSERT_TRUE(
+          gpu_->Linear(x_half ? x16 : x.gpu, weight.gpu, &bias.gpu, act, y_half ? y16 : y.gpu)
+              .ok());
       const double tolerance = GemmTolerance(c.m, dtype) + (y_half ? 1e-3 : 0.0);
       EXPECT_TRUE(Close(what, y_half ? GpuHalf(y16) : Gpu(y.gpu), Cpu(y.cpu), tolerance));
       if (!x_half || act != Activation::kNone) continue;

@@ -363,11 +363,11 @@ cudaError_t LaunchEpilogueToHalf(const LaunchContext& ctx, const float* in, int6
     return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0;
   };
   if (cols % 4 == 0 && aligned(in, 16) && aligned(bias, 16) && aligned(out, 8)) {
-    return Launch(ctx, EpilogueToHalfKernel, dim3(GridFor(ctx, rows * cols / 4)), dim3(kThreads),
-                  0, in, rows, cols, bias, act, static_cast<__half*>(out));
+    return Launch(ctx, EpilogueToHalfKernel, dim3(GridFor(ctx, rows * cols / 4)), dim3(kThreads), 0,
+                  in, rows, cols, bias, act, static_cast<__half*>(out));
   }
-  return Launch(ctx, EpilogueToHalfScalarKernel, dim3(GridFor(ctx, rows * cols)), dim3(kThreads),
-                0, in, rows, cols, bias, act, static_cast<__half*>(out));
+  return Launch(ctx, EpilogueToHalfScalarKernel, dim3(GridFor(ctx, rows * cols)), dim3(kThreads), 0,
+                in, rows, cols, bias, act, static_cast<__half*>(out));
 }
 
 cudaError_t LaunchEpilogue(const LaunchContext& ctx, float* y, int64_t rows, int64_t cols,

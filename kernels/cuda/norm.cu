@@ -56,9 +56,8 @@ __global__ void LayerNormKernel(const float* x, int64_t rows, int64_t cols, cons
       const float4 v = *reinterpret_cast<const float4*>(xr + c);
       const float4 g = *reinterpret_cast<const float4*>(gamma + c);
       const float4 b = *reinterpret_cast<const float4*>(beta + c);
-      Store4(yr + c,
-             make_float4((v.x - mean) * rstd * g.x + b.x, (v.y - mean) * rstd * g.y + b.y,
-                         (v.z - mean) * rstd * g.z + b.z, (v.w - mean) * rstd * g.w + b.w));
+      Store4(yr + c, make_float4((v.x - mean) * rstd * g.x + b.x, (v.y - mean) * rstd * g.y + b.y,
+                                 (v.z - mean) * rstd * g.z + b.z, (v.w - mean) * rstd * g.w + b.w));
     }
   } else {
     for (int64_t c = lane; c < cols; c += kWarp) {
@@ -71,8 +70,7 @@ __global__ void LayerNormKernel(const float* x, int64_t rows, int64_t cols, cons
 // what a decoder step's single row is bound by (three dependent trips to memory).
 template <int kQuads, typename Out>
 __global__ void LayerNormRegistersKernel(const float* x, int64_t rows, int64_t cols,
-                                         const float* gamma, const float* beta, float eps,
-                                         Out* y) {
+                                         const float* gamma, const float* beta, float eps, Out* y) {
   WaitForPreviousKernel();
   AllowNextKernel();
   const int lane = threadIdx.x % kWarp;
@@ -137,8 +135,7 @@ cudaError_t LaunchLayerNormAs(const LaunchContext& ctx, const float* x, int64_t 
 }  // namespace
 
 cudaError_t LaunchLayerNorm(const LaunchContext& ctx, const float* x, int64_t rows, int64_t cols,
-                            const float* gamma, const float* beta, float eps, void* y,
-                            bool y_f16) {
+                            const float* gamma, const float* beta, float eps, void* y, bool y_f16) {
   if (rows == 0 || cols == 0) return cudaSuccess;
   if (y_f16) {
     return LaunchLayerNormAs(ctx, x, rows, cols, gamma, beta, eps, static_cast<__half*>(y));

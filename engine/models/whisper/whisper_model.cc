@@ -418,8 +418,9 @@ absl::StatusOr<std::unique_ptr<EncoderBuffers>> WhisperModel::NewEncoderBuffers(
       !encoder_layers_.empty()) {
     const int64_t rows = b * dims_.n_audio_ctx;
     ASSIGN_OR_RETURN(buffers->ffn_h_, backend_.Allocate(buffers->x_.shape(), DType::kF16));
-    ASSIGN_OR_RETURN(buffers->ffn_hidden_, backend_.Allocate({rows * encoder_layers_.front().ffn.in_w.dim(0)},
-                                                             DType::kF16));
+    ASSIGN_OR_RETURN(
+        buffers->ffn_hidden_,
+        backend_.Allocate({rows * encoder_layers_.front().ffn.in_w.dim(0)}, DType::kF16));
   }
   return buffers;
 }
@@ -449,8 +450,7 @@ absl::StatusOr<std::unique_ptr<EncoderBuffers>> EncoderBuffers::Rows(int begin, 
   if (ffn_h_.defined()) {
     ASSIGN_OR_RETURN(view->ffn_h_, ffn_h_.Slice(begin, end));
     const int64_t ffn_per_row = ffn_hidden_.numel() / batch_size_;
-    ASSIGN_OR_RETURN(view->ffn_hidden_,
-                     ffn_hidden_.Slice(begin * ffn_per_row, end * ffn_per_row));
+    ASSIGN_OR_RETURN(view->ffn_hidden_, ffn_hidden_.Slice(begin * ffn_per_row, end * ffn_per_row));
   }
   return view;
 }
@@ -514,9 +514,8 @@ absl::Status WhisperModel::RunEncoder(EncoderBuffers& buffers, DecoderState* sta
                      " and a decoder state for batch ", state->batch_size()));
   }
   const EncoderBuffers& b = buffers;
-  const Tensor* pass[] = {&b.mel_,      &b.conv1_,  &b.x_,     &b.scratch_,
-                          &b.h_,        &b.q_,      &b.k_,     &b.v_,
-                          &b.attended_, &b.hidden_, &b.ffn_h_, &b.ffn_hidden_};
+  const Tensor* pass[] = {&b.mel_, &b.conv1_, &b.x_,        &b.scratch_, &b.h_,     &b.q_,
+                          &b.k_,   &b.v_,     &b.attended_, &b.hidden_,  &b.ffn_h_, &b.ffn_hidden_};
   RETURN_IF_ERROR(
       buffers.graph_.Run(backend_, use_graphs_, pass, [&] { return EncoderPass(buffers); }));
   if (state == nullptr) return absl::OkStatus();
