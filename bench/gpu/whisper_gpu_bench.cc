@@ -363,6 +363,18 @@ absl::Status ProfileOps(const CudaBackendOptions& options, const std::string& la
     RETURN_IF_ERROR(profile("enc LinearResidual 1500x1536->384", 1, [&] {
       return backend->LinearResidual(hidden, w_ff2, &bias, Activation::kNone, y2, y2);
     }));
+    if (backend->supports(Op::kHalfActivations)) {  // the encoder's FFN with f16 activations
+      ASSIGN_OR_RETURN(Tensor h16, backend->Allocate({1500, d}, DType::kF16));
+      ASSIGN_OR_RETURN(Tensor hidden16, backend->Allocate({1500, 4 * d}, DType::kF16));
+      RETURN_IF_ERROR(profile("enc LayerNorm [1500,384] -> f16", 1,
+                              [&] { return backend->LayerNorm(x2, gamma, bias, 1e-5f, h16); }));
+      RETURN_IF_ERROR(profile("enc Linear f16 1500x384->1536 gelu -> f16", 1, [&] {
+        return backend->Linear(h16, w_ff1, &bias_ff, Activation::kGelu, hidden16);
+      }));
+      RETURN_IF_ERROR(profile("enc LinearResidual f16 1500x1536->384", 1, [&] {
+        return backend->LinearResidual(hidden16, w_ff2, &bias, Activation::kNone, y2, y2);
+      }));
+    }
   }
   return absl::OkStatus();
 }
@@ -419,17 +431,23 @@ int Main(int argc, char** argv) {
   // (f16 conversion + cuBLAS + epilogue per GEMM, im2col for Conv1d, flash v1, separate Adds);
   // flash v2 (the default: "fast, CUDA graph + PDL"); residuals added by the GEMMs; HalfGemm for
   // all or some of the GEMMs. (docs/benchmarks.md, "Encoder at batch 1", has the rows measured.)
+  // The default now: HalfGemm for N, K <= 384, residuals in the GEMMs, f16 FFN activations.
   struct EncoderStep {
     const char* name;
     bool half_gemm, flash_v2, residual, conv;
     int64_t max_k, max_n;
+    bool half_activations;
   };
   for (const EncoderStep& e :
-       {EncoderStep{"cuBLAS GEMMs, flash v1", false, false, false, false, 0, 0},
-        EncoderStep{"cuBLAS GEMMs (residual beta = 1), flash v2", false, true, true, false, 0, 0},
-        EncoderStep{"HalfGemm, flash v2, fused residual", true, true, true, true, 0, 0},
+       {EncoderStep{"cuBLAS GEMMs, flash v1", false, false, false, false, 0, 0, false},
+        EncoderStep{"cuBLAS GEMMs, flash v2", false, true, false, false, 0, 0, false},
+        EncoderStep{"cuBLAS GEMMs (residual beta = 1), flash v2", false, true, true, false, 0, 0,
+                    false},
+        EncoderStep{"cuBLAS GEMMs (residual beta = 1), flash v2, f16 FFN activations", false, true,
+                    true, false, 0, 0, true},
+        EncoderStep{"HalfGemm, flash v2, fused residual", true, true, true, true, 0, 0, false},
         EncoderStep{"HalfGemm N,K<=384 (no conv), flash v2, fused residual", true, true, true,
-                    false, 384, 384}}) {
+                    false, 384, 384, false}}) {
     add(absl::StrCat("fast, CUDA graph + PDL, ", e.name), CudaMath::kFast, true, true, false);
     variants.back().options.use_half_gemm = e.half_gemm;
     variants.back().options.use_flash_v2 = e.flash_v2;
@@ -437,6 +455,7 @@ int Main(int argc, char** argv) {
     variants.back().options.half_gemm_conv = e.conv;
     variants.back().options.half_gemm_max_k = e.max_k;
     variants.back().options.half_gemm_max_n = e.max_n;
+    variants.back().options.half_activations = e.half_activations;
   }
   // The switch from the skinny kernel to cuBLAS (default: above 16 rows) moved up.
   for (int rows : {32, 64}) {
@@ -545,9 +564,14 @@ int Main(int argc, char** argv) {
     if (status.ok() && g_encoder_only) {
       CudaBackendOptions first = o;
       first.use_flash_v2 = false;
+      first.use_half_gemm = false;
+      first.linear_residual = false;
+      first.half_activations = false;
       status = ProfileOps(first, ", first kernels", &rows);
       CudaBackendOptions half = o;
       half.use_half_gemm = true;
+      half.half_gemm_max_k = half.half_gemm_max_n = 0;
+      half.half_gemm_conv = true;
       if (status.ok()) status = ProfileOps(half, ", HalfGemm", &rows);
     }
     if (!status.ok()) {

@@ -17,7 +17,8 @@
 //  * Values that change from one replay of a graph to the next (token ids, positions, cache
 //    lengths) are passed as device tensors, never as C++ scalars, so a captured graph reads
 //    the current values when it runs.
-//  * Activations are f32. Weights (the `weight` of Linear and Conv1d, embedding tables) may be
+//  * Activations are f32 (f16 where a backend supports Op::kHalfActivations). Weights (the `weight`
+//  of Linear and Conv1d, embedding tables) may be
 //    f32 or f16; f16 values are widened exactly and accumulated in f32.
 #pragma once
 
@@ -62,6 +63,11 @@ enum class Op : uint8_t {
   kArgmaxLogSumExp,
   // Optional kernel (a residual connection fused into a GEMM's epilogue; Whisper's encoder).
   kLinearResidual,
+  // Optional capability (f16 activations between kernels; Whisper's encoder): LayerNorm may
+  // write y as f16, Linear may read x as f16 and write y as f16, LinearResidual may read x as
+  // f16 (its residual and y stay f32). An f16 value is the f32 result rounded to nearest;
+  // arithmetic stays f32. Backends without it accept f32 activations only.
+  kHalfActivations,
 };
 
 // A captured sequence of kernel calls. Replay() re-runs them on the tensors they were captured

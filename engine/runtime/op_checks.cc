@@ -116,11 +116,17 @@ absl::Status ValidateCopy(DeviceKind device, const Tensor& src, const Tensor& ds
 }
 
 absl::StatusOr<LinearDims> ValidateLinear(DeviceKind device, const Tensor& x, const Tensor& weight,
-                                          const Tensor* bias, const Tensor& y) {
+                                          const Tensor* bias, const Tensor& y,
+                                          bool half_activations) {
   constexpr const char* kOp = "Linear";
-  RETURN_IF_ERROR(CheckTensor(device, kOp, "x", x, {DType::kF32}, -1, 1));
+  if (half_activations) {
+    RETURN_IF_ERROR(CheckTensor(device, kOp, "x", x, {DType::kF32, DType::kF16}, -1, 1));
+    RETURN_IF_ERROR(CheckTensor(device, kOp, "y", y, {DType::kF32, DType::kF16}, -1, 1));
+  } else {
+    RETURN_IF_ERROR(CheckTensor(device, kOp, "x", x, {DType::kF32}, -1, 1));
+    RETURN_IF_ERROR(CheckTensor(device, kOp, "y", y, {DType::kF32}, -1, 1));
+  }
   RETURN_IF_ERROR(CheckTensor(device, kOp, "weight", weight, {DType::kF32, DType::kF16}, 2));
-  RETURN_IF_ERROR(CheckTensor(device, kOp, "y", y, {DType::kF32}, -1, 1));
   const int64_t n = weight.dim(0), k = weight.dim(1);
   if (x.dim(-1) != k) {
     return Invalid(kOp, absl::StrCat("x ", x.Describe(), " and weight ", weight.Describe(),
@@ -171,12 +177,17 @@ absl::StatusOr<Conv1dDims> ValidateConv1d(DeviceKind device, const Tensor& x, co
 }
 
 absl::StatusOr<RowDims> ValidateLayerNorm(DeviceKind device, const Tensor& x, const Tensor& gamma,
-                                          const Tensor& beta, float eps, const Tensor& y) {
+                                          const Tensor& beta, float eps, const Tensor& y,
+                                          bool half_activations) {
   constexpr const char* kOp = "LayerNorm";
   RETURN_IF_ERROR(CheckTensor(device, kOp, "x", x, {DType::kF32}, -1, 1));
   RETURN_IF_ERROR(CheckTensor(device, kOp, "gamma", gamma, {DType::kF32}, 1));
   RETURN_IF_ERROR(CheckTensor(device, kOp, "beta", beta, {DType::kF32}, 1));
-  RETURN_IF_ERROR(CheckTensor(device, kOp, "y", y, {DType::kF32}, -1, 1));
+  if (half_activations) {
+    RETURN_IF_ERROR(CheckTensor(device, kOp, "y", y, {DType::kF32, DType::kF16}, -1, 1));
+  } else {
+    RETURN_IF_ERROR(CheckTensor(device, kOp, "y", y, {DType::kF32}, -1, 1));
+  }
   const int64_t cols = x.dim(-1);
   RETURN_IF_ERROR(CheckShape(kOp, "gamma", gamma, Shape{cols}, "x's last dim"));
   RETURN_IF_ERROR(CheckShape(kOp, "beta", beta, Shape{cols}, "x's last dim"));

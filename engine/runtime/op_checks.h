@@ -41,8 +41,10 @@ absl::Status ValidateCopy(DeviceKind device, const Tensor& src, const Tensor& ds
 struct LinearDims {
   int64_t m, n, k;
 };
+// `half_activations`: x and y may also be f16 (Op::kHalfActivations).
 absl::StatusOr<LinearDims> ValidateLinear(DeviceKind device, const Tensor& x, const Tensor& weight,
-                                          const Tensor* bias, const Tensor& y);
+                                          const Tensor* bias, const Tensor& y,
+                                          bool half_activations = false);
 
 struct Conv1dDims {
   int64_t batch, time, in_channels, out_channels, kernel_size, out_time;
@@ -55,8 +57,10 @@ absl::StatusOr<Conv1dDims> ValidateConv1d(DeviceKind device, const Tensor& x, co
 struct RowDims {
   int64_t rows, cols;
 };
+// `half_activations`: y may also be f16 (Op::kHalfActivations).
 absl::StatusOr<RowDims> ValidateLayerNorm(DeviceKind device, const Tensor& x, const Tensor& gamma,
-                                          const Tensor& beta, float eps, const Tensor& y);
+                                          const Tensor& beta, float eps, const Tensor& y,
+                                          bool half_activations = false);
 absl::Status ValidateAdd(DeviceKind device, const Tensor& a, const Tensor& b, const Tensor& y);
 absl::Status ValidateGelu(DeviceKind device, const Tensor& x, const Tensor& y);
 absl::StatusOr<RowDims> ValidateLogSoftmax(DeviceKind device, const Tensor& x, const Tensor& y);

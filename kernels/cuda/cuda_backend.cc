@@ -161,6 +161,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
         return true;
       case Op::kLinearResidual:
         return options_.linear_residual;
+      case Op::kHalfActivations:  // the ops take f16 in any mode; kAccurate keeps f32 between them
+        return options_.half_activations && options_.math == CudaMath::kFast;
       default:  // optional ops this backend does not implement
         return false;
     }
@@ -228,12 +230,17 @@ class CudaBackend final : public Backend, public CudaExtensions {
 
   // Linear, and with `residual` defined y = residual + Linear(...): fused into HalfGemm's
   // epilogue, else the GEMM into scratch followed by the Add kernel.
+  // f16 activations (Op::kHalfActivations): an f16 x goes to the f16 cuBLAS GEMM as it is (any
+  // other path converts it to f32 scratch first); an f16 y is the f32 result rounded by the
+  // epilogue (cuBLAS paths: bias and activation there too).
   absl::Status LinearImpl(const char* op, const Tensor& x, const Tensor& weight, const Tensor* bias,
                           Activation act, const Tensor& residual, const Tensor& y) {
-    ASSIGN_OR_RETURN(const checks::LinearDims d,
-                     checks::ValidateLinear(kGpuKind, x, weight, bias, y));
+    ASSIGN_OR_RETURN(
+        const checks::LinearDims d,
+        checks::ValidateLinear(kGpuKind, x, weight, bias, y, options_.half_activations));
     ASSIGN_OR_RETURN(const cuda::Epilogue epilogue, ToEpilogue(op, act));
     const bool w_f16 = weight.dtype() == DType::kF16;
+    const bool x_f16 = x.dtype() == DType::kF16, y_f16 = y.dtype() == DType::kF16;
     const Tensor b = bias != nullptr ? *bias : Tensor();
     cuda::HalfGemmArgs half{x.data_as<float>(),
                             weight.data(),
@@ -249,39 +256,61 @@ class CudaBackend final : public Backend, public CudaExtensions {
                          (options_.half_gemm_max_k <= 0 || d.k <= options_.half_gemm_max_k) &&
                          (options_.half_gemm_max_n <= 0 || d.n <= options_.half_gemm_max_n) &&
                          (options_.half_gemm_max_rows <= 0 || d.m <= options_.half_gemm_max_rows) &&
-                         cuda::HalfGemmSupported(half);
+                         !x_f16 && !y_f16 && cuda::HalfGemmSupported(half);
     const cuda::GemmPlan plan = cuda::PlanGemm(state_->gemm, d.m, d.n, d.k, w_f16, half_ok);
     const bool fused = plan.path == cuda::GemmPath::kHalfMma;
+    const bool x_direct = x_f16 && (plan.path == cuda::GemmPath::kBlasHalf ||
+                                    plan.path == cuda::GemmPath::kBlasHalfSplit);
+    const size_t x_bytes = x_f16 && !x_direct ? RoundUp256(static_cast<size_t>(d.m * d.k) * 4) : 0;
+    const bool blas_path = cuda::GemmAccumulates(plan.path);
     // In place without activation on a cuBLAS path: the GEMM adds into y (beta = 1), then the
     // bias. Otherwise an unfused residual takes a temporary and the Add kernel.
     const bool accumulate = residual.defined() && !fused && residual.data() == y.data() &&
                             residual.size_bytes() == y.size_bytes() &&
                             epilogue == cuda::Epilogue::kNone && cuda::GemmAccumulates(plan.path);
-    const size_t temp_bytes = residual.defined() && !fused && !accumulate
+    const size_t temp_bytes = (residual.defined() && !fused && !accumulate) || y_f16
                                   ? RoundUp256(static_cast<size_t>(d.m * d.n) * 4)
                                   : 0;
-    ASSIGN_OR_RETURN(Tensor scratch, Scratch(temp_bytes + plan.scratch_bytes));
+    ASSIGN_OR_RETURN(Tensor scratch, Scratch(temp_bytes + x_bytes + plan.scratch_bytes));
     Sign({static_cast<int64_t>(SigOp::kLinear), d.m, d.n, d.k, w_f16, b.defined(),
           static_cast<int64_t>(epilogue), static_cast<int64_t>(plan.path), residual.defined(),
-          accumulate});
+          accumulate, x_f16, y_f16});
     return Submit([state = state_, x, weight, b, residual, y, d, w_f16, epilogue, plan, fused,
-                   accumulate, temp_bytes, scratch, op]() {
+                   accumulate, temp_bytes, x_bytes, x_f16, x_direct, y_f16, blas_path, scratch,
+                   op]() {
       char* base = scratch.defined() ? static_cast<char*>(scratch.data()) : nullptr;
       float* out = temp_bytes > 0 ? reinterpret_cast<float*>(base) : y.data_as<float>();
-      const cuda::GemmProblem p{x.data_as<float>(),
-                                d.m,
-                                d.k,
-                                weight.data(),
-                                w_f16,
-                                d.n,
-                                b.defined() ? b.data_as<float>() : nullptr,
-                                epilogue,
-                                out,
-                                nullptr,
-                                fused && residual.defined() ? residual.data_as<float>() : nullptr,
-                                accumulate};
-      RETURN_IF_ERROR(cuda::RunGemm(state->gemm, state->ctx, plan, p,
-                                    plan.scratch_bytes > 0 ? base + temp_bytes : nullptr));
+      const float* x32 = static_cast<const float*>(x.data());
+      if (x_bytes > 0) {
+        float* converted = reinterpret_cast<float*>(base + temp_bytes);
+        RETURN_IF_ERROR(
+            GpuStatus(op, cuda::LaunchToFloat(state->ctx, x.data(), d.m * d.k, converted)));
+        x32 = converted;
+      }
+      // An f16 y after a cuBLAS GEMM: bias and activation in the rounding epilogue below.
+      const bool late_epilogue = y_f16 && blas_path;
+      cuda::GemmProblem p{x32,
+                          d.m,
+                          d.k,
+                          weight.data(),
+                          w_f16,
+                          d.n,
+                          b.defined() && !late_epilogue ? b.data_as<float>() : nullptr,
+                          late_epilogue ? cuda::Epilogue::kNone : epilogue,
+                          out,
+                          nullptr,
+                          fused && residual.defined() ? residual.data_as<float>() : nullptr,
+                          accumulate};
+      p.x_f16 = x_direct;
+      RETURN_IF_ERROR(
+          cuda::RunGemm(state->gemm, state->ctx, plan, p,
+                        plan.scratch_bytes > 0 ? base + temp_bytes + x_bytes : nullptr));
+      if (y_f16) {
+        return GpuStatus(op, cuda::LaunchEpilogueToHalf(
+                                 state->ctx, out, d.m, d.n,
+                                 late_epilogue && b.defined() ? b.data_as<float>() : nullptr,
+                                 late_epilogue ? epilogue : cuda::Epilogue::kNone, y.data()));
+      }
       if (temp_bytes == 0) return absl::OkStatus();
       return GpuStatus(op, cuda::LaunchAdd(state->ctx, residual.data_as<float>(), out,
                                            y.data_as<float>(), d.m * d.n));
@@ -349,14 +378,16 @@ class CudaBackend final : public Backend, public CudaExtensions {
 
   absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                          const Tensor& y) override {
-    ASSIGN_OR_RETURN(const checks::RowDims d,
-                     checks::ValidateLayerNorm(kGpuKind, x, gamma, beta, eps, y));
-    Sign({static_cast<int64_t>(SigOp::kLayerNorm), d.rows, d.cols});
-    return Submit([state = state_, x, gamma, beta, eps, y, d]() {
+    ASSIGN_OR_RETURN(
+        const checks::RowDims d,
+        checks::ValidateLayerNorm(kGpuKind, x, gamma, beta, eps, y, options_.half_activations));
+    const bool y_f16 = y.dtype() == DType::kF16;
+    Sign({static_cast<int64_t>(SigOp::kLayerNorm), d.rows, d.cols, y_f16});
+    return Submit([state = state_, x, gamma, beta, eps, y, d, y_f16]() {
       return GpuStatus("LayerNorm",
                        cuda::LaunchLayerNorm(state->ctx, x.data_as<float>(), d.rows, d.cols,
                                              gamma.data_as<float>(), beta.data_as<float>(), eps,
-                                             y.data_as<float>()));
+                                             y.data(), y_f16));
     });
   }
 

@@ -73,16 +73,18 @@ struct CudaBackendOptions {
   int skinny_max_rows = 16;
   // kFast, f16 weights, more than skinny_max_rows rows: our HalfGemm kernel (f32 → f16 in the
   // loader, bias, activation and residual fused; Conv1d as an implicit GEMM) instead of
-  // conversion + cuBLAS + epilogue. Default: false: measured on an H100 (docs/benchmarks.md,
-  // "Encoder at batch 1"), one 30 s window took 733 µs with it against 639 without: it re-reads
-  // the f32 activations through L2 for every 64 or 128 output columns, and L2 bandwidth bounds it.
-  bool use_half_gemm = false;
+  // conversion + cuBLAS + epilogue, within the limits below. Default: true, for N, K <= 384
+  // only (the Whisper encoder's Q, K, V and output projections, one kernel each with the
+  // residual) and no convs: on an H100 it lost to cuBLAS on the wider GEMMs and the convs (it
+  // re-reads the f32 activations through L2 for every 64 or 128 output columns;
+  // docs/benchmarks.md, "Encoder at batch 1").
+  bool use_half_gemm = true;
   // With use_half_gemm: Linear only up to this K and this N (0: any), Conv1d only with
   // half_gemm_conv, and only up to half_gemm_max_rows rows (0: any); the rest goes to cuBLAS.
-  int64_t half_gemm_max_k = 0;
-  int64_t half_gemm_max_n = 0;
+  int64_t half_gemm_max_k = 384;
+  int64_t half_gemm_max_n = 384;
   int64_t half_gemm_max_rows = 0;
-  bool half_gemm_conv = true;
+  bool half_gemm_conv = false;
   // kFast encoder attention: the tuned flash kernel (keys split to fill the chip, merged in the
   // same launch) instead of the first one. Default: true.
   bool use_flash_v2 = true;
@@ -91,9 +93,12 @@ struct CudaBackendOptions {
   int flash_splits = 0;
   // Report LinearResidual as supported, so that the Whisper encoder adds its residuals in the
   // projections (HalfGemm's epilogue, or cuBLAS with beta = 1 followed by the bias) instead of
-  // separate Add kernels; the op itself works either way. Default: false until the cuBLAS form
-  // is measured (with HalfGemm it saved 59 µs of 792 per window on an H100).
-  bool linear_residual = false;
+  // separate Add kernels; the op itself works either way. Default: true.
+  bool linear_residual = true;
+  // LayerNorm may write f16, Linear may read and write f16 (Op::kHalfActivations, reported in
+  // kFast only), so that the Whisper encoder's FFN passes f16 between its kernels (no f32 → f16
+  // conversion kernel before its GEMMs). Default: true.
+  bool half_activations = true;
   // cuBLAS workspace. Default: 32 MiB.
   size_t cublas_workspace_bytes = size_t{32} << 20;
 };

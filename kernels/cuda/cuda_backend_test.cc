@@ -112,9 +112,12 @@ struct Variant {
   CudaMath math;
   bool cublas;
   bool graphs;
-  bool half_gemm = false;  // CudaBackendOptions::use_half_gemm
-  bool flash_v2 = true;    // CudaBackendOptions::use_flash_v2
-  bool residual = false;   // CudaBackendOptions::linear_residual
+  bool half_gemm = false;         // CudaBackendOptions::use_half_gemm
+  bool flash_v2 = true;           // CudaBackendOptions::use_flash_v2
+  bool residual = false;          // CudaBackendOptions::linear_residual
+  int64_t half_gemm_max = 0;      // CudaBackendOptions::half_gemm_max_k and _max_n; > 0: no convs
+  bool half_activations = false;  // CudaBackendOptions::half_activations
+  bool defaults = false;  // CudaBackendOptions' defaults for all of the above (variant "Fast")
 };
 
 void PrintTo(const Variant& variant, std::ostream* os) { *os << variant.name; }
@@ -128,9 +131,15 @@ class CudaParityTest : public ::testing::TestWithParam<Variant> {
     options.math = GetParam().math;
     options.use_cublas = GetParam().cublas;
     options.use_graphs = GetParam().graphs;
-    options.use_half_gemm = GetParam().half_gemm;
-    options.use_flash_v2 = GetParam().flash_v2;
-    options.linear_residual = GetParam().residual;
+    if (!GetParam().defaults) {
+      options.use_half_gemm = GetParam().half_gemm;
+      options.use_flash_v2 = GetParam().flash_v2;
+      options.linear_residual = GetParam().residual;
+      options.half_gemm_max_k = options.half_gemm_max_n = GetParam().half_gemm_max;
+      options.half_gemm_conv = GetParam().half_gemm_max == 0;
+      options.half_activations = GetParam().half_activations;
+    }
+    half_activations_ = options.half_activations;
     auto gpu = CreateCudaBackend(options);
     if (!gpu.ok()) GTEST_SKIP() << "no usable GPU, CUDA test skipped: " << gpu.status().message();
     gpu_ = std::move(*gpu);
@@ -201,7 +210,36 @@ class CudaParityTest : public ::testing::TestWithParam<Variant> {
   }
   bool fast() const { return GetParam().math == CudaMath::kFast; }
 
+  // f16 activations: `v` rounded to f16 in place (both backends see the same values) and the
+  // GPU tensor holding them; an f16 GPU tensor poisoned with NaN; an f16 GPU tensor widened.
+  Tensor HalfGpu(const Shape& shape, std::vector<float>& v) {
+    std::vector<uint16_t> half(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      half[i] = FloatToHalf(v[i]);
+      v[i] = HalfToFloat(half[i]);
+    }
+    auto t = Upload(*gpu_, shape, DType::kF16, half.data());
+    EXPECT_TRUE(t.ok()) << t.status();
+    return t.ok() ? *t : Tensor();
+  }
+  Tensor PoisonedHalf(const Shape& shape) {
+    std::vector<uint16_t> nan(static_cast<size_t>(shape.numel()), 0x7e00);
+    auto t = Upload(*gpu_, shape, DType::kF16, nan.data());
+    EXPECT_TRUE(t.ok()) << t.status();
+    return t.ok() ? *t : Tensor();
+  }
+  std::vector<float> GpuHalf(const Tensor& t) {
+    auto v = Download<uint16_t>(*gpu_, t);
+    EXPECT_TRUE(v.ok()) << v.status();
+    std::vector<float> out;
+    if (v.ok()) {
+      for (uint16_t h : *v) out.push_back(HalfToFloat(h));
+    }
+    return out;
+  }
+
   uint32_t seed_ = 0;
+  bool half_activations_ = false;
   std::mt19937 rng_;
   std::unique_ptr<Backend> gpu_, cpu_;
   bool blas_ = false;
@@ -273,7 +311,8 @@ TEST_P(CudaParityTest, LinearResidualMatchesCpuLinearThenAdd) {
       EXPECT_TRUE(Close(what, Gpu(out), Cpu(y.cpu), GemmTolerance(c.m, dtype)));
     }
   }
-  EXPECT_EQ(gpu_->supports(Op::kLinearResidual), GetParam().residual);
+  EXPECT_EQ(gpu_->supports(Op::kLinearResidual),
+            GetParam().defaults ? CudaBackendOptions{}.linear_residual : GetParam().residual);
   EXPECT_FALSE(cpu_->supports(Op::kLinearResidual));
 }
 
@@ -324,6 +363,73 @@ TEST_P(CudaParityTest, LayerNormMatchesCpuAlsoInPlace) {
     ASSERT_TRUE(gpu_->LayerNorm(x.gpu, gamma.gpu, beta.gpu, 1e-5f, x.gpu).ok());
     EXPECT_TRUE(Close(what + " in place", Gpu(x.gpu), Cpu(y.cpu), kExact));
   }
+}
+
+// f16 activations (CudaBackendOptions::half_activations): LayerNorm writing f16, Linear reading
+// f16 x (the f16 cuBLAS GEMM as it is; other paths widen it first) and writing f16 y, and
+// LinearResidual reading f16 x, against the CPU on the same (f16-representable) values in f32.
+// Tolerances: an f16 result adds its rounding (2^-11 relative at most, ~3e-4 in L2) to the
+// path's own: 1e-3 for LayerNorm, the GEMM tolerance + 1e-3 for Linear.
+TEST_P(CudaParityTest, HalfActivationsMatchCpu) {
+  if (!half_activations_) GTEST_SKIP() << "f16 activations off in this variant";
+  for (const auto& [rows, cols] :
+       std::vector<std::pair<int64_t, int64_t>>{{1500, 384}, {7, 37}, {3, 1536}}) {
+    const std::string what = absl::StrCat("LayerNorm -> f16 ", rows, "x", cols);
+    SCOPED_TRACE(what);
+    const Pair gamma = F32({cols}, Random(cols, 0.5f, 1.5f));
+    const Pair beta = F32({cols}, Random(cols));
+    const Pair x = F32({rows, cols}, Random(rows * cols, -3.0f, 5.0f));
+    const Pair y = Poisoned({rows, cols});
+    const Tensor y16 = PoisonedHalf({rows, cols});
+    ASSERT_TRUE(cpu_->LayerNorm(x.cpu, gamma.cpu, beta.cpu, 1e-5f, y.cpu).ok());
+    ASSERT_TRUE(gpu_->LayerNorm(x.gpu, gamma.gpu, beta.gpu, 1e-5f, y16).ok());
+    EXPECT_TRUE(Close(what, GpuHalf(y16), Cpu(y.cpu), 1e-3));
+  }
+  struct Case {
+    int64_t m, k, n;
+  };
+  int variant = 0;
+  for (const Case c : {Case{1500, 384, 1536}, Case{1500, 1536, 384}, Case{5, 384, 384},
+                       Case{77, 40, 24}, Case{40, 37, 29}}) {
+    for (DType dtype : {DType::kF16, DType::kF32}) {
+      ++variant;
+      const bool x_half = variant % 3 != 2, y_half = variant % 2 == 1;
+      const Activation act = variant % 4 < 2 ? Activation::kGelu : Activation::kNone;
+      const std::string what = absl::StrCat(
+          "Linear m=", c.m, " k=", c.k, " n=", c.n, " w ", Name(dtype), x_half ? " x f16" : "",
+          y_half ? " y f16" : "", act == Activation::kGelu ? " gelu" : "");
+      SCOPED_TRACE(what);
+      std::vector<float> w = Random(c.n * c.k, -0.2f, 0.2f);
+      std::vector<float> xv = Random(c.m * c.k);
+      const Tensor x16 = HalfGpu({c.m, c.k}, xv);  // rounds xv: both sides see the same x
+      const Pair x = F32({c.m, c.k}, xv);
+      const Pair weight = Weight({c.n, c.k}, w, dtype);
+      const Pair bias = F32({c.n}, Random(c.n));
+      const Pair y = Poisoned({c.m, c.n});
+      const Tensor y16 = PoisonedHalf({c.m, c.n});
+      ASSERT_TRUE(cpu_->Linear(x.cpu, weight.cpu, &bias.cpu, act, y.cpu).ok());
+      ASSERT_TRUE(
+          gpu_->Linear(x_half ? x16 : x.gpu, weight.gpu, &bias.gpu, act, y_half ? y16 : y.gpu)
+              .ok());
+      const double tolerance = GemmTolerance(c.m, dtype) + (y_half ? 1e-3 : 0.0);
+      EXPECT_TRUE(Close(what, y_half ? GpuHalf(y16) : Gpu(y.gpu), Cpu(y.cpu), tolerance));
+      if (!x_half || act != Activation::kNone) continue;
+      // LinearResidual with f16 x, in place (the encoder's FFN2).
+      const std::vector<float> r = Random(c.m * c.n);
+      const Pair res = F32({c.m, c.n}, r);
+      const Pair sum = Poisoned({c.m, c.n});
+      ASSERT_TRUE(cpu_->Add(res.cpu, y.cpu, sum.cpu).ok());
+      ASSERT_TRUE(gpu_->LinearResidual(x16, weight.gpu, &bias.gpu, act, res.gpu, res.gpu).ok());
+      EXPECT_TRUE(Close(what + " residual", Gpu(res.gpu), Cpu(sum.cpu), GemmTolerance(c.m, dtype)));
+    }
+  }
+  // An f16 y with a residual, or f16 where an f32 is needed, is refused.
+  const Tensor x16 = PoisonedHalf({4, 8});
+  std::vector<float> w(64, 0.5f);
+  const Pair weight = Weight({8, 8}, w, DType::kF16);
+  const Tensor y16 = PoisonedHalf({4, 8});
+  EXPECT_FALSE(gpu_->LinearResidual(x16, weight.gpu, nullptr, Activation::kNone, y16, y16).ok());
+  EXPECT_FALSE(gpu_->Add(y16, y16, y16).ok());
 }
 
 TEST_P(CudaParityTest, AddAndGeluMatchCpuAlsoInPlace) {
@@ -712,14 +818,24 @@ TEST_P(CudaWhisperTest, DecoderStepsAndReplayedStepGraphMatchCpu) {
 
 const Variant kVariants[] = {
     {"Accurate", CudaMath::kAccurate, true, true},
-    {"Fast", CudaMath::kFast, true, true},
-    {"AccurateBuiltinGemmEagerGraphs", CudaMath::kAccurate, false, false},
+    // CudaBackendOptions' defaults: HalfGemm for N, K <= 384 with residuals fused, cuBLAS
+    // (beta = 1) for the rest, flash v2, f16 FFN activations.
+    {.name = "Fast", .math = CudaMath::kFast, .cublas = true, .graphs = true, .defaults = true},
+    // The built-in GEMM (f16 activations widened for it).
+    {.name = "AccurateBuiltinGemmEagerGraphs",
+     .math = CudaMath::kAccurate,
+     .cublas = false,
+     .graphs = false,
+     .half_activations = true},
     // The first encoder kernels: conversion + cuBLAS + epilogue, flash v1, separate Adds.
     {"FastFirstKernels", CudaMath::kFast, true, true, false, false, false},
     // HalfGemm for every many-row f16 GEMM, residuals in its epilogue.
     {"FastHalfGemm", CudaMath::kFast, true, true, true, true, true},
-    // cuBLAS GEMMs adding the residuals (beta = 1).
+    // cuBLAS GEMMs adding the residuals (beta = 1), with and without f16 FFN activations.
     {"FastCublasResidual", CudaMath::kFast, true, true, false, true, true},
+    {"FastCublasResidualHalfActivations", CudaMath::kFast, true, true, false, true, true, 0, true},
+    // HalfGemm only for N, K <= 384 (Q, K, V, output projection), cuBLAS (beta = 1) elsewhere.
+    {"FastHalfGemmSmall", CudaMath::kFast, true, true, true, true, true, 384},
 };
 std::string VariantName(const ::testing::TestParamInfo<Variant>& info) { return info.param.name; }
 

@@ -93,21 +93,27 @@ absl::Status RunGemm(const GemmConfig& config, const LaunchContext& ctx, const G
                                 CUBLAS_COMPUTE_32F_FAST_TF32));
       break;
     case GemmPath::kBlasHalf:
+    case GemmPath::kBlasHalfSplit:
+      if (p.x_f16) {
+        RETURN_IF_ERROR(
+            blas.Gemm(p.m, p.n, p.k, p.x, CUDA_R_16F, p.w, w_type, beta, p.y, CUBLAS_COMPUTE_32F));
+        break;
+      }
+      if (plan.path == GemmPath::kBlasHalfSplit) {
+        void* hi = scratch;
+        void* lo = static_cast<char*>(scratch) + RoundUp256(static_cast<size_t>(p.m * p.k) * 2);
+        RETURN_IF_ERROR(
+            LaunchStatus("Linear f16 split", LaunchSplitHalf(ctx, p.x, p.m * p.k, hi, lo)));
+        RETURN_IF_ERROR(
+            blas.Gemm(p.m, p.n, p.k, hi, CUDA_R_16F, p.w, w_type, beta, p.y, CUBLAS_COMPUTE_32F));
+        RETURN_IF_ERROR(
+            blas.Gemm(p.m, p.n, p.k, lo, CUDA_R_16F, p.w, w_type, 1.0f, p.y, CUBLAS_COMPUTE_32F));
+        break;
+      }
       RETURN_IF_ERROR(LaunchStatus("Linear f16 input", LaunchToHalf(ctx, p.x, p.m * p.k, scratch)));
       RETURN_IF_ERROR(blas.Gemm(p.m, p.n, p.k, scratch, CUDA_R_16F, p.w, w_type, beta, p.y,
                                 CUBLAS_COMPUTE_32F));
       break;
-    case GemmPath::kBlasHalfSplit: {
-      void* hi = scratch;
-      void* lo = static_cast<char*>(scratch) + RoundUp256(static_cast<size_t>(p.m * p.k) * 2);
-      RETURN_IF_ERROR(
-          LaunchStatus("Linear f16 split", LaunchSplitHalf(ctx, p.x, p.m * p.k, hi, lo)));
-      RETURN_IF_ERROR(
-          blas.Gemm(p.m, p.n, p.k, hi, CUDA_R_16F, p.w, w_type, beta, p.y, CUBLAS_COMPUTE_32F));
-      RETURN_IF_ERROR(
-          blas.Gemm(p.m, p.n, p.k, lo, CUDA_R_16F, p.w, w_type, 1.0f, p.y, CUBLAS_COMPUTE_32F));
-      break;
-    }
     default:
       return absl::InternalError("Linear: unknown GEMM path");
   }

@@ -53,6 +53,9 @@ struct GemmProblem {
   const float* residual = nullptr;   // kHalfMma only: y = residual + act(...), may be y
   // cuBLAS paths only (act kNone): y += x·wᵀ + bias (the GEMM with beta = 1, then the bias).
   bool accumulate = false;
+  // kBlasHalf and kBlasHalfSplit only: x holds f16 values, read by the GEMM as they are (no
+  // conversion pass; for the split path x's low half is zero, so one GEMM).
+  bool x_f16 = false;
 };
 
 // Whether `path` can add into y (GemmProblem::accumulate).

@@ -246,6 +246,48 @@ __global__ void ToHalfKernel(const float* x, int64_t n, __half* out) {
   }
 }
 
+__global__ void ToFloatKernel(const __half* x, int64_t n, float* out) {
+  WaitForPreviousKernel();
+  AllowNextKernel();
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += stride) {
+    out[i] = __half2float(x[i]);
+  }
+}
+
+// Four columns per thread (cols % 4 == 0, 16-byte aligned input): float4 in, two half2 out.
+__global__ void EpilogueToHalfKernel(const float* in, int64_t rows, int64_t cols, const float* bias,
+                                     Epilogue act, __half* out) {
+  WaitForPreviousKernel();
+  AllowNextKernel();
+  const int64_t quads = rows * cols / 4;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t q = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; q < quads; q += stride) {
+    float4 v = reinterpret_cast<const float4*>(in)[q];
+    if (bias != nullptr) {
+      const float4 b = *reinterpret_cast<const float4*>(bias + (q * 4) % cols);
+      v.x += b.x;
+      v.y += b.y;
+      v.z += b.z;
+      v.w += b.w;
+    }
+    __half2* o = reinterpret_cast<__half2*>(out + q * 4);
+    o[0] = __floats2half2_rn(Activate(v.x, act), Activate(v.y, act));
+    o[1] = __floats2half2_rn(Activate(v.z, act), Activate(v.w, act));
+  }
+}
+
+__global__ void EpilogueToHalfScalarKernel(const float* in, int64_t rows, int64_t cols,
+                                           const float* bias, Epilogue act, __half* out) {
+  WaitForPreviousKernel();
+  AllowNextKernel();
+  const int64_t total = rows * cols;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += stride) {
+    out[i] = __float2half_rn(Activate(in[i] + (bias != nullptr ? bias[i % cols] : 0.0f), act));
+  }
+}
+
 __global__ void SplitHalfKernel(const float* x, int64_t n, __half* hi, __half* lo) {
   WaitForPreviousKernel();
   AllowNextKernel();
@@ -306,6 +348,26 @@ cudaError_t LaunchSplitHalf(const LaunchContext& ctx, const float* x, int64_t n,
   if (n == 0) return cudaSuccess;
   return Launch(ctx, SplitHalfKernel, dim3(GridFor(ctx, n)), dim3(kThreads), 0, x, n,
                 static_cast<__half*>(hi), static_cast<__half*>(lo));
+}
+
+cudaError_t LaunchToFloat(const LaunchContext& ctx, const void* x, int64_t n, float* out) {
+  if (n == 0) return cudaSuccess;
+  return Launch(ctx, ToFloatKernel, dim3(GridFor(ctx, n)), dim3(kThreads), 0,
+                static_cast<const __half*>(x), n, out);
+}
+
+cudaError_t LaunchEpilogueToHalf(const LaunchContext& ctx, const float* in, int64_t rows,
+                                 int64_t cols, const float* bias, Epilogue act, void* out) {
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  const auto aligned = [](const void* p, uintptr_t bytes) {
+    return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0;
+  };
+  if (cols % 4 == 0 && aligned(in, 16) && aligned(bias, 16) && aligned(out, 8)) {
+    return Launch(ctx, EpilogueToHalfKernel, dim3(GridFor(ctx, rows * cols / 4)), dim3(kThreads), 0,
+                  in, rows, cols, bias, act, static_cast<__half*>(out));
+  }
+  return Launch(ctx, EpilogueToHalfScalarKernel, dim3(GridFor(ctx, rows * cols)), dim3(kThreads), 0,
+                in, rows, cols, bias, act, static_cast<__half*>(out));
 }
 
 cudaError_t LaunchEpilogue(const LaunchContext& ctx, float* y, int64_t rows, int64_t cols,

@@ -29,6 +29,12 @@ cudaError_t LaunchTiledLinear(const LaunchContext& ctx, const float* x, int64_t 
 
 // out[i] = f16(x[i]) (round to nearest) for i < n. `out` holds __half values.
 cudaError_t LaunchToHalf(const LaunchContext& ctx, const float* x, int64_t n, void* out);
+// out[i] = float(x[i]) for i < n (exact). `x` holds __half values.
+cudaError_t LaunchToFloat(const LaunchContext& ctx, const void* x, int64_t n, float* out);
+// out[r, c] = f16(act(in[r, c] + bias[c])) over rows × cols; bias may be null. `out` holds
+// __half values (f16 activations for the next GEMM).
+cudaError_t LaunchEpilogueToHalf(const LaunchContext& ctx, const float* in, int64_t rows,
+                                 int64_t cols, const float* bias, Epilogue act, void* out);
 // hi[i] = f16(x[i]), lo[i] = f16(x[i] − hi[i]).
 cudaError_t LaunchSplitHalf(const LaunchContext& ctx, const float* x, int64_t n, void* hi,
                             void* lo);

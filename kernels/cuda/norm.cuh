@@ -8,6 +8,7 @@
 namespace waav::cuda {
 
 cudaError_t LaunchLayerNorm(const LaunchContext& ctx, const float* x, int64_t rows, int64_t cols,
-                            const float* gamma, const float* beta, float eps, float* y);
+                            const float* gamma, const float* beta, float eps, void* y,
+                            bool y_f16 = false);
 
 }  // namespace waav::cuda

@@ -414,6 +414,14 @@ absl::StatusOr<std::unique_ptr<EncoderBuffers>> WhisperModel::NewEncoderBuffers(
   buffers->v_ = ws.v;
   buffers->attended_ = ws.attended;
   buffers->hidden_ = ws.hidden;
+  if (backend_.supports(Op::kHalfActivations) && backend_.supports(Op::kLinearResidual) &&
+      !encoder_layers_.empty()) {
+    const int64_t rows = b * dims_.n_audio_ctx;
+    ASSIGN_OR_RETURN(buffers->ffn_h_, backend_.Allocate(buffers->x_.shape(), DType::kF16));
+    ASSIGN_OR_RETURN(
+        buffers->ffn_hidden_,
+        backend_.Allocate({rows * encoder_layers_.front().ffn.in_w.dim(0)}, DType::kF16));
+  }
   return buffers;
 }
 
@@ -439,6 +447,11 @@ absl::StatusOr<std::unique_ptr<EncoderBuffers>> EncoderBuffers::Rows(int begin, 
   }
   const int64_t hidden_per_row = hidden_.numel() / batch_size_;
   ASSIGN_OR_RETURN(view->hidden_, hidden_.Slice(begin * hidden_per_row, end * hidden_per_row));
+  if (ffn_h_.defined()) {
+    ASSIGN_OR_RETURN(view->ffn_h_, ffn_h_.Slice(begin, end));
+    const int64_t ffn_per_row = ffn_hidden_.numel() / batch_size_;
+    ASSIGN_OR_RETURN(view->ffn_hidden_, ffn_hidden_.Slice(begin * ffn_per_row, end * ffn_per_row));
+  }
   return view;
 }
 
@@ -501,8 +514,8 @@ absl::Status WhisperModel::RunEncoder(EncoderBuffers& buffers, DecoderState* sta
                      " and a decoder state for batch ", state->batch_size()));
   }
   const EncoderBuffers& b = buffers;
-  const Tensor* pass[] = {&b.mel_, &b.conv1_, &b.x_, &b.scratch_,  &b.h_,
-                          &b.q_,   &b.k_,     &b.v_, &b.attended_, &b.hidden_};
+  const Tensor* pass[] = {&b.mel_, &b.conv1_, &b.x_,        &b.scratch_, &b.h_,     &b.q_,
+                          &b.k_,   &b.v_,     &b.attended_, &b.hidden_,  &b.ffn_h_, &b.ffn_hidden_};
   RETURN_IF_ERROR(
       buffers.graph_.Run(backend_, use_graphs_, pass, [&] { return EncoderPass(buffers); }));
   if (state == nullptr) return absl::OkStatus();
@@ -530,10 +543,17 @@ absl::Status WhisperModel::EncoderPass(EncoderBuffers& buffers) const {
                      buffers.v_, buffers.attended_, buffers.hidden_};
   // The residual additions go into the projections' epilogues where the backend can fuse them.
   const bool fuse = backend_.supports(Op::kLinearResidual);
+  // The FFN's normed input and hidden layer in f16 where the backend takes f16 activations
+  // (buffers made by NewEncoderBuffers; they need the fused residual: h is not an Add operand).
+  Workspace ffn_ws = ws;
+  if (buffers.ffn_h_.defined()) {
+    ffn_ws.h = buffers.ffn_h_;
+    ffn_ws.hidden = buffers.ffn_hidden_;
+  }
   for (const EncoderLayer& layer : encoder_layers_) {
     RETURN_IF_ERROR(RunAttention(layer.self_attention, x, Tensor(), Tensor(), nullptr, nullptr,
                                  /*causal=*/false, buffers.scratch_, ws, fuse));
-    RETURN_IF_ERROR(RunFeedForward(layer.ffn, x, ws, fuse));
+    RETURN_IF_ERROR(RunFeedForward(layer.ffn, x, ffn_ws, fuse));
   }
   return backend_.LayerNorm(x, encoder_norm_gamma_, encoder_norm_beta_, 1e-5f, x);
 }

@@ -141,6 +141,10 @@ class EncoderBuffers {
   friend class WhisperModel;
   int batch_size_ = 0;
   Tensor mel_, conv1_, x_, scratch_, h_, q_, k_, v_, attended_, hidden_;
+  // f16 [B, n_audio_ctx, d_model] and flat f16 [B · n_audio_ctx · encoder FFN width]: the FFN's
+  // normed input and hidden layer where the backend supports Op::kHalfActivations and
+  // Op::kLinearResidual (undefined otherwise): the GEMMs read f16 without a conversion pass.
+  Tensor ffn_h_, ffn_hidden_;
   GraphCache graph_{1};  // WhisperModel::RunEncoder's encoder pass
 };
 
