@@ -276,7 +276,7 @@ class CudaBackend final : public Backend, public CudaExtensions {
           static_cast<int64_t>(epilogue), static_cast<int64_t>(plan.path), residual.defined(),
           accumulate, x_f16, y_f16});
     return Submit([state = state_, x, weight, b, residual, y, d, w_f16, epilogue, plan, fused,
-                   accumulate, temp_bytes, x_bytes, x_f16, x_direct, y_f16, blas_path, scratch,
+                   accumulate, temp_bytes, x_bytes, x_direct, y_f16, blas_path, scratch,
                    op]() {
       char* base = scratch.defined() ? static_cast<char*>(scratch.data()) : nullptr;
       float* out = temp_bytes > 0 ? reinterpret_cast<float*>(base) : y.data_as<float>();
