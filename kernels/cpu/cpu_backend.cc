@@ -20,11 +20,11 @@
 #include "absl/strings/str_cat.h"
 #include "engine/runtime/op_checks.h"
 #include "engine/runtime/status.h"
+#include "engine/runtime/thread_pool.h"
 #include "kernels/cpu/cpu_memory.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/pointwise.h"
 #include "kernels/cpu/scratch.h"
-#include "engine/runtime/thread_pool.h"
 #include "spdlog/spdlog.h"
 
 namespace waav {
@@ -205,7 +205,9 @@ class CpuBackend final : public Backend {
   }
   // Every op but LinearResidual, whose fusion would save nothing here (the engine calls Linear
   // and Add instead, as before).
-  bool supports(Op op) const override { return op != Op::kLinearResidual; }
+  bool supports(Op op) const override {
+    return op != Op::kLinearResidual && op != Op::kDecoderStep;
+  }
 
   // ---- Memory ---------------------------------------------------------------------------------
 
