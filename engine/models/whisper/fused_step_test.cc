@@ -131,7 +131,7 @@ TEST_P(FusedStepTest, RandomWeightsGreedyEqualsUnfused) {
     }
   }
 
-  double worst = 0;
+  double worst[2] = {0, 0};  // f32, f16 weights
   int fused_steps = 0;
   for (int step = 0; step < 16; ++step) {
     const int rows = step < 3 ? kRows : (step < 8 ? 8 : (step < 12 ? 3 : 1));
@@ -156,13 +156,18 @@ TEST_P(FusedStepTest, RandomWeightsGreedyEqualsUnfused) {
         const float* got = logits[k].data() + static_cast<size_t>(b) * vocab;
         for (size_t i = 0; i < vocab; ++i) ASSERT_FALSE(std::isnan(got[i])) << "logit " << i;
         const double error = RelativeError(got, want, vocab);
-        worst = std::max(worst, error);
         if (batch > 8 && k == 1) {  // the same weights, op by op in both
           EXPECT_EQ(error, 0.0) << "step " << step << " row " << b << ": batch " << batch
                                 << " runs op by op in both models";
         }
-        EXPECT_LE(error, 1e-5) << "step " << step << " (batch " << batch << ") row " << b
-                               << (k == 1 ? " f32" : " f16") << " weights";
+        // The f16-weight model's encoder runs f16 GEMMs (CudaMath::kFast), so its cross K/V
+        // differ from the f32-weight model's by ~1e-3 relative: its logits differ by ~2.6e-5 at
+        // every batch, op by op (16 rows) and fused alike (H100, docs/benchmarks.md). The same
+        // weights (k == 1) stay within the persistent step's own tolerance.
+        const double tolerance = k == 1 ? 1e-5 : 1e-4;
+        worst[k - 1] = std::max(worst[k - 1], error);
+        EXPECT_LE(error, tolerance) << "step " << step << " (batch " << batch << ") row " << b
+                                    << (k == 1 ? " f32" : " f16") << " weights";
         const int32_t got_token = static_cast<int32_t>(std::max_element(got, got + vocab) - got);
         ASSERT_EQ(got_token, want_token)
             << "step " << step << " (batch " << batch << ") row " << b << ": logits "
@@ -174,7 +179,8 @@ TEST_P(FusedStepTest, RandomWeightsGreedyEqualsUnfused) {
   }
   std::cout << backend_->name() << (GetParam().graphs == GraphUse::kAlways ? " graphs" : " eager")
             << ": " << fused_steps << " fused steps of 16, logits relative L2 error at most "
-            << worst << " (fused vs op by op)\n";
+            << worst[0] << " (f32 weights), " << worst[1]
+            << " (f16 weights, encoder rounding included) against op by op\n";
   if (GetParam().graphs == GraphUse::kAlways) {
     EXPECT_GT(backend_->stats().graph_replays, 0u);
   }
