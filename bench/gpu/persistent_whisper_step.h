@@ -1,9 +1,13 @@
 // The Whisper decoder step as one persistent kernel (kernels/cuda/persistent_decoder.cuh): a
 // single cooperative launch per step for up to 8 rows of Whisper tiny (d_model 384, 6 heads,
 // FFN 1536, <= 4 layers), with the greedy token, its log-probability and the log-sum-exp reduced
-// on the device. Like FusedWhisperDecoder it reads the weights from the model file and works on a
-// WhisperModel's DecoderState (inputs, self caches, cross K/V, logits), so both steps can run on
-// the same state; persistent_whisper_step_test checks it against the CPU backend.
+// on the device. The step itself is the CUDA backend's (kernels/cuda/persistent_step.h, what
+// WhisperModel::DecodeStep runs through Backend::PrepareDecoderStep); this wrapper adds what the
+// benchmark measures beyond the engine's use: the kernel's knobs, f16 copies of the cross K/V
+// and the on-device greedy outputs. Like FusedWhisperDecoder it reads the weights from the model
+// file and works on a WhisperModel's DecoderState (inputs, self caches, cross K/V, logits), so
+// both steps can run on the same state; persistent_whisper_step_test checks it against the CPU
+// backend.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +21,7 @@
 #include "engine/models/whisper/whisper_model.h"
 #include "engine/runtime/backend.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/persistent_step.h"
 
 namespace waav::bench {
 
@@ -90,12 +95,12 @@ class PersistentWhisperDecoder {
   Backend& backend_;
   CudaExtensions& ext_;
   WhisperDecoderWeights w_;
-  int vocab_ = 0, text_ctx_ = 0;
-  float scale_ = 0.125f;
+  DecoderStepWeights step_weights_;  // views of w_ (Q, K, V as rows of qkv_w)
   // Per batch (Prepare).
-  int batch_ = 0, audio_ctx_ = 0, sm_count_ = 0;
+  int batch_ = 0;
   PersistentStepOptions options_;
-  Tensor workspace_, sync_, suppress_bits_, best_token_, best_logprob_, logsumexp_;
+  std::unique_ptr<cuda::PersistentDecoderStep> step_;
+  Tensor suppress_bits_, best_token_, best_logprob_, logsumexp_;
   std::vector<Tensor> cross_k16_, cross_v16_;
 };
 

@@ -75,6 +75,7 @@ TEST_P(PersistentStepTest, MatchesCpuDecodeStep) {
   ASSERT_TRUE(cpu_model.ok()) << cpu_model.status();
   whisper::WhisperModelOptions gpu_options;
   gpu_options.weight_dtype = DType::kF16;
+  gpu_options.fused_decoder_step = whisper::GraphUse::kNever;  // the op-by-op step where it steps
   auto gpu_model = whisper::WhisperModel::Load(dir.string(), **gpu, gpu_options);
   ASSERT_TRUE(gpu_model.ok()) << gpu_model.status();
   auto persistent = PersistentWhisperDecoder::Load(dir.string(), **gpu);

@@ -11,6 +11,8 @@
 // Decoder steps run at position 64 (65 keys in the self-attention cache of 448) against a cross
 // cache of 1500 encoder positions, with f16 weights and f32 activations and caches.
 //
+// The engine variants run WhisperModel::DecodeStep op by op, except "engine fused step", where it
+// runs the backend's prepared step (the persistent kernel, f32 cross K/V) up to 8 rows.
 // The persistent step (bench/gpu/persistent_whisper_step.h, one cooperative launch per step,
 // batches 1 to 8) also reduces the greedy token and log-sum-exp on the device; its variants
 // differ in one knob each (f16 or f32 cross K/V, L2 prefetch, graph or direct launch, ...).
@@ -60,6 +62,9 @@ struct BackendVariant {
   bool fused;    // decoder step from the fused kernels (bench/gpu/fused_whisper_step.h); no encoder
   bool persistent = false;  // the persistent step (bench/gpu/persistent_whisper_step.h); no encoder
   bench::PersistentStepOptions persistent_options = {};
+  // The engine's step: op by op (kNever, the rows measured before it existed) or the backend's
+  // prepared step where it takes the batch (kAuto: the persistent kernel up to 8 rows).
+  whisper::GraphUse engine_fused_step = whisper::GraphUse::kNever;
 };
 
 struct Row {
@@ -132,8 +137,13 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
   whisper::WhisperModelOptions model_options;
   model_options.weight_dtype = DType::kF16;
   model_options.embedding_dtype = DType::kF16;
+  model_options.fused_decoder_step = variant.engine_fused_step;
   ASSIGN_OR_RETURN(std::unique_ptr<whisper::WhisperModel> model,
                    whisper::WhisperModel::Load(model_dir, *backend, model_options));
+  if (model->fused_step_max_batch() > 0) {
+    std::cout << "# engine decoder step: the backend's prepared step up to "
+              << model->fused_step_max_batch() << " rows, op by op above" << std::endl;
+  }
   std::mt19937 rng(1234);
 
   std::unique_ptr<bench::FusedWhisperDecoder> fused;
@@ -426,6 +436,12 @@ int Main(int argc, char** argv) {
   add("fast, eager launches", CudaMath::kFast, false, false, false);
   add("fast, CUDA graph", CudaMath::kFast, false, true, false);
   add("fast, CUDA graph + PDL", CudaMath::kFast, true, true, false);
+  // The engine's DecodeStep with the backend's prepared step (WhisperModelOptions::
+  // fused_decoder_step, the persistent kernel up to 8 rows with f32 cross K/V; op by op above).
+  add("fast, CUDA graph + PDL, engine fused step", CudaMath::kFast, true, true, false);
+  variants.back().engine_fused_step = whisper::GraphUse::kAuto;
+  add("fast, eager launches, engine fused step", CudaMath::kFast, false, false, false);
+  variants.back().engine_fused_step = whisper::GraphUse::kAuto;
   add("accurate, CUDA graph + PDL", CudaMath::kAccurate, true, true, false);
   // The encoder's kernels one change at a time (issue 5, encoder at batch 1): the first ones
   // (f16 conversion + cuBLAS + epilogue per GEMM, im2col for Conv1d, flash v1, separate Adds);

@@ -26,6 +26,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -68,6 +69,8 @@ enum class Op : uint8_t {
   // f16 (its residual and y stay f32). An f16 value is the f32 result rounded to nearest;
   // arithmetic stays f32. Backends without it accept f32 activations only.
   kHalfActivations,
+  // Optional (a whole transformer decoder step in one call: PrepareDecoderStep).
+  kDecoderStep,
 };
 
 // A captured sequence of kernel calls. Replay() re-runs them on the tensors they were captured
@@ -98,6 +101,76 @@ struct BackendStats {
   uint64_t memory_held_bytes = 0;
   // Total memory of the device (host RAM for the CPU); 0 when unknown.
   uint64_t memory_capacity_bytes = 0;
+};
+
+// A pre-norm transformer decoder with cross-attention (Whisper's decoder) as one step function.
+// Per layer, with LN the layer normalisation of LayerNorm (eps `norm_eps`):
+//   x += out(Attention(q = LN1(x)·q_wᵀ + q_b, k, v = LN1(x)·{k,v}_wᵀ + b appended to the self
+//        caches at `positions`, causal, over `lengths` keys))
+//   x += cross_out(Attention(q = LN2(x)·cross_q_wᵀ + b, the cross K/V of the step, all keys))
+//   x += ff2(gelu(ff1(LN3(x))))
+// with x = Embed(tokens, positions) first and logits = LN_f(x) · token_embeddingᵀ last (the
+// embedding is tied to the output projection). Every matrix is [out, in] as Linear's weight
+// (f32 or f16), every bias and gain f32.
+struct DecoderStepDims {
+  int d_model = 0;
+  int n_heads = 0;
+  int ffn_dim = 0;  // hidden width of the feed-forward block
+  int n_layers = 0;
+  int n_vocab = 0;
+  int n_positions = 0;  // rows of the position table and of each self-attention cache
+  int n_source = 0;     // rows of each cross-attention K/V (encoder positions)
+  float attention_scale = 0.125f;
+  float norm_eps = 1e-5f;
+};
+struct DecoderStepLayerWeights {
+  Tensor self_norm_gamma, self_norm_beta;
+  Tensor q_w, q_b, k_w, k_b, v_w, v_b, out_w, out_b;  // [d, d], [d]
+  Tensor cross_norm_gamma, cross_norm_beta;
+  Tensor cross_q_w, cross_q_b, cross_out_w, cross_out_b;  // [d, d], [d]
+  Tensor ffn_norm_gamma, ffn_norm_beta;
+  Tensor ff1_w, ff1_b, ff2_w, ff2_b;  // [ffn, d], [ffn], [d, ffn], [d]
+};
+struct DecoderStepWeights {
+  DecoderStepDims dims;
+  Tensor token_embedding;  // [n_vocab, d]: input embedding and output projection
+  Tensor position_table;   // f32 [n_positions, d]
+  std::vector<DecoderStepLayerWeights> layers;
+  Tensor final_norm_gamma, final_norm_beta;
+};
+// The device tensors of one step of B rows (B <= PreparedDecoderStep::max_batch()). Values that
+// change per step are read when the step runs (a captured step replays with new values).
+struct DecoderStepIo {
+  Tensor tokens;                         // i32 [B] or [B, 1]
+  Tensor positions;                      // i32 [B]: where each row's K/V go in its self caches
+  Tensor lengths;                        // i32 [B]: keys each row attends to (positions + 1)
+  std::vector<Tensor> self_k, self_v;    // per layer f32 [B, n_positions, d], appended in place
+  std::vector<Tensor> cross_k, cross_v;  // per layer f32 [B, n_source, d] (a backend may take f16)
+  Tensor logits;                         // f32 [B, n_vocab], written
+};
+// Checks `io` against `dims` and `max_batch` (shapes, dtypes, layer counts): InvalidArgument
+// naming the tensor. For implementations of PreparedDecoderStep::Run.
+absl::Status CheckDecoderStepIo(const DecoderStepDims& dims, int max_batch,
+                                const DecoderStepIo& io);
+// Checks that `weights` has the shapes its dims say (and f32 biases, gains and position table).
+absl::Status CheckDecoderStepWeights(const DecoderStepWeights& weights);
+
+// A decoder step prepared by Backend::PrepareDecoderStep: the weights are the backend's own
+// (references or converted copies, e.g. Q/K/V fused into one matrix), so that a step is one
+// call. Equal to the composition of this header's ops above up to rounding (a backend may sum in
+// another, even varying, order). Owned by the caller; uses the backend that made it, which must
+// outlive it, and is driven from that backend's thread.
+class PreparedDecoderStep {
+ public:
+  virtual ~PreparedDecoderStep() = default;
+  virtual const DecoderStepDims& dims() const = 0;
+  // Rows a step takes at most; larger batches are the caller's to split or to run unfused.
+  virtual int max_batch() const = 0;
+  // One step: appends each row's K/V at its position and writes its logits. Allocates nothing,
+  // copies nothing to or from the host, does not wait: capturable (Backend::BeginCapture).
+  // Index values (tokens, positions, lengths) are checked as Embed, WriteRows and Attention
+  // check them.
+  virtual absl::Status Run(const DecoderStepIo& io) = 0;
 };
 
 class Backend {
@@ -211,6 +284,13 @@ class Backend {
   // overlap x. Equal to that Linear then Add up to the rounding of the backend's Linear.
   virtual absl::Status LinearResidual(const Tensor& x, const Tensor& weight, const Tensor* bias,
                                       Activation act, const Tensor& residual, const Tensor& y);
+
+  // A decoder step prepared once from `weights` (see PreparedDecoderStep). Backends that offer it
+  // report supports(Op::kDecoderStep) and may still refuse dims they have no kernel for
+  // (Unimplemented, naming what they take). Not while capturing (it may allocate and copy).
+  // Default: Unimplemented.
+  virtual absl::StatusOr<std::unique_ptr<PreparedDecoderStep>> PrepareDecoderStep(
+      const DecoderStepWeights& weights);
 
   // ---- Graph capture (optional) ------------------------------------------------------------
   // Between BeginCapture() and EndCapture(), kernel calls are recorded instead of (or as well

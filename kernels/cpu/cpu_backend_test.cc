@@ -56,6 +56,11 @@ TEST(CpuBackendRegistryTest, CreatedByName) {
                 Op::kWriteRows, Op::kEmbed, Op::kLogSoftmax, Op::kGraphCapture}) {
     EXPECT_TRUE((*backend)->supports(op));
   }
+  // The optional fusions and f16 activations are not offered: the engine keeps its f32 op-by-op
+  // path on the CPU, bit for bit.
+  for (Op op : {Op::kLinearResidual, Op::kHalfActivations, Op::kDecoderStep}) {
+    EXPECT_FALSE((*backend)->supports(op)) << static_cast<int>(op);
+  }
   std::vector<std::string> names = RegisteredBackends();
   EXPECT_NE(std::find(names.begin(), names.end(), "cpu"), names.end());
   EXPECT_EQ(CreateBackend("cpu", {.num_threads = -1}).status().code(),

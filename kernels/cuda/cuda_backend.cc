@@ -33,6 +33,7 @@
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/memory_pool.h"
 #include "kernels/cuda/norm.cuh"
+#include "kernels/cuda/persistent_step.h"
 #include "kernels/cuda/softmax.cuh"
 #include "spdlog/spdlog.h"
 
@@ -158,6 +159,7 @@ class CudaBackend final : public Backend, public CudaExtensions {
       case Op::kLogSoftmax:
       case Op::kGraphCapture:
       case Op::kArgmaxLogSumExp:
+      case Op::kDecoderStep:  // for the dims the persistent kernel takes (persistent_step.h)
         return true;
       case Op::kLinearResidual:
         return options_.linear_residual;
@@ -632,6 +634,16 @@ class CudaBackend final : public Backend, public CudaExtensions {
     return Submit([state = state_, what, launch = std::move(launch), keep = std::move(keep)]() {
       return GpuStatus(what.c_str(), static_cast<cudaError_t>(launch(state->ctx)));
     });
+  }
+
+  int multiprocessor_count() const override { return state_->ctx.sm_count; }
+
+  absl::StatusOr<std::unique_ptr<PreparedDecoderStep>> PrepareDecoderStep(
+      const DecoderStepWeights& weights) override {
+    RETURN_IF_ERROR(NotCapturing("PrepareDecoderStep"));
+    ASSIGN_OR_RETURN(std::unique_ptr<cuda::PersistentDecoderStep> step,
+                     cuda::PersistentDecoderStep::Create(*this, *this, weights));
+    return std::unique_ptr<PreparedDecoderStep>(std::move(step));
   }
 
   // ---- Graph capture --------------------------------------------------------------------------

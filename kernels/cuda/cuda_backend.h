@@ -104,7 +104,8 @@ struct CudaBackendOptions {
 };
 
 // CUDA-only kernels beyond the Backend interface, for callers that know they hold a CUDA backend
-// (the GPU benchmark's fused decoder step, and its parity test). Candidates for optional
+// (the GPU benchmark's fused decoder step, and its parity test; the persistent decoder step of
+// PrepareDecoderStep, kernels/cuda/persistent_step.h). Candidates for optional
 // Backend ops: see docs/gpu.md.
 class CudaExtensions {
  public:
@@ -140,6 +141,9 @@ class CudaExtensions {
   using RawLaunch = std::function<int(const cuda::LaunchContext&)>;
   virtual absl::Status LaunchRaw(const std::string& what, RawLaunch launch,
                                  std::vector<Tensor> keep, std::vector<int64_t> signature) = 0;
+  // Multiprocessors of the backend's device (LaunchContext::sm_count): the persistent kernels'
+  // grid, for sizing their workspaces.
+  virtual int multiprocessor_count() const = 0;
 };
 
 // The CUDA extensions of `backend`, or null when it is not this CUDA backend.

@@ -255,7 +255,66 @@ absl::StatusOr<std::unique_ptr<WhisperModel>> WhisperModel::FromModelFile(
     RETURN_IF_ERROR(load_ffn(p + "/ffn", layer.ffn));
   }
   RETURN_IF_ERROR(backend.Synchronize());
+  if (options.fused_decoder_step != GraphUse::kNever) {
+    RETURN_IF_ERROR(m.PrepareFusedStep(options.fused_decoder_step == GraphUse::kAlways));
+  }
   return model;
+}
+
+absl::Status WhisperModel::PrepareFusedStep(bool required) {
+  if (!backend_.supports(Op::kDecoderStep)) {
+    if (!required) return absl::OkStatus();
+    return absl::UnimplementedError(
+        absl::StrCat("backend '", std::string(backend_.name()), "' has no prepared decoder step"));
+  }
+  DecoderStepWeights w;
+  w.dims = {.d_model = dims_.d_model,
+            .n_heads = dims_.n_heads,
+            .ffn_dim = static_cast<int>(decoder_layers_[0].ffn.in_w.dim(0)),
+            .n_layers = dims_.n_decoder_layers,
+            .n_vocab = dims_.n_vocab,
+            .n_positions = dims_.n_text_ctx,
+            .n_source = dims_.n_audio_ctx,
+            .attention_scale = attention_scale_,
+            .norm_eps = 1e-5f};
+  w.token_embedding = token_embedding_;
+  w.position_table = decoder_positions_;
+  w.final_norm_gamma = decoder_norm_gamma_;
+  w.final_norm_beta = decoder_norm_beta_;
+  for (const DecoderLayer& layer : decoder_layers_) {
+    const AttentionWeights &sa = layer.self_attention, &ca = layer.cross_attention;
+    const FeedForwardWeights& ff = layer.ffn;
+    w.layers.push_back({.self_norm_gamma = sa.norm_gamma,
+                        .self_norm_beta = sa.norm_beta,
+                        .q_w = sa.q_w,
+                        .q_b = sa.q_b,
+                        .k_w = sa.k_w,
+                        .k_b = sa.k_b,
+                        .v_w = sa.v_w,
+                        .v_b = sa.v_b,
+                        .out_w = sa.out_w,
+                        .out_b = sa.out_b,
+                        .cross_norm_gamma = ca.norm_gamma,
+                        .cross_norm_beta = ca.norm_beta,
+                        .cross_q_w = ca.q_w,
+                        .cross_q_b = ca.q_b,
+                        .cross_out_w = ca.out_w,
+                        .cross_out_b = ca.out_b,
+                        .ffn_norm_gamma = ff.norm_gamma,
+                        .ffn_norm_beta = ff.norm_beta,
+                        .ff1_w = ff.in_w,
+                        .ff1_b = ff.in_b,
+                        .ff2_w = ff.out_w,
+                        .ff2_b = ff.out_b});
+  }
+  absl::StatusOr<std::unique_ptr<PreparedDecoderStep>> step = backend_.PrepareDecoderStep(w);
+  if (step.ok()) {
+    prepared_step_ = std::move(*step);
+    return absl::OkStatus();
+  }
+  // Dims the backend has no kernel for: op by op, unless the caller asked for the fused step.
+  if (!required && absl::IsUnimplemented(step.status())) return absl::OkStatus();
+  return step.status();
 }
 
 absl::StatusOr<std::unique_ptr<DecoderState>> WhisperModel::NewDecoderState(int batch_size) const {
@@ -763,6 +822,18 @@ absl::Status WhisperModel::DecodeStepToHost(absl::Span<const int32_t> tokens,
 
 absl::Status WhisperModel::DecodeStep(DecoderState& state) const {
   const DecoderState::StepBuffers& s = state.step_;
+  if (prepared_step_ != nullptr && state.batch_size() <= prepared_step_->max_batch()) {
+    DecoderStepIo io;
+    io.tokens = s.tokens;
+    io.positions = state.positions_;
+    io.lengths = state.lengths_;
+    io.self_k = state.self_k_;
+    io.self_v = state.self_v_;
+    io.cross_k = state.cross_k_;
+    io.cross_v = state.cross_v_;
+    io.logits = s.logits;
+    return prepared_step_->Run(io);
+  }
   const Workspace ws{s.h, s.q, s.k, s.v, s.attended, s.hidden};
   RETURN_IF_ERROR(
       backend_.Embed(s.tokens, state.positions_, token_embedding_, decoder_positions_, s.x));

@@ -68,6 +68,14 @@ struct WhisperModelOptions {
   // one batched pass: kAuto on backends whose device is not the CPU (see
   // WhisperModel::batches_encoder), kAlways / kNever everywhere. Default: kAuto.
   GraphUse batch_encoder = GraphUse::kAuto;
+  // Whether DecodeStep runs as the backend's prepared decoder step (Backend::PrepareDecoderStep:
+  // on CUDA one persistent kernel per step, Whisper tiny's shapes, up to 8 rows) for batches it
+  // takes; larger batches, prompts (PrefillRows, Decode of several tokens) and the rest stay
+  // on the op-by-op path. kAuto: where the backend offers it for this model's dims (never on the
+  // CPU, which does not); kAlways: the same, but Load fails when the backend refuses (tests);
+  // kNever: op by op everywhere (for comparisons). Its sums may run in another, varying, order:
+  // logits equal the op-by-op ones to rounding, not bit for bit. Default: kAuto.
+  GraphUse fused_decoder_step = GraphUse::kAuto;
 };
 
 // Cross-attention keys/values of one encoded window per batch row, and the self-attention cache.
@@ -170,6 +178,11 @@ class WhisperModel {
   // its output differs from the one-window output in the last bits (docs/benchmarks.md), so
   // windows are encoded one at a time there; on a GPU a batch fills the chip.
   bool batches_encoder() const { return batch_encoder_; }
+  // Rows up to which DecodeStep runs the backend's prepared decoder step
+  // (WhisperModelOptions::fused_decoder_step resolved against the backend); 0: never.
+  int fused_step_max_batch() const {
+    return prepared_step_ == nullptr ? 0 : prepared_step_->max_batch();
+  }
 
   absl::StatusOr<std::unique_ptr<DecoderState>> NewDecoderState(int batch_size) const;
 
@@ -237,10 +250,12 @@ class WhisperModel {
 
   // One decoder step on the device: reads state.step_tokens(), positions() and lengths() as they
   // are when the kernels run, appends each row's K/V to its self-attention cache and writes
-  // state.step_logits(). Allocates nothing, copies nothing to or from the host and does not
-  // wait, so it can be recorded between Backend::BeginCapture() and EndCapture() and the graph
-  // replayed for every later step (the state must outlive the graph). Positions are not checked
-  // here: an out-of-range one is reported by the backend (see its header).
+  // state.step_logits(). Batches of up to fused_step_max_batch() rows run as the backend's
+  // prepared step (one call), larger ones op by op. Allocates nothing, copies nothing to or from
+  // the host and does not wait, so it can be recorded between Backend::BeginCapture() and
+  // EndCapture() and the graph replayed for every later step (the state must outlive the graph).
+  // Positions are not checked here: an out-of-range one is reported by the backend (see its
+  // header).
   absl::Status DecodeStep(DecoderState& state) const;
 
   // DecodeStep through a graph where uses_graphs(): captured on the first step of `state` (each
@@ -308,6 +323,9 @@ class WhisperModel {
   // projection into `state`.
   absl::Status EncoderPass(EncoderBuffers& buffers) const;
   absl::Status ProjectCross(const Tensor& encoded, DecoderState& state) const;
+  // prepared_step_ from the loaded decoder weights where the backend offers it; `required`: an
+  // error when it does not.
+  absl::Status PrepareFusedStep(bool required);
   // New buffers holding `mel` (host [B, n_mels, n_frames]) transposed to time-major.
   absl::StatusOr<std::unique_ptr<EncoderBuffers>> UploadMel(absl::Span<const float> mel,
                                                             int batch) const;
@@ -323,6 +341,9 @@ class WhisperModel {
   Tensor token_embedding_, decoder_positions_;
   Tensor decoder_norm_gamma_, decoder_norm_beta_;
   std::vector<DecoderLayer> decoder_layers_;
+  // The backend's one-call decoder step over these weights (WhisperModelOptions::
+  // fused_decoder_step), or null.
+  std::unique_ptr<PreparedDecoderStep> prepared_step_;
 };
 
 }  // namespace waav::whisper

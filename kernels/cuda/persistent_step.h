@@ -1,0 +1,81 @@
+// The CUDA backend's PreparedDecoderStep (Backend::PrepareDecoderStep): the persistent decoder
+// kernel (persistent_decoder.cuh), one cooperative launch per step for 1 to 8 rows of Whisper
+// tiny's decoder shapes (d_model 384, 6 heads, FFN 1536, <= 4 layers). Made once from the
+// model's weights: Q/K/V fused into one f16 [3d, d] matrix with one [3d] bias, f32 matrices
+// converted to f16 (exact for weights that came from an f16 file), f16 ones used as they are.
+// The engine's WhisperModel::DecodeStep runs it with f32 cross K/V; the GPU benchmark
+// (bench/gpu/persistent_whisper_step.h) also with f16 copies, its knobs and the on-device greedy
+// outputs (RunWith).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/runtime/backend.h"
+#include "kernels/cuda/cuda_backend.h"
+
+namespace waav::cuda {
+
+// The kernel's knobs (persistent_decoder.cuh, PersistentDecoderParams); the defaults are the
+// measured best (docs/benchmarks.md).
+struct PersistentStepTuning {
+  bool split_barrier = true;
+  bool fuse_ffn = true;
+  bool fuse_self_out = true;
+  bool prefetch = true;
+  // Prefetch the logits weights from the start of this layer; -1: never, -2: the last layer.
+  int logits_prefetch_layer = -2;
+  bool block_attention = true;
+  bool prefetch_kv_tiles = true;
+  int cross_split_keys = 32;
+  int self_split_keys = 32;
+  int profile_mode = 0;  // kProfile*: timing only, results wrong
+};
+
+// OK when the persistent kernel takes these dims at batch `batch`, else Unimplemented naming what
+// it takes. Needs no GPU.
+absl::Status CheckPersistentStepDims(const DecoderStepDims& dims, int batch = 1);
+
+class PersistentDecoderStep final : public PreparedDecoderStep {
+ public:
+  // `backend` must be the CUDA backend behind `ext` and outlive the step. Allocates the
+  // workspace for up to max_batch() rows and n_source cross positions and waits for the copies.
+  static absl::StatusOr<std::unique_ptr<PersistentDecoderStep>> Create(
+      Backend& backend, CudaExtensions& ext, const DecoderStepWeights& weights,
+      const PersistentStepTuning& tuning = {});
+
+  const DecoderStepDims& dims() const override { return dims_; }
+  int max_batch() const override;
+  absl::Status Run(const DecoderStepIo& io) override;
+
+  // Optional outputs of the kernel's on-device greedy choice (each null/undefined: not written).
+  struct Extras {
+    Tensor best_token;         // i32 [B]: argmax over the tokens not suppressed (lowest id on ties)
+    Tensor best_logprob;       // f32 [B]: its log-softmax value
+    Tensor logsumexp;          // f32 [B]: log Σ exp over the tokens not suppressed
+    Tensor suppress_bits;      // i32 [ceil(V / 32)]: bit t set suppresses token t
+    bool write_logits = true;  // false: io.logits is not written
+  };
+  // Run with the extras; io.cross_k/v may be f16 (half the bytes of the largest read).
+  absl::Status RunWith(const DecoderStepIo& io, const Extras& extras);
+
+ private:
+  PersistentDecoderStep(Backend& backend, CudaExtensions& ext) : backend_(backend), ext_(ext) {}
+
+  struct Layer {
+    Tensor ln1_g, ln1_b, qkv_w, qkv_b, out_w, out_b;
+    Tensor ln2_g, ln2_b, cq_w, cq_b, cout_w, cout_b;
+    Tensor ln3_g, ln3_b, ff1_w, ff1_b, ff2_w, ff2_b;
+  };
+  Backend& backend_;
+  CudaExtensions& ext_;
+  DecoderStepDims dims_;
+  PersistentStepTuning tuning_;
+  Tensor token_embedding_, positions_, final_g_, final_b_;
+  std::vector<Layer> layers_;
+  Tensor workspace_, sync_;
+};
+
+}  // namespace waav::cuda
