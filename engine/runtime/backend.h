@@ -68,6 +68,10 @@ enum class Op : uint8_t {
   // f16 (its residual and y stay f32). An f16 value is the f32 result rounded to nearest;
   // arithmetic stays f32. Backends without it accept f32 activations only.
   kHalfActivations,
+  // Optional kernel (one GEMM for several projections of one input, each written as its own
+  // plane; Whisper's encoder Q, K and V). With kHalfActivations, Attention may also read f16
+  // q, k and v (the planes written f16).
+  kLinearPlanes,
 };
 
 // A captured sequence of kernel calls. Replay() re-runs them on the tensors they were captured
@@ -211,6 +215,14 @@ class Backend {
   // overlap x. Equal to that Linear then Add up to the rounding of the backend's Linear.
   virtual absl::Status LinearResidual(const Tensor& x, const Tensor& weight, const Tensor* bias,
                                       Activation act, const Tensor& residual, const Tensor& y);
+
+  // Linear(x, weight, bias, kNone) with weight [P·C, K] (P projections stacked), written as P
+  // planes: y [P, M, C] with y[p, m, :] = x[m] · weight[p·C .. p·C + C)ᵀ + bias[p·C .. p·C + C)
+  // (M = rows of x), so that each plane is a contiguous tensor (Q, K and V from one GEMM).
+  // y is f32, or f16 with Op::kHalfActivations (x too). Equal to P Linear calls on the weight's
+  // row blocks up to the rounding of the backend's Linear.
+  virtual absl::Status LinearPlanes(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                                    int planes, const Tensor& y);
 
   // ---- Graph capture (optional) ------------------------------------------------------------
   // Between BeginCapture() and EndCapture(), kernel calls are recorded instead of (or as well

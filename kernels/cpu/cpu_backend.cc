@@ -20,11 +20,11 @@
 #include "absl/strings/str_cat.h"
 #include "engine/runtime/op_checks.h"
 #include "engine/runtime/status.h"
+#include "engine/runtime/thread_pool.h"
 #include "kernels/cpu/cpu_memory.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/pointwise.h"
 #include "kernels/cpu/scratch.h"
-#include "engine/runtime/thread_pool.h"
 #include "spdlog/spdlog.h"
 
 namespace waav {
@@ -203,9 +203,11 @@ class CpuBackend final : public Backend {
     return absl::StrCat("cpu: ", state_->pool.num_threads(),
                         " threads, AVX2/FMA/F16C kernels, OpenBLAS ", openblas_get_corename());
   }
-  // Every op but LinearResidual, whose fusion would save nothing here (the engine calls Linear
-  // and Add instead, as before).
-  bool supports(Op op) const override { return op != Op::kLinearResidual; }
+  // Every op but LinearResidual and LinearPlanes, whose fusions would save nothing here (the
+  // engine calls Linear and Add instead, as before).
+  bool supports(Op op) const override {
+    return op != Op::kLinearResidual && op != Op::kLinearPlanes;
+  }
 
   // ---- Memory ---------------------------------------------------------------------------------
 
