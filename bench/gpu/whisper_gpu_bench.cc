@@ -384,6 +384,19 @@ absl::Status ProfileOps(const CudaBackendOptions& options, const std::string& la
       RETURN_IF_ERROR(profile("enc LinearResidual f16 1500x1536->384", 1, [&] {
         return backend->LinearResidual(hidden16, w_ff2, &bias, Activation::kNone, y2, y2);
       }));
+      if (backend->supports(Op::kLinearPlanes)) {  // Q, K, V in one GEMM, f16 planes
+        ASSIGN_OR_RETURN(Tensor w_qkv, random({3 * d, d}, DType::kF16, -0.05, 0.05));
+        ASSIGN_OR_RETURN(Tensor b_qkv, random({3 * d}, DType::kF32, -0.1, 0.1));
+        ASSIGN_OR_RETURN(Tensor qkv16, backend->Allocate({3, 1500, d}, DType::kF16));
+        RETURN_IF_ERROR(profile("enc LinearPlanes f16 1500x384->3x384 -> f16", 1, [&] {
+          return backend->LinearPlanes(h16, w_qkv, &b_qkv, 3, qkv16);
+        }));
+        ASSIGN_OR_RETURN(Tensor q16, qkv16.Slice(0, 1));
+        ASSIGN_OR_RETURN(Tensor k16, qkv16.Slice(1, 2));
+        RETURN_IF_ERROR(profile("enc Attention f16 q,k,v 1500x1500", 1, [&] {
+          return backend->Attention(q16, k16, k16, nullptr, 6, 0.125f, false, y);
+        }));
+      }
     }
   }
   return absl::OkStatus();
@@ -473,6 +486,20 @@ int Main(int argc, char** argv) {
     variants.back().options.half_gemm_max_n = e.max_n;
     variants.back().options.half_activations = e.half_activations;
   }
+  // Round 3 (enc8): the default has Q, K, V in one GEMM written as f16 planes that flash v2
+  // reads directly (linear_planes); without it, the round 2 default. PDL only for grids of at
+  // most one block per SM (the encoder's flash and GEMM grids launch normally).
+  for (const bool pdl : {true, false}) {
+    add(absl::StrCat("fast, CUDA graph", pdl ? " + PDL" : "", ", no QKV planes (round 2 default)"),
+        CudaMath::kFast, pdl, true, false);
+    variants.back().options.linear_planes = false;
+  }
+  add("fast, CUDA graph + PDL <= 1 block per SM", CudaMath::kFast, true, true, false);
+  variants.back().options.pdl_max_blocks_per_sm = 1;
+  add("fast, CUDA graph + PDL <= 1 block per SM, no QKV planes", CudaMath::kFast, true, true,
+      false);
+  variants.back().options.pdl_max_blocks_per_sm = 1;
+  variants.back().options.linear_planes = false;
   // The switch from the skinny kernel to cuBLAS (default: above 16 rows) moved up.
   for (int rows : {32, 64}) {
     add(absl::StrCat("fast, CUDA graph + PDL, skinny <= ", rows, " rows"), CudaMath::kFast, true,

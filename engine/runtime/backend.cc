@@ -36,6 +36,11 @@ absl::Status Backend::LinearResidual(const Tensor&, const Tensor&, const Tensor*
   return NotImplemented(name(), "LinearResidual");
 }
 
+absl::Status Backend::LinearPlanes(const Tensor&, const Tensor&, const Tensor*, int,
+                                   const Tensor&) {
+  return NotImplemented(name(), "LinearPlanes");
+}
+
 absl::Status Backend::BeginCapture() {
   return absl::UnimplementedError(
       absl::StrCat("backend '", std::string(name()), "' cannot capture graphs"));

@@ -71,6 +71,10 @@ enum class Op : uint8_t {
   kHalfActivations,
   // Optional (a whole transformer decoder step in one call: PrepareDecoderStep).
   kDecoderStep,
+  // Optional kernel (one GEMM for several projections of one input, each written as its own
+  // plane; Whisper's encoder Q, K and V). With kHalfActivations, Attention may also read f16
+  // q, k and v (the planes written f16).
+  kLinearPlanes,
 };
 
 // A captured sequence of kernel calls. Replay() re-runs them on the tensors they were captured
@@ -291,6 +295,13 @@ class Backend {
   // Default: Unimplemented.
   virtual absl::StatusOr<std::unique_ptr<PreparedDecoderStep>> PrepareDecoderStep(
       const DecoderStepWeights& weights);
+  // Linear(x, weight, bias, kNone) with weight [P·C, K] (P projections stacked), written as P
+  // planes: y [P, M, C] with y[p, m, :] = x[m] · weight[p·C .. p·C + C)ᵀ + bias[p·C .. p·C + C)
+  // (M = rows of x), so that each plane is a contiguous tensor (Q, K and V from one GEMM).
+  // y is f32, or f16 with Op::kHalfActivations (x too). Equal to P Linear calls on the weight's
+  // row blocks up to the rounding of the backend's Linear.
+  virtual absl::Status LinearPlanes(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                                    int planes, const Tensor& y);
 
   // ---- Graph capture (optional) ------------------------------------------------------------
   // Between BeginCapture() and EndCapture(), kernel calls are recorded instead of (or as well

@@ -144,6 +144,38 @@ absl::StatusOr<LinearDims> ValidateLinear(DeviceKind device, const Tensor& x, co
   return LinearDims{k == 0 ? y.numel() / std::max<int64_t>(n, 1) : x.numel() / k, n, k};
 }
 
+absl::StatusOr<LinearDims> ValidateLinearPlanes(DeviceKind device, const Tensor& x,
+                                                const Tensor& weight, const Tensor* bias,
+                                                int planes, const Tensor& y,
+                                                bool half_activations) {
+  constexpr const char* kOp = "LinearPlanes";
+  const std::initializer_list<DType> acts = {DType::kF32, DType::kF16};
+  const std::initializer_list<DType> f32 = {DType::kF32};
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "x", x, half_activations ? acts : f32, -1, 1));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "y", y, half_activations ? acts : f32, 3));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "weight", weight, {DType::kF32, DType::kF16}, 2));
+  const int64_t n = weight.dim(0), k = weight.dim(1);
+  if (planes < 1 || n % planes != 0) {
+    return Invalid(kOp,
+                   absl::StrCat("planes ", planes, " must be >= 1 and divide weight's rows in ",
+                                weight.Describe()));
+  }
+  if (x.dim(-1) != k) {
+    return Invalid(kOp, absl::StrCat("x ", x.Describe(), " and weight ", weight.Describe(),
+                                     " disagree on the input size (", x.dim(-1), " vs ", k, ")"));
+  }
+  const int64_t m = k == 0 ? 0 : x.numel() / k;
+  RETURN_IF_ERROR(CheckShape(kOp, "y", y, Shape{planes, m, n / planes}, "[planes, rows of x, C]"));
+  if (bias != nullptr) {
+    RETURN_IF_ERROR(CheckTensor(device, kOp, "bias", *bias, {DType::kF32}, 1));
+    RETURN_IF_ERROR(CheckShape(kOp, "bias", *bias, Shape{n}, "one per output"));
+    RETURN_IF_ERROR(CheckDisjoint(kOp, "y", y, "bias", *bias));
+  }
+  RETURN_IF_ERROR(CheckDisjoint(kOp, "y", y, "x", x));
+  RETURN_IF_ERROR(CheckDisjoint(kOp, "y", y, "weight", weight));
+  return LinearDims{m, n, k};
+}
+
 absl::StatusOr<Conv1dDims> ValidateConv1d(DeviceKind device, const Tensor& x, const Tensor& weight,
                                           const Tensor& bias, int stride, int padding,
                                           const Tensor& y) {
@@ -260,11 +292,14 @@ absl::StatusOr<ArgmaxDims> ValidateArgmaxLogSumExp(DeviceKind device, const Tens
 
 absl::StatusOr<AttentionDims> ValidateAttention(DeviceKind device, const Tensor& q, const Tensor& k,
                                                 const Tensor& v, const Tensor* kv_lengths,
-                                                int num_heads, float scale, const Tensor& out) {
+                                                int num_heads, float scale, const Tensor& out,
+                                                bool half_activations) {
   constexpr const char* kOp = "Attention";
-  RETURN_IF_ERROR(CheckTensor(device, kOp, "q", q, {DType::kF32}, 3));
-  RETURN_IF_ERROR(CheckTensor(device, kOp, "k", k, {DType::kF32}, 3));
-  RETURN_IF_ERROR(CheckTensor(device, kOp, "v", v, {DType::kF32}, 3));
+  const bool f16 = half_activations && q.defined() && q.dtype() == DType::kF16;
+  const DType in = f16 ? DType::kF16 : DType::kF32;
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "q", q, {in}, 3));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "k", k, {in}, 3));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "v", v, {in}, 3));
   RETURN_IF_ERROR(CheckTensor(device, kOp, "out", out, {DType::kF32}, 3));
   const int64_t batch = q.dim(0), tq = q.dim(1), width = q.dim(2), tk = k.dim(1);
   if (k.dim(0) != batch || k.dim(2) != width) {

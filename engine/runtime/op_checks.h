@@ -46,6 +46,12 @@ absl::StatusOr<LinearDims> ValidateLinear(DeviceKind device, const Tensor& x, co
                                           const Tensor* bias, const Tensor& y,
                                           bool half_activations = false);
 
+// LinearPlanes: weight [P·C, K], y [P, M, C] for x of M rows of K (dims: m = M, n = P·C, k = K).
+absl::StatusOr<LinearDims> ValidateLinearPlanes(DeviceKind device, const Tensor& x,
+                                                const Tensor& weight, const Tensor* bias,
+                                                int planes, const Tensor& y,
+                                                bool half_activations = false);
+
 struct Conv1dDims {
   int64_t batch, time, in_channels, out_channels, kernel_size, out_time;
   int stride, padding;
@@ -77,7 +83,9 @@ struct AttentionDims {
 };
 absl::StatusOr<AttentionDims> ValidateAttention(DeviceKind device, const Tensor& q, const Tensor& k,
                                                 const Tensor& v, const Tensor* kv_lengths,
-                                                int num_heads, float scale, const Tensor& out);
+                                                int num_heads, float scale, const Tensor& out,
+                                                bool half_activations = false);
+// (`half_activations`: q, k and v may also be f16, all three alike; out stays f32.)
 
 struct WriteRowsDims {
   int64_t batch, rows, channels, capacity;

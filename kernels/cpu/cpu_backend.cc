@@ -204,9 +204,11 @@ class CpuBackend final : public Backend {
                         " threads, AVX2/FMA/F16C kernels, OpenBLAS ", openblas_get_corename());
   }
   // Every op but the optional fusions, which would save nothing here (the engine calls Linear
-  // and Add, and the decoder step op by op, as before), and f16 activations (f32 throughout).
+  // and Add, one Linear per projection, and the decoder step op by op, as before), and f16
+  // activations (f32 throughout).
   bool supports(Op op) const override {
-    return op != Op::kLinearResidual && op != Op::kHalfActivations && op != Op::kDecoderStep;
+    return op != Op::kLinearResidual && op != Op::kLinearPlanes && op != Op::kHalfActivations &&
+           op != Op::kDecoderStep;
   }
 
   // ---- Memory ---------------------------------------------------------------------------------

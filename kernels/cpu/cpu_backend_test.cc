@@ -24,8 +24,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/runtime/status.h"
-#include "kernels/cpu/cpu_memory.h"
 #include "engine/runtime/thread_pool.h"
+#include "kernels/cpu/cpu_memory.h"
 #include "tests/support/kernel_test_util.h"
 
 namespace waav {
@@ -58,7 +58,7 @@ TEST(CpuBackendRegistryTest, CreatedByName) {
   }
   // The optional fusions and f16 activations are not offered: the engine keeps its f32 op-by-op
   // path on the CPU, bit for bit.
-  for (Op op : {Op::kLinearResidual, Op::kHalfActivations, Op::kDecoderStep}) {
+  for (Op op : {Op::kLinearResidual, Op::kLinearPlanes, Op::kHalfActivations, Op::kDecoderStep}) {
     EXPECT_FALSE((*backend)->supports(op)) << static_cast<int>(op);
   }
   std::vector<std::string> names = RegisteredBackends();

@@ -32,6 +32,10 @@ struct AttentionArgs {
   int heads, head_dim;
   float scale;
   bool causal;
+  // Flash v2 only: q, k, v are f16 (f16 activations) at q16, k16, v16 (same shapes) and are
+  // read as they are; q, k, v unused.
+  bool half_inputs = false;
+  const void *q16 = nullptr, *k16 = nullptr, *v16 = nullptr;
 };
 
 // Largest head_dim SplitAttention handles.

@@ -137,7 +137,8 @@ cudaError_t Launch(const LaunchContext& ctx, void (*kernel)(Params...), dim3 gri
   // H200: PDL on every launch made a 30 s encoder pass 9% slower, while it made a decoder step,
   // whose kernels are small, 20% faster).
   const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
-  if (ctx.pdl && blocks <= 4 * static_cast<uint64_t>(ctx.sm_count)) {
+  if (ctx.pdl && blocks <= static_cast<uint64_t>(ctx.pdl_max_blocks_per_sm) *
+                               static_cast<uint64_t>(ctx.sm_count)) {
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
     config.blockDim = block;

@@ -163,6 +163,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
         return true;
       case Op::kLinearResidual:
         return options_.linear_residual;
+      case Op::kLinearPlanes:
+        return options_.linear_planes;
       case Op::kHalfActivations:  // the ops take f16 in any mode; kAccurate keeps f32 between them
         return options_.half_activations && options_.math == CudaMath::kFast;
       default:  // optional ops this backend does not implement
@@ -230,6 +232,49 @@ class CudaBackend final : public Backend, public CudaExtensions {
     return LinearImpl("LinearResidual", x, weight, bias, act, residual, y);
   }
 
+  // One GEMM (the Linear paths without HalfGemm) into f32 scratch [M, P·C], then one pass adding
+  // the bias and writing the planes (f16 or f32).
+  absl::Status LinearPlanes(const Tensor& x, const Tensor& weight, const Tensor* bias, int planes,
+                            const Tensor& y) override {
+    ASSIGN_OR_RETURN(const checks::LinearDims d,
+                     checks::ValidateLinearPlanes(kGpuKind, x, weight, bias, planes, y,
+                                                  options_.half_activations));
+    const bool w_f16 = weight.dtype() == DType::kF16;
+    const bool x_f16 = x.dtype() == DType::kF16, y_f16 = y.dtype() == DType::kF16;
+    const Tensor b = bias != nullptr ? *bias : Tensor();
+    const cuda::GemmPlan plan = cuda::PlanGemm(state_->gemm, d.m, d.n, d.k, w_f16, false);
+    const bool x_direct = x_f16 && (plan.path == cuda::GemmPath::kBlasHalf ||
+                                    plan.path == cuda::GemmPath::kBlasHalfSplit);
+    const size_t x_bytes = x_f16 && !x_direct ? RoundUp256(static_cast<size_t>(d.m * d.k) * 4) : 0;
+    const size_t temp_bytes = RoundUp256(static_cast<size_t>(d.m * d.n) * 4);
+    ASSIGN_OR_RETURN(Tensor scratch, Scratch(temp_bytes + x_bytes + plan.scratch_bytes));
+    const int64_t plane_cols = d.n / planes;
+    Sign({static_cast<int64_t>(SigOp::kLinear), d.m, d.n, d.k, w_f16, b.defined(), planes,
+          static_cast<int64_t>(plan.path), x_f16, y_f16, -1});
+    return Submit([state = state_, x, weight, b, y, d, w_f16, plan, temp_bytes, x_bytes, x_direct,
+                   y_f16, plane_cols, scratch]() {
+      char* base = static_cast<char*>(scratch.data());
+      auto* out = reinterpret_cast<float*>(base);
+      const float* x32 = static_cast<const float*>(x.data());
+      if (x_bytes > 0) {
+        auto* converted = reinterpret_cast<float*>(base + temp_bytes);
+        RETURN_IF_ERROR(GpuStatus("LinearPlanes",
+                                  cuda::LaunchToFloat(state->ctx, x.data(), d.m * d.k, converted)));
+        x32 = converted;
+      }
+      cuda::GemmProblem p{x32, d.m, d.k, weight.data(), w_f16, d.n, nullptr, cuda::Epilogue::kNone,
+                          out};
+      p.x_f16 = x_direct;
+      RETURN_IF_ERROR(
+          cuda::RunGemm(state->gemm, state->ctx, plan, p,
+                        plan.scratch_bytes > 0 ? base + temp_bytes + x_bytes : nullptr));
+      return GpuStatus(
+          "LinearPlanes",
+          cuda::LaunchEpiloguePlanes(state->ctx, out, d.m, d.n, plane_cols,
+                                     b.defined() ? b.data_as<float>() : nullptr, y.data(), y_f16));
+    });
+  }
+
   // Linear, and with `residual` defined y = residual + Linear(...): fused into HalfGemm's
   // epilogue, else the GEMM into scratch followed by the Add kernel.
   // f16 activations (Op::kHalfActivations): an f16 x goes to the f16 cuBLAS GEMM as it is (any
@@ -278,8 +323,7 @@ class CudaBackend final : public Backend, public CudaExtensions {
           static_cast<int64_t>(epilogue), static_cast<int64_t>(plan.path), residual.defined(),
           accumulate, x_f16, y_f16});
     return Submit([state = state_, x, weight, b, residual, y, d, w_f16, epilogue, plan, fused,
-                   accumulate, temp_bytes, x_bytes, x_direct, y_f16, blas_path, scratch,
-                   op]() {
+                   accumulate, temp_bytes, x_bytes, x_direct, y_f16, blas_path, scratch, op]() {
       char* base = scratch.defined() ? static_cast<char*>(scratch.data()) : nullptr;
       float* out = temp_bytes > 0 ? reinterpret_cast<float*>(base) : y.data_as<float>();
       const float* x32 = static_cast<const float*>(x.data());
@@ -414,29 +458,43 @@ class CudaBackend final : public Backend, public CudaExtensions {
   absl::Status Attention(const Tensor& q, const Tensor& k, const Tensor& v,
                          const Tensor* kv_lengths, int num_heads, float scale, bool causal,
                          const Tensor& out) override {
-    ASSIGN_OR_RETURN(
-        const checks::AttentionDims d,
-        checks::ValidateAttention(kGpuKind, q, k, v, kv_lengths, num_heads, scale, out));
+    ASSIGN_OR_RETURN(const checks::AttentionDims d,
+                     checks::ValidateAttention(kGpuKind, q, k, v, kv_lengths, num_heads, scale, out,
+                                               options_.half_activations));
+    const bool half_inputs = q.dtype() == DType::kF16;
     if (d.head_dim > cuda::kMaxHeadDim) {
       return absl::UnimplementedError(absl::StrCat("Attention: head_dim ", d.head_dim,
                                                    " exceeds the CUDA kernels' limit of ",
                                                    cuda::kMaxHeadDim));
     }
     const Tensor lengths = kv_lengths != nullptr ? *kv_lengths : Tensor();
-    const cuda::AttentionArgs args{q.data_as<float>(),
-                                   k.data_as<float>(),
-                                   v.data_as<float>(),
-                                   lengths.defined() ? lengths.data_as<int32_t>() : nullptr,
-                                   out.data_as<float>(),
-                                   d.batch,
-                                   d.q_len,
-                                   d.kv_len,
-                                   static_cast<int>(d.heads),
-                                   static_cast<int>(d.head_dim),
-                                   scale,
-                                   causal};
+    cuda::AttentionArgs args{q.data_as<float>(),
+                             k.data_as<float>(),
+                             v.data_as<float>(),
+                             lengths.defined() ? lengths.data_as<int32_t>() : nullptr,
+                             out.data_as<float>(),
+                             d.batch,
+                             d.q_len,
+                             d.kv_len,
+                             static_cast<int>(d.heads),
+                             static_cast<int>(d.head_dim),
+                             scale,
+                             causal};
+    if (half_inputs) {
+      args.half_inputs = true;
+      args.q16 = q.data();
+      args.k16 = k.data();
+      args.v16 = v.data();
+    }
     const bool flash2 = options_.math == CudaMath::kFast && options_.use_flash_v2 &&
                         cuda::FlashAttention2Supported(args);
+    // f16 inputs elsewhere than flash v2: converted to f32 scratch first (the other kernels
+    // read f32).
+    const size_t convert_bytes = half_inputs && !flash2
+                                     ? RoundUp256(static_cast<size_t>(q.numel()) * 4) +
+                                           2 * RoundUp256(static_cast<size_t>(k.numel()) * 4)
+                                     : 0;
+    if (convert_bytes > 0) args.half_inputs = false;
     const bool flash =
         flash2 || (options_.math == CudaMath::kFast && cuda::FlashAttentionSupported(args));
     cuda::SplitPlan plan;
@@ -453,25 +511,44 @@ class CudaBackend final : public Backend, public CudaExtensions {
       plan = cuda::PlanSplitAttention(args, state_->ctx.sm_count, kAttentionCounters);
       scratch_bytes = plan.partial_bytes;
     }
-    ASSIGN_OR_RETURN(Tensor scratch, Scratch(scratch_bytes));
+    ASSIGN_OR_RETURN(Tensor scratch, Scratch(convert_bytes + scratch_bytes));
     Sign({static_cast<int64_t>(SigOp::kAttention), d.batch, d.q_len, d.kv_len, d.heads, d.head_dim,
-          causal, lengths.defined(), flash, flash2, plan.splits, flash_plan.splits});
-    return Submit([state = state_, q, k, v, lengths, out, args, flash, flash2, plan, flash_plan,
-                   scratch]() {
+          causal, lengths.defined(), flash, flash2, plan.splits, flash_plan.splits, half_inputs});
+    return Submit([state = state_, q, k, v, lengths, out, args0 = args, flash, flash2, plan,
+                   flash_plan, convert_bytes, scratch]() {
+      cuda::AttentionArgs args = args0;
+      char* own = scratch.defined() ? static_cast<char*>(scratch.data()) : nullptr;
+      if (convert_bytes > 0) {
+        const size_t q_bytes = RoundUp256(static_cast<size_t>(q.numel()) * 4);
+        const size_t kv_bytes = RoundUp256(static_cast<size_t>(k.numel()) * 4);
+        auto* q32 = reinterpret_cast<float*>(own);
+        auto* k32 = reinterpret_cast<float*>(own + q_bytes);
+        auto* v32 = reinterpret_cast<float*>(own + q_bytes + kv_bytes);
+        RETURN_IF_ERROR(
+            GpuStatus("Attention", cuda::LaunchToFloat(state->ctx, q.data(), q.numel(), q32)));
+        RETURN_IF_ERROR(
+            GpuStatus("Attention", cuda::LaunchToFloat(state->ctx, k.data(), k.numel(), k32)));
+        RETURN_IF_ERROR(
+            GpuStatus("Attention", cuda::LaunchToFloat(state->ctx, v.data(), v.numel(), v32)));
+        args.q = q32;
+        args.k = k32;
+        args.v = v32;
+        own += convert_bytes;
+      }
       if (flash2) {
-        return GpuStatus("Attention",
-                         cuda::LaunchFlashAttention2(state->ctx, args, flash_plan, scratch.data(),
-                                                     state->counters.data_as<int>()));
+        return GpuStatus("Attention", cuda::LaunchFlashAttention2(state->ctx, args, flash_plan, own,
+                                                                  state->counters.data_as<int>()));
       }
       if (flash) {
-        return GpuStatus("Attention",
-                         cuda::LaunchFlashAttention(state->ctx, args, flash_plan, scratch.data(),
-                                                    state->counters.data_as<int>()));
+        return GpuStatus("Attention", cuda::LaunchFlashAttention(state->ctx, args, flash_plan, own,
+                                                                 state->counters.data_as<int>()));
       }
-      return GpuStatus("Attention", cuda::LaunchSplitAttention(
-                                        state->ctx, args, plan,
-                                        scratch.defined() ? scratch.data_as<float>() : nullptr,
-                                        state->counters.data_as<int>()));
+      return GpuStatus(
+          "Attention",
+          cuda::LaunchSplitAttention(
+              state->ctx, args, plan,
+              own != nullptr && plan.partial_bytes > 0 ? reinterpret_cast<float*>(own) : nullptr,
+              state->counters.data_as<int>()));
     });
   }
 
@@ -828,7 +905,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const CudaBackendOp
   RETURN_IF_ERROR(GpuStatus("flash attention shared memory", cuda::PrepareFlashAttention2()));
   state->gemm = {state->blas.get(), options.math, options.skinny_max_rows, options.use_half_gemm};
   const bool pdl = options.use_pdl && WAAV_GPU_HAS_PDL && props.major >= 9;
-  state->ctx = {state->graphs->stream, pdl, state->error_device, props.multiProcessorCount};
+  state->ctx = {state->graphs->stream, pdl, state->error_device, props.multiProcessorCount,
+                std::max(0, options.pdl_max_blocks_per_sm)};
   RETURN_IF_ERROR(GpuStatus("cudaStreamSynchronize", cudaStreamSynchronize(state->graphs->stream)));
 
   const std::string description = absl::StrFormat(

@@ -66,6 +66,10 @@ struct CudaBackendOptions {
   // Programmatic dependent launch (compute capability 9.0 and later; ignored before).
   // Default: true.
   bool use_pdl = true;
+  // With use_pdl, only grids of at most this many blocks per SM launch early (larger ones wait
+  // on SMs the previous kernel needs; 1 leaves flash v2's grid, 432 blocks per window on an
+  // H100, to launch normally). Default: 4.
+  int pdl_max_blocks_per_sm = 4;
   // Load cuBLAS for GEMMs of more than skinny_max_rows rows; when false or when it cannot be
   // loaded, the built-in tiled kernel runs them. Default: true.
   bool use_cublas = true;
@@ -99,6 +103,10 @@ struct CudaBackendOptions {
   // kFast only), so that the Whisper encoder's FFN passes f16 between its kernels (no f32 → f16
   // conversion kernel before its GEMMs). Default: true.
   bool half_activations = true;
+  // Report LinearPlanes as supported, so that the Whisper encoder computes Q, K and V in one
+  // GEMM (weights stacked at load) written as three planes, f16 with half_activations, which
+  // flash v2 then reads without its conversion pass. Default: true.
+  bool linear_planes = true;
   // cuBLAS workspace. Default: 32 MiB.
   size_t cublas_workspace_bytes = size_t{32} << 20;
 };

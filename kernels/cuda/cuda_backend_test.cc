@@ -117,6 +117,7 @@ struct Variant {
   bool residual = false;          // CudaBackendOptions::linear_residual
   int64_t half_gemm_max = 0;      // CudaBackendOptions::half_gemm_max_k and _max_n; > 0: no convs
   bool half_activations = false;  // CudaBackendOptions::half_activations
+  bool planes = false;            // CudaBackendOptions::linear_planes
   bool defaults = false;  // CudaBackendOptions' defaults for all of the above (variant "Fast")
 };
 
@@ -138,6 +139,7 @@ class CudaParityTest : public ::testing::TestWithParam<Variant> {
       options.half_gemm_max_k = options.half_gemm_max_n = GetParam().half_gemm_max;
       options.half_gemm_conv = GetParam().half_gemm_max == 0;
       options.half_activations = GetParam().half_activations;
+      options.linear_planes = GetParam().planes;
     }
     half_activations_ = options.half_activations;
     auto gpu = CreateCudaBackend(options);
@@ -563,6 +565,112 @@ TEST_P(CudaParityTest, WriteRowsMatchesCpuBitForBit) {
   }
 }
 
+TEST_P(CudaParityTest, LinearPlanesMatchesCpuLinear) {
+  if (!gpu_->supports(Op::kLinearPlanes)) GTEST_SKIP() << "LinearPlanes off in this variant";
+  EXPECT_FALSE(cpu_->supports(Op::kLinearPlanes));
+  struct Case {
+    int64_t m, k, c;
+    int planes;
+    bool half;  // f16 x and y (needs f16 activations)
+  };
+  int variant = 0;
+  for (const Case c : {Case{1500, 384, 384, 3, true}, Case{3000, 384, 384, 3, true},
+                       Case{1500, 384, 384, 3, false}, Case{40, 37, 6, 3, true},
+                       Case{33, 24, 5, 2, false}, Case{7, 16, 8, 4, false}}) {
+    for (DType dtype : {DType::kF16, DType::kF32}) {
+      const bool half = c.half && half_activations_;
+      const bool with_bias = ++variant % 3 != 0;
+      const int64_t n = c.c * c.planes;
+      const std::string what =
+          absl::StrCat("LinearPlanes m=", c.m, " k=", c.k, " ", c.planes, "x", c.c, " w ",
+                       Name(dtype), half ? " x, y f16" : "", with_bias ? "" : " no bias");
+      SCOPED_TRACE(what);
+      std::vector<float> w = Random(n * c.k, -0.2f, 0.2f);
+      std::vector<float> xv = Random(c.m * c.k);
+      const Tensor x16 = HalfGpu({c.m, c.k}, xv);  // rounds xv: both sides see the same x
+      const Pair x = F32({c.m, c.k}, xv);
+      const Pair weight = Weight({n, c.k}, w, dtype);
+      const Pair bias = F32({n}, Random(n));
+      const Pair y = Poisoned({c.m, n});
+      const Pair planes = Poisoned({c.planes, c.m, c.c});
+      const Tensor planes16 = PoisonedHalf({c.planes, c.m, c.c});
+      ASSERT_TRUE(
+          cpu_->Linear(x.cpu, weight.cpu, with_bias ? &bias.cpu : nullptr, Activation::kNone, y.cpu)
+              .ok());
+      const absl::Status status =
+          gpu_->LinearPlanes(half ? x16 : x.gpu, weight.gpu, with_bias ? &bias.gpu : nullptr,
+                             c.planes, half ? planes16 : planes.gpu);
+      ASSERT_TRUE(status.ok()) << status;
+      // The CPU's [M, P·C] rearranged as planes [P, M, C].
+      const std::vector<float> flat = Cpu(y.cpu);
+      std::vector<float> want(flat.size());
+      for (int64_t r = 0; r < c.m; ++r) {
+        for (int64_t j = 0; j < n; ++j) {
+          want[static_cast<size_t>(((j / c.c) * c.m + r) * c.c + j % c.c)] =
+              flat[static_cast<size_t>(r * n + j)];
+        }
+      }
+      const double tolerance = GemmTolerance(c.m, dtype) + (half ? 1e-3 : 0.0);
+      EXPECT_TRUE(Close(what, half ? GpuHalf(planes16) : Gpu(planes.gpu), want, tolerance));
+    }
+  }
+  // Bad arguments: a plane count that does not divide the rows, a y of the wrong shape.
+  const Pair x = F32({4, 8}, Random(32));
+  std::vector<float> wv = Random(12 * 8);
+  const Pair weight = Weight({12, 8}, wv, DType::kF16);
+  const Pair y = Poisoned({3, 4, 4});
+  EXPECT_EQ(gpu_->LinearPlanes(x.gpu, weight.gpu, nullptr, 5, y.gpu).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gpu_->LinearPlanes(x.gpu, weight.gpu, nullptr, 2, y.gpu).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gpu_->LinearPlanes(x.gpu, weight.gpu, nullptr, 0, y.gpu).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(gpu_->LinearPlanes(x.gpu, weight.gpu, nullptr, 3, y.gpu).ok());
+  EXPECT_EQ(cpu_->LinearPlanes(x.cpu, weight.cpu, nullptr, 3, y.cpu).code(),
+            absl::StatusCode::kUnimplemented);
+}
+
+TEST_P(CudaParityTest, AttentionWithHalfInputsMatchesCpu) {
+  if (!half_activations_) GTEST_SKIP() << "f16 activations off in this variant";
+  struct Case {
+    int64_t batch, q_len, kv_len, heads, head_dim;
+  };
+  // Flash v2 reads f16 q, k, v as they are; the others (odd heads, accurate) widen them first.
+  for (const Case c : {Case{1, 1500, 1500, 6, 64}, Case{2, 300, 300, 6, 64},
+                       Case{1, 1500, 70, 6, 64}, Case{2, 5, 33, 3, 24}}) {
+    const std::string what = absl::StrCat("Attention f16 q, k, v B=", c.batch, " Tq=", c.q_len,
+                                          " Tk=", c.kv_len, " H=", c.heads, " D=", c.head_dim);
+    SCOPED_TRACE(what);
+    const int64_t width = c.heads * c.head_dim;
+    std::vector<float> qv = Random(c.batch * c.q_len * width, -2.0f, 2.0f);
+    std::vector<float> kv = Random(c.batch * c.kv_len * width, -2.0f, 2.0f);
+    std::vector<float> vv = Random(c.batch * c.kv_len * width);
+    const Tensor q16 = HalfGpu({c.batch, c.q_len, width}, qv);
+    const Tensor k16 = HalfGpu({c.batch, c.kv_len, width}, kv);
+    const Tensor v16 = HalfGpu({c.batch, c.kv_len, width}, vv);
+    const Pair q = F32({c.batch, c.q_len, width}, qv);
+    const Pair k = F32({c.batch, c.kv_len, width}, kv);
+    const Pair v = F32({c.batch, c.kv_len, width}, vv);
+    const Pair out = Poisoned({c.batch, c.q_len, width});
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    ASSERT_TRUE(cpu_->Attention(q.cpu, k.cpu, v.cpu, nullptr, static_cast<int>(c.heads), scale,
+                                false, out.cpu)
+                    .ok());
+    const absl::Status status =
+        gpu_->Attention(q16, k16, v16, nullptr, static_cast<int>(c.heads), scale, false, out.gpu);
+    ASSERT_TRUE(status.ok()) << status;
+    const bool tensor_cores = fast() && c.head_dim == 64 && c.q_len >= 16;
+    EXPECT_TRUE(Close(what, Gpu(out.gpu), Cpu(out.cpu), tensor_cores ? kFastAttention : kExact));
+  }
+  // Mixed dtypes are refused.
+  std::vector<float> a = Random(2 * 16 * 64);
+  const Tensor q16 = HalfGpu({2, 16, 64}, a);
+  const Pair k = F32({2, 16, 64}, a);
+  const Pair out = Poisoned({2, 16, 64});
+  EXPECT_EQ(gpu_->Attention(q16, k.gpu, k.gpu, nullptr, 1, 0.125f, false, out.gpu).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_P(CudaParityTest, AttentionMatchesCpu) {
   struct Case {
     int64_t batch, q_len, kv_len, heads, head_dim;
@@ -836,6 +944,15 @@ const Variant kVariants[] = {
     {"FastCublasResidualHalfActivations", CudaMath::kFast, true, true, false, true, true, 0, true},
     // HalfGemm only for N, K <= 384 (Q, K, V, output projection), cuBLAS (beta = 1) elsewhere.
     {"FastHalfGemmSmall", CudaMath::kFast, true, true, true, true, true, 384},
+    // The round 2 defaults: as Fast but Q, K, V in three GEMMs with f32 activations.
+    {"FastHalfGemmSmallHalfActivations", CudaMath::kFast, true, true, true, true, true, 384, true},
+    // Q, K, V planes with the built-in GEMM and f32 attention inputs (no f16 activations).
+    {.name = "AccuratePlanes",
+     .math = CudaMath::kAccurate,
+     .cublas = true,
+     .graphs = true,
+     .residual = true,
+     .planes = true},
 };
 std::string VariantName(const ::testing::TestParamInfo<Variant>& info) { return info.param.name; }
 

@@ -386,6 +386,10 @@ cudaError_t PrepareFlashAttention2() {
 bool FlashAttention2Supported(const AttentionArgs& a) {
 #if WAAV_GPU_HAS_MMA
   auto aligned16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+  if (a.half_inputs) {
+    return a.head_dim == 64 && a.q_len >= 16 && aligned16(a.out) && aligned16(a.q16) &&
+           aligned16(a.k16) && aligned16(a.v16);
+  }
   return a.head_dim == 64 && a.q_len >= 16 && aligned16(a.out) && aligned16(a.q) &&
          aligned16(a.k) && aligned16(a.v);
 #else
@@ -413,8 +417,9 @@ FlashPlan PlanFlashAttention2(const AttentionArgs& a, int sm_count, int64_t max_
     best = std::clamp<int64_t>(force_splits, 1,
                                std::min<int64_t>(kMaxSplits, std::max<int64_t>(1, tiles)));
   }
-  plan.half_bytes =
-      Rounded256(a.batch * a.q_len * width * 2) + 2 * Rounded256(a.batch * a.kv_len * width * 2);
+  plan.half_bytes = a.half_inputs ? 0
+                                  : Rounded256(a.batch * a.q_len * width * 2) +
+                                        2 * Rounded256(a.batch * a.kv_len * width * 2);
   if (best > 1 && groups <= max_counters) {
     plan.splits = best;
     plan.counters = groups;
@@ -444,12 +449,18 @@ cudaError_t LaunchFlashAttention2(const LaunchContext& ctx, const AttentionArgs&
   const int64_t total4 = (nq + 2 * nkv) / 4;
   // At most 4 blocks per SM: a grid that small launches with PDL (common.cuh).
   const int64_t blocks = std::min<int64_t>((total4 + 255) / 256, int64_t{ctx.sm_count} * 4);
-  cudaError_t err =
-      Launch(ctx, ToHalf3x4Kernel, dim3(static_cast<unsigned>(blocks)), dim3(256), 0,
-             reinterpret_cast<const float4*>(a.q), nq / 4, reinterpret_cast<const float4*>(a.k),
-             reinterpret_cast<const float4*>(a.v), nkv / 4, reinterpret_cast<uint2*>(q16),
-             reinterpret_cast<uint2*>(k16), reinterpret_cast<uint2*>(v16));
-  if (err != cudaSuccess) return err;
+  if (a.half_inputs) {  // f16 q, k, v (f16 activations): read as they are, no conversion
+    q16 = static_cast<__half*>(const_cast<void*>(a.q16));
+    k16 = static_cast<__half*>(const_cast<void*>(a.k16));
+    v16 = static_cast<__half*>(const_cast<void*>(a.v16));
+  } else {
+    const cudaError_t err =
+        Launch(ctx, ToHalf3x4Kernel, dim3(static_cast<unsigned>(blocks)), dim3(256), 0,
+               reinterpret_cast<const float4*>(a.q), nq / 4, reinterpret_cast<const float4*>(a.k),
+               reinterpret_cast<const float4*>(a.v), nkv / 4, reinterpret_cast<uint2*>(q16),
+               reinterpret_cast<uint2*>(k16), reinterpret_cast<uint2*>(v16));
+    if (err != cudaSuccess) return err;
+  }
   Flash2Params params{q16,          k16,           v16,
                       a.kv_lengths, a.out,         a.q_len,
                       a.kv_len,     a.heads,       a.scale * 1.4426950408889634f,

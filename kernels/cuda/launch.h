@@ -28,6 +28,8 @@ struct LaunchContext {
   // Device address of the host-mapped error word, or null to skip reporting.
   unsigned long long* error_word = nullptr;
   int sm_count = 1;
+  // With pdl: only grids of at most this many blocks per SM launch early (common.cuh).
+  int pdl_max_blocks_per_sm = 4;
 };
 
 }  // namespace waav::cuda

@@ -277,6 +277,51 @@ __global__ void EpilogueToHalfKernel(const float* in, int64_t rows, int64_t cols
   }
 }
 
+// One element per thread: out[plane, r, c % C] = in[r, c] + bias[c] (f16 or f32 out).
+template <typename T>
+__global__ void EpiloguePlanesKernel(const float* in, int64_t rows, int64_t cols,
+                                     int64_t plane_cols, const float* bias, T* out) {
+  WaitForPreviousKernel();
+  AllowNextKernel();
+  const int64_t total = rows * cols;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += stride) {
+    const int64_t r = i / cols, c = i % cols;
+    const int64_t plane = c / plane_cols, pc = c % plane_cols;
+    const float v = in[i] + (bias != nullptr ? bias[c] : 0.0f);
+    T* o = out + (plane * rows + r) * plane_cols + pc;
+    if constexpr (sizeof(T) == 2) {
+      *o = __float2half_rn(v);
+    } else {
+      *o = v;
+    }
+  }
+}
+
+// Four columns per thread (C % 4 == 0, 16-byte aligned input and bias): float4 in, f16 out.
+__global__ void EpiloguePlanesHalf4Kernel(const float* in, int64_t rows, int64_t cols,
+                                          int64_t plane_cols, const float* bias, __half* out) {
+  WaitForPreviousKernel();
+  AllowNextKernel();
+  const int64_t quads = rows * cols / 4;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t q = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; q < quads; q += stride) {
+    const int64_t i = q * 4, r = i / cols, c = i % cols;
+    const int64_t plane = c / plane_cols, pc = c % plane_cols;
+    float4 v = reinterpret_cast<const float4*>(in)[q];
+    if (bias != nullptr) {
+      const float4 b = *reinterpret_cast<const float4*>(bias + c);
+      v.x += b.x;
+      v.y += b.y;
+      v.z += b.z;
+      v.w += b.w;
+    }
+    __half2* o = reinterpret_cast<__half2*>(out + (plane * rows + r) * plane_cols + pc);
+    o[0] = __floats2half2_rn(v.x, v.y);
+    o[1] = __floats2half2_rn(v.z, v.w);
+  }
+}
+
 __global__ void EpilogueToHalfScalarKernel(const float* in, int64_t rows, int64_t cols,
                                            const float* bias, Epilogue act, __half* out) {
   WaitForPreviousKernel();
@@ -368,6 +413,25 @@ cudaError_t LaunchEpilogueToHalf(const LaunchContext& ctx, const float* in, int6
   }
   return Launch(ctx, EpilogueToHalfScalarKernel, dim3(GridFor(ctx, rows * cols)), dim3(kThreads), 0,
                 in, rows, cols, bias, act, static_cast<__half*>(out));
+}
+
+cudaError_t LaunchEpiloguePlanes(const LaunchContext& ctx, const float* in, int64_t rows,
+                                 int64_t cols, int64_t plane_cols, const float* bias, void* out,
+                                 bool out_f16) {
+  if (rows == 0 || cols == 0 || plane_cols <= 0) return cudaSuccess;
+  const auto aligned = [](const void* p, uintptr_t bytes) {
+    return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0;
+  };
+  if (out_f16 && plane_cols % 4 == 0 && aligned(in, 16) && aligned(bias, 16) && aligned(out, 8)) {
+    return Launch(ctx, EpiloguePlanesHalf4Kernel, dim3(GridFor(ctx, rows * cols / 4)),
+                  dim3(kThreads), 0, in, rows, cols, plane_cols, bias, static_cast<__half*>(out));
+  }
+  if (out_f16) {
+    return Launch(ctx, EpiloguePlanesKernel<__half>, dim3(GridFor(ctx, rows * cols)),
+                  dim3(kThreads), 0, in, rows, cols, plane_cols, bias, static_cast<__half*>(out));
+  }
+  return Launch(ctx, EpiloguePlanesKernel<float>, dim3(GridFor(ctx, rows * cols)), dim3(kThreads),
+                0, in, rows, cols, plane_cols, bias, static_cast<float*>(out));
 }
 
 cudaError_t LaunchEpilogue(const LaunchContext& ctx, float* y, int64_t rows, int64_t cols,

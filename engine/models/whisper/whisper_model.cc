@@ -237,9 +237,22 @@ absl::StatusOr<std::unique_ptr<WhisperModel>> WhisperModel::FromModelFile(
   m.encoder_layers_.resize(static_cast<size_t>(dims.n_encoder_layers));
   for (int i = 0; i < dims.n_encoder_layers; ++i) {
     const std::string p = absl::StrCat("encoder/layer_", i);
-    RETURN_IF_ERROR(
-        load_self_attention(p + "/self_attention", m.encoder_layers_[i].self_attention));
-    RETURN_IF_ERROR(load_ffn(p + "/ffn", m.encoder_layers_[i].ffn));
+    EncoderLayer& layer = m.encoder_layers_[i];
+    RETURN_IF_ERROR(load_self_attention(p + "/self_attention", layer.self_attention));
+    RETURN_IF_ERROR(load_ffn(p + "/ffn", layer.ffn));
+    if (backend.supports(Op::kLinearPlanes)) {
+      // The stacked [Q; K; V] projection for one GEMM; the separate weights become its views.
+      AttentionWeights& w = layer.self_attention;
+      const std::string qkv = p + "/self_attention/linear_0";
+      ASSIGN_OR_RETURN(layer.qkv_w, loader.Load(qkv + "/weight", {3 * d, d}, wt));
+      ASSIGN_OR_RETURN(layer.qkv_b, loader.Load(qkv + "/bias", {3 * d}, f32));
+      ASSIGN_OR_RETURN(w.q_w, layer.qkv_w.Slice(0, d));
+      ASSIGN_OR_RETURN(w.k_w, layer.qkv_w.Slice(d, 2 * d));
+      ASSIGN_OR_RETURN(w.v_w, layer.qkv_w.Slice(2 * d, 3 * d));
+      ASSIGN_OR_RETURN(w.q_b, layer.qkv_b.Slice(0, d));
+      ASSIGN_OR_RETURN(w.k_b, layer.qkv_b.Slice(d, 2 * d));
+      ASSIGN_OR_RETURN(w.v_b, layer.qkv_b.Slice(2 * d, 3 * d));
+    }
   }
   ASSIGN_OR_RETURN(m.token_embedding_,
                    loader.Load("decoder/embeddings/weight", {n_vocab, d}, options.embedding_dtype));
@@ -480,6 +493,9 @@ absl::StatusOr<std::unique_ptr<EncoderBuffers>> WhisperModel::NewEncoderBuffers(
     ASSIGN_OR_RETURN(
         buffers->ffn_hidden_,
         backend_.Allocate({rows * encoder_layers_.front().ffn.in_w.dim(0)}, DType::kF16));
+    if (encoder_layers_.front().qkv_w.defined()) {
+      ASSIGN_OR_RETURN(buffers->qkv_, backend_.Allocate({3 * rows * d}, DType::kF16));
+    }
   }
   return buffers;
 }
@@ -510,6 +526,10 @@ absl::StatusOr<std::unique_ptr<EncoderBuffers>> EncoderBuffers::Rows(int begin, 
     ASSIGN_OR_RETURN(view->ffn_h_, ffn_h_.Slice(begin, end));
     const int64_t ffn_per_row = ffn_hidden_.numel() / batch_size_;
     ASSIGN_OR_RETURN(view->ffn_hidden_, ffn_hidden_.Slice(begin * ffn_per_row, end * ffn_per_row));
+  }
+  if (qkv_.defined()) {  // flat: each pass lays its own rows out as [3, rows, d_model]
+    const int64_t qkv_per_row = qkv_.numel() / batch_size_;
+    ASSIGN_OR_RETURN(view->qkv_, qkv_.Slice(begin * qkv_per_row, end * qkv_per_row));
   }
   return view;
 }
@@ -573,8 +593,9 @@ absl::Status WhisperModel::RunEncoder(EncoderBuffers& buffers, DecoderState* sta
                      " and a decoder state for batch ", state->batch_size()));
   }
   const EncoderBuffers& b = buffers;
-  const Tensor* pass[] = {&b.mel_, &b.conv1_, &b.x_,        &b.scratch_, &b.h_,     &b.q_,
-                          &b.k_,   &b.v_,     &b.attended_, &b.hidden_,  &b.ffn_h_, &b.ffn_hidden_};
+  const Tensor* pass[] = {&b.mel_,   &b.conv1_,      &b.x_,  &b.scratch_,  &b.h_,
+                          &b.q_,     &b.k_,          &b.v_,  &b.attended_, &b.hidden_,
+                          &b.ffn_h_, &b.ffn_hidden_, &b.qkv_};
   RETURN_IF_ERROR(
       buffers.graph_.Run(backend_, use_graphs_, pass, [&] { return EncoderPass(buffers); }));
   if (state == nullptr) return absl::OkStatus();
@@ -610,11 +631,38 @@ absl::Status WhisperModel::EncoderPass(EncoderBuffers& buffers) const {
     ffn_ws.hidden = buffers.ffn_hidden_;
   }
   for (const EncoderLayer& layer : encoder_layers_) {
-    RETURN_IF_ERROR(RunAttention(layer.self_attention, x, Tensor(), Tensor(), nullptr, nullptr,
-                                 /*causal=*/false, buffers.scratch_, ws, fuse));
+    if (buffers.qkv_.defined() && layer.qkv_w.defined()) {
+      RETURN_IF_ERROR(RunEncoderAttentionPlanes(layer, x, buffers));
+    } else {
+      RETURN_IF_ERROR(RunAttention(layer.self_attention, x, Tensor(), Tensor(), nullptr, nullptr,
+                                   /*causal=*/false, buffers.scratch_, ws, fuse));
+    }
     RETURN_IF_ERROR(RunFeedForward(layer.ffn, x, ffn_ws, fuse));
   }
   return backend_.LayerNorm(x, encoder_norm_gamma_, encoder_norm_beta_, 1e-5f, x);
+}
+
+// The encoder's attention block with f16 activations (Op::kHalfActivations) and one GEMM for
+// Q, K and V (Op::kLinearPlanes): LayerNorm writes f16, the stacked projection writes f16 planes
+// that Attention reads as they are, the output projection adds the residual (kLinearResidual).
+absl::Status WhisperModel::RunEncoderAttentionPlanes(const EncoderLayer& layer, const Tensor& x,
+                                                     const EncoderBuffers& buffers) const {
+  const AttentionWeights& w = layer.self_attention;
+  const Shape shape = x.shape();
+  const int64_t rows = x.numel() / dims_.d_model;
+  const Tensor& h = buffers.ffn_h_;
+  RETURN_IF_ERROR(backend_.LayerNorm(x, w.norm_gamma, w.norm_beta, 1e-5f, h));
+  ASSIGN_OR_RETURN(const Tensor h2, h.Reshape({rows, dims_.d_model}));
+  ASSIGN_OR_RETURN(const Tensor qkv, buffers.qkv_.Reshape({3, rows, dims_.d_model}));
+  RETURN_IF_ERROR(backend_.LinearPlanes(h2, layer.qkv_w, &layer.qkv_b, 3, qkv));
+  Tensor planes[3];
+  for (int64_t p = 0; p < 3; ++p) {
+    ASSIGN_OR_RETURN(const Tensor plane, qkv.Slice(p, p + 1));
+    ASSIGN_OR_RETURN(planes[p], plane.Reshape(shape));
+  }
+  RETURN_IF_ERROR(backend_.Attention(planes[0], planes[1], planes[2], nullptr, dims_.n_heads,
+                                     attention_scale_, /*causal=*/false, buffers.attended_));
+  return backend_.LinearResidual(buffers.attended_, w.out_w, &w.out_b, Activation::kNone, x, x);
 }
 
 absl::Status WhisperModel::ProjectCross(const Tensor& encoded, DecoderState& state) const {

@@ -153,6 +153,10 @@ class EncoderBuffers {
   // normed input and hidden layer where the backend supports Op::kHalfActivations and
   // Op::kLinearResidual (undefined otherwise): the GEMMs read f16 without a conversion pass.
   Tensor ffn_h_, ffn_hidden_;
+  // Flat f16 [B · 3 · n_audio_ctx · d_model]: Q, K and V as three planes [3, B · n_audio_ctx,
+  // d_model] where, in addition, the backend supports Op::kLinearPlanes (the attention block's
+  // normed input then goes to ffn_h_).
+  Tensor qkv_;
   GraphCache graph_{1};  // WhisperModel::RunEncoder's encoder pass
 };
 
@@ -290,6 +294,9 @@ class WhisperModel {
   struct EncoderLayer {
     AttentionWeights self_attention;
     FeedForwardWeights ffn;
+    // Where the backend supports Op::kLinearPlanes: the stacked [Q; K; V] projection [3d, d]
+    // and its bias [3d] (self_attention's q/k/v weights are then views of these).
+    Tensor qkv_w, qkv_b;
   };
   struct DecoderLayer {
     AttentionWeights self_attention;
@@ -322,6 +329,8 @@ class WhisperModel {
   // The encoder pass of EncodeOnDevice (into buffers.output()) and its cross-attention K/V
   // projection into `state`.
   absl::Status EncoderPass(EncoderBuffers& buffers) const;
+  absl::Status RunEncoderAttentionPlanes(const EncoderLayer& layer, const Tensor& x,
+                                         const EncoderBuffers& buffers) const;
   absl::Status ProjectCross(const Tensor& encoded, DecoderState& state) const;
   // prepared_step_ from the loaded decoder weights where the backend offers it; `required`: an
   // error when it does not.
