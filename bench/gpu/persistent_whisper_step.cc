@@ -80,20 +80,9 @@ absl::Status PersistentWhisperDecoder::Prepare(const whisper::DecoderState& stat
         absl::StrCat("the state's self cache has ", state.self_k(0).dim(1),
                      " rows; the model's position table ", step_weights_.dims.n_positions));
   }
-  cuda::PersistentStepTuning tuning;
-  tuning.split_barrier = options.split_barrier;
-  tuning.fuse_ffn = options.fuse_ffn;
-  tuning.fuse_self_out = options.fuse_self_out;
-  tuning.prefetch = options.prefetch;
-  tuning.logits_prefetch_layer = options.logits_prefetch_layer;
-  tuning.block_attention = options.block_attention;
-  tuning.prefetch_kv_tiles = options.prefetch_kv_tiles;
-  tuning.cross_split_keys = options.cross_split_keys;
-  tuning.self_split_keys = options.self_split_keys;
-  tuning.profile_mode = options.profile_mode;
   step_weights_.dims.n_source = static_cast<int>(state.cross_k(0).dim(1));
-  ASSIGN_OR_RETURN(step_,
-                   cuda::PersistentDecoderStep::Create(backend_, ext_, step_weights_, tuning));
+  ASSIGN_OR_RETURN(
+      step_, cuda::PersistentDecoderStep::Create(backend_, ext_, step_weights_, options.tuning));
   batch_ = b;
   options_ = options;
   ASSIGN_OR_RETURN(best_token_, backend_.Allocate({b}, DType::kI32));

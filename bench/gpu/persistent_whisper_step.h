@@ -29,34 +29,10 @@ struct PersistentStepOptions {
   // Attend over f16 copies of the cross-attention K/V (RefreshCross() makes them from the
   // state's f32 caches): half the bytes of the largest read of a step. Default: true.
   bool f16_cross = true;
-  // Grid barriers in two halves with the next phase's constant loads between (arrive, load,
-  // wait). Default: true.
-  bool split_barrier = true;
-  // LN3 + FFN1 + GELU + FFN2 as one phase, FFN2 shares summed atomically (one barrier fewer per
-  // layer; the summation order varies from run to run). Default: true.
-  bool fuse_ffn = true;
-  // With block_attention: each (row, head) of the self-attention in one block, which also applies
-  // its head's slice of the output projection and adds it atomically into the residual stream
-  // (one phase and barrier fewer per layer; measured at position 64 only, see
-  // bench/gpu/persistent_notes.md). Default: true.
-  bool fuse_self_out = true;
-  // L2 prefetch of the next layer's weights and cross K/V (sm_90). Default: true.
-  bool prefetch = true;
-  // Prefetch the logits weights (40 MB) from the start of this layer; -1: never, default: the
-  // last layer.
-  int logits_prefetch_layer = -2;
-  // Attention by block chunks, K/V tiles copied before the barrier, partials merged by the
-  // output projection (default); false: the first version (warp items, last-warp merge).
-  bool block_attention = true;
-  // With block_attention: issue the first K/V tile before the barrier. Default: true.
-  bool prefetch_kv_tiles = true;
-  // Keys per warp item (first version) or the fewest keys per block chunk (block attention).
-  int cross_split_keys = 32;
-  int self_split_keys = 32;
   // Also write the raw logits into state.step_logits(). Default: true.
   bool write_logits = true;
-  // Timing only, results wrong: cuda::kProfile* of kernels/cuda/persistent_decoder.cuh. 0: off.
-  int profile_mode = 0;
+  // The kernel's knobs (kernels/cuda/persistent_step.h).
+  cuda::PersistentStepTuning tuning;
 };
 
 class PersistentWhisperDecoder {

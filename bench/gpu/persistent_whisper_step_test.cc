@@ -118,9 +118,9 @@ TEST_P(PersistentStepTest, MatchesCpuDecodeStep) {
     }
     PersistentStepOptions step_options;
     step_options.f16_cross = f16_cross;
-    step_options.block_attention = GetParam().block_attention;
-    step_options.fuse_ffn = GetParam().fuse_ffn;
-    step_options.fuse_self_out = GetParam().fuse_self_out;
+    step_options.tuning.block_attention = GetParam().block_attention;
+    step_options.tuning.fuse_ffn = GetParam().fuse_ffn;
+    step_options.tuning.fuse_self_out = GetParam().fuse_self_out;
     ASSERT_TRUE((*persistent)->Prepare(**gpu_state, step_options).ok());
     ASSERT_TRUE((*persistent)->RefreshCross(**gpu_state).ok());
 

@@ -517,64 +517,65 @@ int Main(int argc, char** argv) {
   // out-proj. The variants below change one knob each ("no fusions": the configuration that
   // the knobs after it were first measured on, bench/gpu/persistent_notes.md).
   auto no_fusions = [](bench::PersistentStepOptions& o) {
-    o.fuse_ffn = false;
-    o.fuse_self_out = false;
+    o.tuning.fuse_ffn = false;
+    o.tuning.fuse_self_out = false;
   };
   add_persistent("f16 cross, CUDA graph", true, [](auto&) {});
   add_persistent("f16 cross, direct launch", false, [](auto&) {});
   add_persistent("f32 cross, CUDA graph", true, [](auto& o) { o.f16_cross = false; });
   add_persistent("f16 cross, no fusions", true, no_fusions);
-  add_persistent("f16 cross, fused FFN only", true, [](auto& o) { o.fuse_self_out = false; });
+  add_persistent("f16 cross, fused FFN only", true,
+                 [](auto& o) { o.tuning.fuse_self_out = false; });
   add_persistent("f16 cross, fused self-attention + out-proj only", true,
-                 [](auto& o) { o.fuse_ffn = false; });
+                 [](auto& o) { o.tuning.fuse_ffn = false; });
   // The first version's attention (warp items of 32 keys, merged by the last warp of each
   // (row, head)), alone and with the first version's one-piece barriers.
   add_persistent("f16 cross, v1 attention (warp items), no fusions", true, [&](auto& o) {
     no_fusions(o);
-    o.block_attention = false;
+    o.tuning.block_attention = false;
   });
   add_persistent("f32 cross, v1 attention (warp items), no fusions", true, [&](auto& o) {
     no_fusions(o);
-    o.block_attention = false;
+    o.tuning.block_attention = false;
     o.f16_cross = false;
   });
   add_persistent("f16 cross, v1 attention + one-piece barriers (the first version)", true,
                  [&](auto& o) {
                    no_fusions(o);
-                   o.block_attention = false;
-                   o.split_barrier = false;
+                   o.tuning.block_attention = false;
+                   o.tuning.split_barrier = false;
                  });
   add_persistent("f16 cross, one-piece barriers (loads before arrival)", true,
-                 [](auto& o) { o.split_barrier = false; });
+                 [](auto& o) { o.tuning.split_barrier = false; });
   add_persistent("f16 cross, K/V tiles after the barrier", true,
-                 [](auto& o) { o.prefetch_kv_tiles = false; });
+                 [](auto& o) { o.tuning.prefetch_kv_tiles = false; });
   add_persistent("f16 cross, chunks >= 64 keys", true, [](auto& o) {
-    o.cross_split_keys = 64;
-    o.self_split_keys = 64;
+    o.tuning.cross_split_keys = 64;
+    o.tuning.self_split_keys = 64;
   });
-  add_persistent("f16 cross, no L2 prefetch", true, [](auto& o) { o.prefetch = false; });
+  add_persistent("f16 cross, no L2 prefetch", true, [](auto& o) { o.tuning.prefetch = false; });
   add_persistent("f16 cross, logits prefetch from layer 2", true,
-                 [](auto& o) { o.logits_prefetch_layer = 2; });
+                 [](auto& o) { o.tuning.logits_prefetch_layer = 2; });
   add_persistent("f16 cross, no logits prefetch", true,
-                 [](auto& o) { o.logits_prefetch_layer = -1; });
+                 [](auto& o) { o.tuning.logits_prefetch_layer = -1; });
   add_persistent("f16 cross, argmax only (no logits out)", true,
                  [](auto& o) { o.write_logits = false; });
   // Attribution (wrong outputs, timing only): the same kernel with one part left out. Leaving
   // the attention out also leaves the self-attention fusion out (its projection is in it).
   add_persistent("profile: grid barriers only", true,
-                 [](auto& o) { o.profile_mode = cuda::kProfileBarriersOnly; });
+                 [](auto& o) { o.tuning.profile_mode = cuda::kProfileBarriersOnly; });
   add_persistent("profile: no attention phases", true,
-                 [](auto& o) { o.profile_mode = cuda::kProfileNoAttention; });
+                 [](auto& o) { o.tuning.profile_mode = cuda::kProfileNoAttention; });
   add_persistent("profile: no logits phase", true,
-                 [](auto& o) { o.profile_mode = cuda::kProfileNoLogits; });
+                 [](auto& o) { o.tuning.profile_mode = cuda::kProfileNoLogits; });
   add_persistent("profile: no fusions, no attention phases", true, [&](auto& o) {
     no_fusions(o);
-    o.profile_mode = cuda::kProfileNoAttention;
+    o.tuning.profile_mode = cuda::kProfileNoAttention;
   });
   add_persistent("profile: v1 attention, no fusions, no attention phases", true, [&](auto& o) {
     no_fusions(o);
-    o.block_attention = false;
-    o.profile_mode = cuda::kProfileNoAttention;
+    o.tuning.block_attention = false;
+    o.tuning.profile_mode = cuda::kProfileNoAttention;
   });
   // The default again, for the run-to-run spread within one call.
   add_persistent("f16 cross, CUDA graph (repeat)", true, [](auto&) {});

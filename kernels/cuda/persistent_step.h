@@ -18,20 +18,36 @@
 
 namespace waav::cuda {
 
-// The kernel's knobs (persistent_decoder.cuh, PersistentDecoderParams); the defaults are the
-// measured best (docs/benchmarks.md).
+// The kernel's knobs (persistent_decoder.cuh, PersistentDecoderParams), one per measured change
+// so that the benchmark can show each one's gain; the defaults are the measured best
+// (docs/benchmarks.md).
 struct PersistentStepTuning {
+  // Grid barriers in two halves with the next phase's constant loads between (arrive, load,
+  // wait).
   bool split_barrier = true;
+  // LN3 + FFN1 + GELU + FFN2 as one phase, FFN2 shares summed atomically (one barrier fewer per
+  // layer; the summation order varies from run to run).
   bool fuse_ffn = true;
+  // With block_attention: each (row, head) of the self-attention in one block, which also applies
+  // its head's slice of the output projection and adds it atomically into the residual stream
+  // (one phase and barrier fewer per layer; measured at position 64 only, see
+  // bench/gpu/persistent_notes.md).
   bool fuse_self_out = true;
+  // L2 prefetch of the next layer's weights and cross K/V (sm_90).
   bool prefetch = true;
-  // Prefetch the logits weights from the start of this layer; -1: never, -2: the last layer.
+  // Prefetch the logits weights (40 MB) from the start of this layer; -1: never, -2: the last
+  // layer.
   int logits_prefetch_layer = -2;
+  // Attention by block chunks, K/V tiles copied before the barrier, partials merged by the
+  // output projection; false: the first version (warp items, last-warp merge).
   bool block_attention = true;
+  // With block_attention: issue the first K/V tile before the barrier.
   bool prefetch_kv_tiles = true;
+  // Keys per warp item (first version) or the fewest keys per block chunk (block attention).
   int cross_split_keys = 32;
   int self_split_keys = 32;
-  int profile_mode = 0;  // kProfile*: timing only, results wrong
+  // Timing only, results wrong: kProfile* of persistent_decoder.cuh. 0: off.
+  int profile_mode = 0;
 };
 
 // OK when the persistent kernel takes these dims at batch `batch`, else Unimplemented naming what
