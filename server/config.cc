@@ -1,5 +1,6 @@
 #include "server/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -74,6 +75,12 @@ std::string EffectiveModelName(const ServerConfig& config) {
   return dir.filename().string();
 }
 
+int EffectiveVadThreads(const ServerConfig& config, int hardware_threads) {
+  if (config.vad_threads > 0) return config.vad_threads;
+  if (hardware_threads < 8) return 1;
+  return std::min(4, hardware_threads / 8 + 1);
+}
+
 absl::Status ServerConfig::Validate() const {
   RETURN_IF_ERROR(CheckAddress("listen", listen));
   if (!metrics_listen.empty()) RETURN_IF_ERROR(CheckAddress("metrics_listen", metrics_listen));
@@ -95,6 +102,7 @@ absl::Status ServerConfig::Validate() const {
   RETURN_IF_ERROR(DoubleInRange("idle_timeout_s", idle_timeout_s, 0.1, 3600));
   RETURN_IF_ERROR(IntInRange("ingest_ring_slots", ingest_ring_slots, 16, 1 << 22));
   RETURN_IF_ERROR(IntInRange("max_batch", max_batch, 1, 256));
+  RETURN_IF_ERROR(IntInRange("vad_threads", vad_threads, 0, 16));
   RETURN_IF_ERROR(DoubleInRange("shutdown_grace_s", shutdown_grace_s, 0, 3600));
   RETURN_IF_ERROR(IntInRange("endpointing.silence_ms", endpointing.silence_ms, 100, 10000));
   RETURN_IF_ERROR(

@@ -87,6 +87,11 @@ struct ServerConfig {
   // 1: one window at a time. Each costs a decoder slot (tiny.en: about 24 MB). Default: 8;
   // 1..256.
   int max_batch = 8;
+  // CPU threads of the voice-activity model, which runs every stream's audio on the engine's
+  // front-end thread as one batch per round (~14 µs per stream per 32 ms frame on one core;
+  // 1024 streams take ~45% of a core). 0 (auto): 1 on machines of up to 7 hardware threads
+  // (the CPU Whisper backend needs the cores), else min(4, threads / 8 + 1). Default: 0; 0..16.
+  int vad_threads = 0;
 
   // ---- Shutdown ------------------------------------------------------------------------------
   // After SIGTERM or SIGINT: time in-flight requests get to finish before the rest are closed
@@ -124,5 +129,9 @@ absl::Status ParseHostPort(const std::string& address, HostPort* out);
 
 // The name ListModels reports: model_name, or the last component of model_dir.
 std::string EffectiveModelName(const ServerConfig& config);
+
+// The VAD's CPU threads: config.vad_threads, or for 0 (auto) the rule documented there for a
+// machine of `hardware_threads`.
+int EffectiveVadThreads(const ServerConfig& config, int hardware_threads);
 
 }  // namespace waav::server

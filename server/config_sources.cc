@@ -119,6 +119,9 @@ std::vector<ConfigField> MakeFields() {
       "max_batch", "most utterance windows (of different streams) decoded as one batch",
       [](auto& c) -> auto& { return c.max_batch; }));
   f.push_back(Field(
+      "vad_threads", "CPU threads of the voice-activity model (0: auto)",
+      [](auto& c) -> auto& { return c.vad_threads; }));
+  f.push_back(Field(
       "shutdown_grace_s", "after SIGTERM: time in-flight requests get before they are closed",
       [](auto& c) -> auto& { return c.shutdown_grace_s; }));
   f.push_back(Field(

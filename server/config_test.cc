@@ -59,6 +59,8 @@ TEST(ServerConfigTest, ValidateNamesTheSettingAndValue) {
       {[](ServerConfig& c) { c.max_streams = 0; }, "max_streams must be in [1, 100000]; got 0"},
       {[](ServerConfig& c) { c.max_batch = 0; }, "max_batch must be in [1, 256]; got 0"},
       {[](ServerConfig& c) { c.max_batch = 257; }, "max_batch"},
+      {[](ServerConfig& c) { c.vad_threads = -1; }, "vad_threads must be in [0, 16]; got -1"},
+      {[](ServerConfig& c) { c.vad_threads = 17; }, "vad_threads"},
       {[](ServerConfig& c) { c.max_message_bytes = 10; }, "max_message_bytes"},
       {[](ServerConfig& c) { c.idle_timeout_s = 0; }, "idle_timeout_s"},
       {[](ServerConfig& c) { c.max_stream_duration_s = -1; }, "max_stream_duration_s"},
@@ -205,6 +207,26 @@ TEST(ServerConfigTest, PrecedenceIsDefaultsThenFileThenEnvironmentThenFlags) {
   config = Resolve({}, {{"WAAV_MAX_BATCH", "2"}});
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->max_batch, 2);
+  config = Resolve({"--vad-threads", "3"}, {});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->vad_threads, 3);
+  config = Resolve({}, {{"WAAV_VAD_THREADS", "2"}});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->vad_threads, 2);
+}
+
+// Auto VAD threads: one on small machines (the CPU Whisper backend needs the cores), a few on
+// large ones, never more than 4; an explicit value wins.
+TEST(ServerConfigTest, EffectiveVadThreads) {
+  ServerConfig config;
+  EXPECT_EQ(EffectiveVadThreads(config, 1), 1);
+  EXPECT_EQ(EffectiveVadThreads(config, 2), 1);
+  EXPECT_EQ(EffectiveVadThreads(config, 7), 1);
+  EXPECT_EQ(EffectiveVadThreads(config, 8), 2);
+  EXPECT_EQ(EffectiveVadThreads(config, 16), 3);
+  EXPECT_EQ(EffectiveVadThreads(config, 128), 4);
+  config.vad_threads = 6;
+  EXPECT_EQ(EffectiveVadThreads(config, 2), 6);
 }
 
 TEST(ServerConfigTest, BadValuesFromEachSourceNameTheirSource) {

@@ -177,10 +177,12 @@ class Daemon {
     RETURN_IF_ERROR(
         metrics_->SetModelLoadSeconds(model_.name, model_.backend, SecondsSince(start)));
     // The VAD runs on the engine's frontend worker thread while Whisper runs on its scheduler:
-    // a backend serves one thread at a time, so the VAD gets its own single-threaded CPU one.
+    // a backend serves one thread at a time, so the VAD gets its own CPU one (vad_threads:
+    // with many streams its batch per round is worth a few threads on a large machine).
     const auto vad_start = Clock::now();
     BackendOptions vad_options;
-    vad_options.num_threads = 1;
+    vad_options.num_threads = EffectiveVadThreads(
+        config_, std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
     ASSIGN_OR_RETURN(vad_backend_, CreateBackend("cpu", vad_options));
     ASSIGN_OR_RETURN(vad_, CreateVad(config_, *vad_backend_));
     RETURN_IF_ERROR(metrics_->SetModelLoadSeconds(absl::StrCat(VadName(config_), "_vad"),
