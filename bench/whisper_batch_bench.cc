@@ -3,6 +3,9 @@
 //   BM_Encoder/B       one encoder pass over B windows; counter per_window = time / B
 //   BM_DecodeStep/B    one decoder step of B rows (positions ~100, the cache half full);
 //                      counter per_row = time / B
+//   BM_AlignScores/P   the word-alignment pass of a final (WhisperModel::CrossAttentionScores:
+//                      30 tokens, tiny.en's 8 alignment heads) over P encoder positions (20 ms
+//                      each: 150 = a 3 s utterance)
 //   whisper_batch_bench [--threads=N] [--model=DIR] [Google Benchmark flags]
 // The model defaults to whisper-tiny.en under the models folder configured at build time. The
 // input is noise (the cost does not depend on it).
@@ -117,8 +120,29 @@ void BM_DecodeStep(benchmark::State& state) {
                                                          benchmark::Counter::kInvert);
 }
 
+void BM_AlignScores(benchmark::State& state) {
+  const WhisperModel* model = TheModel();
+  if (model == nullptr) return state.SkipWithError("model not loaded (run scripts/setup)");
+  const WhisperDims& d = model->dims();
+  auto decoder = model->NewDecoderState(1);
+  if (!decoder.ok()) return state.SkipWithError("allocation failed");
+  const std::vector<float> mel = Noise(static_cast<size_t>(d.n_mels) * d.n_frames());
+  if (!model->Encode(mel, **decoder).ok()) return state.SkipWithError("encoder failed");
+  std::vector<int32_t> tokens(30);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(300 + 37 * i);
+  const std::vector<AttentionHead> heads = {{1, 0}, {2, 0}, {2, 5}, {3, 0},
+                                            {3, 1}, {3, 2}, {3, 3}, {3, 4}};
+  const int positions = static_cast<int>(state.range(0));
+  for (auto _ : state) {
+    auto scores = model->CrossAttentionScores(tokens, heads, positions, **decoder);
+    if (!scores.ok()) return state.SkipWithError("CrossAttentionScores failed");
+    benchmark::DoNotOptimize(scores->data());
+  }
+}
+
 BENCHMARK(BM_WriteMel)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Encoder)->Arg(1)->Arg(2)->Arg(4)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_AlignScores)->Arg(150)->Arg(500)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_DecodeStep)
     ->Arg(1)
     ->Arg(2)
