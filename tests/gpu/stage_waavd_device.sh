@@ -15,9 +15,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=$1 dest=$2 models=$3 data=$4
-# WAAV_STAGE_LEAN=1 leaves whisper_gpu_bench and cuda_backend_test out (call 2 then fits 64 MiB
-# with room to spare; waavd_device.sh runs them only when asked to).
-extra="whisper_gpu_bench cuda_backend_test"
+# WAAV_STAGE_EXTRA: the optional binaries to stage (default: whisper_gpu_bench cuda_backend_test;
+# both and the model's second part exceed 64 MiB with the repository, so name one or none);
+# WAAV_STAGE_LEAN=1 stages neither (waavd_device.sh runs them only when asked to).
+extra=${WAAV_STAGE_EXTRA-whisper_gpu_bench cuda_backend_test}
 [ "${WAAV_STAGE_LEAN:-}" = 1 ] && extra=""
 # shellcheck disable=SC2086  # a list of target names
 cmake --build "$build" --target waavd waav waav-load whisper_graph_cuda_test $extra -j2
@@ -51,5 +52,5 @@ split -b 55000000 -d "$tiny/model.bin" "$stage/part_"
 mv "$stage/part_00" "$dest/call1/part_a"
 mv "$stage/part_01" "$dest/call2/part_b"
 tar -C "$stage" -cJf "$dest/call2/payload.tar.xz" bin lib models data bench
-cp tests/gpu/waavd_device.sh "$dest/call2/"
+cp tests/gpu/waavd_device.sh bench/gpu/torch_whisper_anchor.py "$dest/call2/"
 du -sh "$dest"/*

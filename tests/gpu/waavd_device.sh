@@ -12,7 +12,9 @@
 # Options (environment): WAAV_SKIP_CPU=1 leaves the CPU out of part 2; WAAV_BACKEND_TEST, when
 # set, runs cuda_backend_test with that --gtest_filter after part 1; WAAV_BENCH_ARGS, when
 # set, runs whisper_gpu_bench with them (random weights: micro benchmarks) after part 1, into
-# bench.tsv / bench.log; WAAV_MAX_STREAMS (default 80) is waavd's --max-streams.
+# bench.tsv / bench.log; WAAV_TORCH_ARGS, when set, then runs the PyTorch anchor
+# (torch_whisper_anchor.py, staged beside this script) with them in the same call, into
+# torch.tsv / torch.log; WAAV_MAX_STREAMS (default 80) is waavd's --max-streams.
 # Everything lands in $OUT/results.tar.xz (re-packed after each part) and $OUT/summary.txt.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -70,6 +72,16 @@ if [ -n "${WAAV_BENCH_ARGS:-}" ] && [ -x "$d/bin/whisper_gpu_bench" ]; then
     > "$r/bench.log" 2>&1
   say "bench rc=$?"
   tee -a "$r/summary.txt" < "$r/bench.log"
+  pack
+fi
+
+if [ -n "${WAAV_TORCH_ARGS:-}" ] && [ -f "$here/torch_whisper_anchor.py" ]; then
+  say "== 1c. PyTorch anchor $WAAV_TORCH_ARGS"
+  # shellcheck disable=SC2086  # the arguments are a list
+  PYTHONUNBUFFERED=1 timeout 150 python3 "$here/torch_whisper_anchor.py" --out "$r/torch.tsv" \
+    $WAAV_TORCH_ARGS > "$r/torch.log" 2>&1
+  say "torch rc=$?"
+  tee -a "$r/summary.txt" < "$r/torch.log"
   pack
 fi
 
