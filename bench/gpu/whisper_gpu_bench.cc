@@ -500,6 +500,11 @@ int Main(int argc, char** argv) {
       false);
   variants.back().options.pdl_max_blocks_per_sm = 1;
   variants.back().options.linear_planes = false;
+  // Round 4 (enc9): the encoder pass and cross projections launched without PDL
+  // (Backend::LaunchHint::kLargeKernels; the decoder keeps it). Measured in round 4 with the
+  // encoder pass only, as the default of that build: no gain (docs/benchmarks.md).
+  add("fast, CUDA graph + PDL, encoder without PDL", CudaMath::kFast, true, true, false);
+  variants.back().options.pdl_large_kernels = false;
   // The switch from the skinny kernel to cuBLAS (default: above 16 rows) moved up.
   for (int rows : {32, 64}) {
     add(absl::StrCat("fast, CUDA graph + PDL, skinny <= ", rows, " rows"), CudaMath::kFast, true,

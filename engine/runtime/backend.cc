@@ -41,6 +41,8 @@ absl::Status Backend::LinearPlanes(const Tensor&, const Tensor&, const Tensor*, 
   return NotImplemented(name(), "LinearPlanes");
 }
 
+void Backend::SetLaunchHint(LaunchHint) {}
+
 absl::Status Backend::BeginCapture() {
   return absl::UnimplementedError(
       absl::StrCat("backend '", std::string(name()), "' cannot capture graphs"));

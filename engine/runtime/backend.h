@@ -303,6 +303,16 @@ class Backend {
   virtual absl::Status LinearPlanes(const Tensor& x, const Tensor& weight, const Tensor* bias,
                                     int planes, const Tensor& y);
 
+  // ---- Launch hints (optional) -------------------------------------------------------------
+  // How the kernel calls issued from now on (eager, or recorded by a capture) are best launched;
+  // it stays in force until the next call. kLargeKernels: a long dependent chain of kernels that
+  // each fill the device (Whisper's encoder pass), so a kernel gains nothing from starting
+  // before the previous one ends (the CUDA backend then launches without PDL, which measured
+  // faster there; CudaBackendOptions::pdl_large_kernels). Performance only: results are the
+  // same under any hint. Default: ignored.
+  enum class LaunchHint : uint8_t { kDefault, kLargeKernels };
+  virtual void SetLaunchHint(LaunchHint hint);
+
   // ---- Graph capture (optional) ------------------------------------------------------------
   // Between BeginCapture() and EndCapture(), kernel calls are recorded instead of (or as well
   // as, backend-defined) executed; EndCapture() returns the graph. Memory calls other than

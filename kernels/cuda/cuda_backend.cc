@@ -89,7 +89,8 @@ enum class SigOp : int64_t {
   kCopy,
   kFusedLinear,
   kRaw,
-  kArgmaxLogSumExp
+  kArgmaxLogSumExp,
+  kLaunchHint
 };
 
 absl::StatusOr<cuda::Epilogue> ToEpilogue(const char* op, Activation act) {
@@ -251,26 +252,26 @@ class CudaBackend final : public Backend, public CudaExtensions {
     const int64_t plane_cols = d.n / planes;
     Sign({static_cast<int64_t>(SigOp::kLinear), d.m, d.n, d.k, w_f16, b.defined(), planes,
           static_cast<int64_t>(plan.path), x_f16, y_f16, -1});
-    return Submit([state = state_, x, weight, b, y, d, w_f16, plan, temp_bytes, x_bytes, x_direct,
-                   y_f16, plane_cols, scratch]() {
+    return Submit([state = state_, ctx = Ctx(), x, weight, b, y, d, w_f16, plan, temp_bytes,
+                   x_bytes, x_direct, y_f16, plane_cols, scratch]() {
       char* base = static_cast<char*>(scratch.data());
       auto* out = reinterpret_cast<float*>(base);
       const float* x32 = static_cast<const float*>(x.data());
       if (x_bytes > 0) {
         auto* converted = reinterpret_cast<float*>(base + temp_bytes);
-        RETURN_IF_ERROR(GpuStatus("LinearPlanes",
-                                  cuda::LaunchToFloat(state->ctx, x.data(), d.m * d.k, converted)));
+        RETURN_IF_ERROR(
+            GpuStatus("LinearPlanes", cuda::LaunchToFloat(ctx, x.data(), d.m * d.k, converted)));
         x32 = converted;
       }
       cuda::GemmProblem p{x32, d.m, d.k, weight.data(), w_f16, d.n, nullptr, cuda::Epilogue::kNone,
                           out};
       p.x_f16 = x_direct;
       RETURN_IF_ERROR(
-          cuda::RunGemm(state->gemm, state->ctx, plan, p,
+          cuda::RunGemm(state->gemm, ctx, plan, p,
                         plan.scratch_bytes > 0 ? base + temp_bytes + x_bytes : nullptr));
       return GpuStatus(
           "LinearPlanes",
-          cuda::LaunchEpiloguePlanes(state->ctx, out, d.m, d.n, plane_cols,
+          cuda::LaunchEpiloguePlanes(ctx, out, d.m, d.n, plane_cols,
                                      b.defined() ? b.data_as<float>() : nullptr, y.data(), y_f16));
     });
   }
@@ -322,15 +323,15 @@ class CudaBackend final : public Backend, public CudaExtensions {
     Sign({static_cast<int64_t>(SigOp::kLinear), d.m, d.n, d.k, w_f16, b.defined(),
           static_cast<int64_t>(epilogue), static_cast<int64_t>(plan.path), residual.defined(),
           accumulate, x_f16, y_f16});
-    return Submit([state = state_, x, weight, b, residual, y, d, w_f16, epilogue, plan, fused,
-                   accumulate, temp_bytes, x_bytes, x_direct, y_f16, blas_path, scratch, op]() {
+    return Submit([state = state_, ctx = Ctx(), x, weight, b, residual, y, d, w_f16, epilogue, plan,
+                   fused, accumulate, temp_bytes, x_bytes, x_direct, y_f16, blas_path, scratch,
+                   op]() {
       char* base = scratch.defined() ? static_cast<char*>(scratch.data()) : nullptr;
       float* out = temp_bytes > 0 ? reinterpret_cast<float*>(base) : y.data_as<float>();
       const float* x32 = static_cast<const float*>(x.data());
       if (x_bytes > 0) {
         float* converted = reinterpret_cast<float*>(base + temp_bytes);
-        RETURN_IF_ERROR(
-            GpuStatus(op, cuda::LaunchToFloat(state->ctx, x.data(), d.m * d.k, converted)));
+        RETURN_IF_ERROR(GpuStatus(op, cuda::LaunchToFloat(ctx, x.data(), d.m * d.k, converted)));
         x32 = converted;
       }
       // An f16 y after a cuBLAS GEMM: bias and activation in the rounding epilogue below.
@@ -349,17 +350,17 @@ class CudaBackend final : public Backend, public CudaExtensions {
                           accumulate};
       p.x_f16 = x_direct;
       RETURN_IF_ERROR(
-          cuda::RunGemm(state->gemm, state->ctx, plan, p,
+          cuda::RunGemm(state->gemm, ctx, plan, p,
                         plan.scratch_bytes > 0 ? base + temp_bytes + x_bytes : nullptr));
       if (y_f16) {
-        return GpuStatus(op, cuda::LaunchEpilogueToHalf(
-                                 state->ctx, out, d.m, d.n,
-                                 late_epilogue && b.defined() ? b.data_as<float>() : nullptr,
-                                 late_epilogue ? epilogue : cuda::Epilogue::kNone, y.data()));
+        return GpuStatus(
+            op, cuda::LaunchEpilogueToHalf(
+                    ctx, out, d.m, d.n, late_epilogue && b.defined() ? b.data_as<float>() : nullptr,
+                    late_epilogue ? epilogue : cuda::Epilogue::kNone, y.data()));
       }
       if (temp_bytes == 0) return absl::OkStatus();
-      return GpuStatus(op, cuda::LaunchAdd(state->ctx, residual.data_as<float>(), out,
-                                           y.data_as<float>(), d.m * d.n));
+      return GpuStatus(
+          op, cuda::LaunchAdd(ctx, residual.data_as<float>(), out, y.data_as<float>(), d.m * d.n));
     });
   }
 
@@ -395,16 +396,16 @@ class CudaBackend final : public Backend, public CudaExtensions {
     Sign({static_cast<int64_t>(SigOp::kConv1d), s.batch, s.time, s.in_channels, s.out_channels,
           s.kernel_size, s.stride, s.padding, w_f16, static_cast<int64_t>(epilogue),
           static_cast<int64_t>(plan.path)});
-    return Submit([state = state_, x, weight, bias, y, s, m, k, direct, implicit, gather, col_bytes,
-                   w_f16, epilogue, plan, scratch]() {
+    return Submit([state = state_, ctx = Ctx(), x, weight, bias, y, s, m, k, direct, implicit,
+                   gather, col_bytes, w_f16, epilogue, plan, scratch]() {
       const float* col = x.data_as<float>();
       char* base = scratch.defined() ? static_cast<char*>(scratch.data()) : nullptr;
       if (!direct) {
         const cuda::Im2colShape shape{s.batch,    s.time,   s.in_channels, s.kernel_size,
                                       s.out_time, s.stride, s.padding};
-        RETURN_IF_ERROR(
-            GpuStatus("Conv1d im2col", cuda::LaunchIm2col(state->ctx, x.data_as<float>(), shape,
-                                                          reinterpret_cast<float*>(base))));
+        RETURN_IF_ERROR(GpuStatus(
+            "Conv1d im2col",
+            cuda::LaunchIm2col(ctx, x.data_as<float>(), shape, reinterpret_cast<float*>(base))));
         col = reinterpret_cast<const float*>(base);
       }
       const cuda::GemmProblem p{col,
@@ -417,7 +418,7 @@ class CudaBackend final : public Backend, public CudaExtensions {
                                 epilogue,
                                 y.data_as<float>(),
                                 implicit ? &gather : nullptr};
-      return cuda::RunGemm(state->gemm, state->ctx, plan, p,
+      return cuda::RunGemm(state->gemm, ctx, plan, p,
                            plan.scratch_bytes > 0 ? base + col_bytes : nullptr);
     });
   }
@@ -429,19 +430,19 @@ class CudaBackend final : public Backend, public CudaExtensions {
         checks::ValidateLayerNorm(kGpuKind, x, gamma, beta, eps, y, options_.half_activations));
     const bool y_f16 = y.dtype() == DType::kF16;
     Sign({static_cast<int64_t>(SigOp::kLayerNorm), d.rows, d.cols, y_f16});
-    return Submit([state = state_, x, gamma, beta, eps, y, d, y_f16]() {
-      return GpuStatus("LayerNorm",
-                       cuda::LaunchLayerNorm(state->ctx, x.data_as<float>(), d.rows, d.cols,
-                                             gamma.data_as<float>(), beta.data_as<float>(), eps,
-                                             y.data(), y_f16));
+    return Submit([state = state_, ctx = Ctx(), x, gamma, beta, eps, y, d, y_f16]() {
+      return GpuStatus(
+          "LayerNorm",
+          cuda::LaunchLayerNorm(ctx, x.data_as<float>(), d.rows, d.cols, gamma.data_as<float>(),
+                                beta.data_as<float>(), eps, y.data(), y_f16));
     });
   }
 
   absl::Status Add(const Tensor& a, const Tensor& b, const Tensor& y) override {
     RETURN_IF_ERROR(checks::ValidateAdd(kGpuKind, a, b, y));
     Sign({static_cast<int64_t>(SigOp::kAdd), y.numel()});
-    return Submit([state = state_, a, b, y]() {
-      return GpuStatus("Add", cuda::LaunchAdd(state->ctx, a.data_as<float>(), b.data_as<float>(),
+    return Submit([state = state_, ctx = Ctx(), a, b, y]() {
+      return GpuStatus("Add", cuda::LaunchAdd(ctx, a.data_as<float>(), b.data_as<float>(),
                                               y.data_as<float>(), y.numel()));
     });
   }
@@ -449,9 +450,9 @@ class CudaBackend final : public Backend, public CudaExtensions {
   absl::Status Gelu(const Tensor& x, const Tensor& y) override {
     RETURN_IF_ERROR(checks::ValidateGelu(kGpuKind, x, y));
     Sign({static_cast<int64_t>(SigOp::kGelu), y.numel()});
-    return Submit([state = state_, x, y]() {
-      return GpuStatus(
-          "Gelu", cuda::LaunchGelu(state->ctx, x.data_as<float>(), y.data_as<float>(), y.numel()));
+    return Submit([state = state_, ctx = Ctx(), x, y]() {
+      return GpuStatus("Gelu",
+                       cuda::LaunchGelu(ctx, x.data_as<float>(), y.data_as<float>(), y.numel()));
     });
   }
 
@@ -514,8 +515,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
     ASSIGN_OR_RETURN(Tensor scratch, Scratch(convert_bytes + scratch_bytes));
     Sign({static_cast<int64_t>(SigOp::kAttention), d.batch, d.q_len, d.kv_len, d.heads, d.head_dim,
           causal, lengths.defined(), flash, flash2, plan.splits, flash_plan.splits, half_inputs});
-    return Submit([state = state_, q, k, v, lengths, out, args0 = args, flash, flash2, plan,
-                   flash_plan, convert_bytes, scratch]() {
+    return Submit([state = state_, ctx = Ctx(), q, k, v, lengths, out, args0 = args, flash, flash2,
+                   plan, flash_plan, convert_bytes, scratch]() {
       cuda::AttentionArgs args = args0;
       char* own = scratch.defined() ? static_cast<char*>(scratch.data()) : nullptr;
       if (convert_bytes > 0) {
@@ -524,29 +525,26 @@ class CudaBackend final : public Backend, public CudaExtensions {
         auto* q32 = reinterpret_cast<float*>(own);
         auto* k32 = reinterpret_cast<float*>(own + q_bytes);
         auto* v32 = reinterpret_cast<float*>(own + q_bytes + kv_bytes);
-        RETURN_IF_ERROR(
-            GpuStatus("Attention", cuda::LaunchToFloat(state->ctx, q.data(), q.numel(), q32)));
-        RETURN_IF_ERROR(
-            GpuStatus("Attention", cuda::LaunchToFloat(state->ctx, k.data(), k.numel(), k32)));
-        RETURN_IF_ERROR(
-            GpuStatus("Attention", cuda::LaunchToFloat(state->ctx, v.data(), v.numel(), v32)));
+        RETURN_IF_ERROR(GpuStatus("Attention", cuda::LaunchToFloat(ctx, q.data(), q.numel(), q32)));
+        RETURN_IF_ERROR(GpuStatus("Attention", cuda::LaunchToFloat(ctx, k.data(), k.numel(), k32)));
+        RETURN_IF_ERROR(GpuStatus("Attention", cuda::LaunchToFloat(ctx, v.data(), v.numel(), v32)));
         args.q = q32;
         args.k = k32;
         args.v = v32;
         own += convert_bytes;
       }
       if (flash2) {
-        return GpuStatus("Attention", cuda::LaunchFlashAttention2(state->ctx, args, flash_plan, own,
+        return GpuStatus("Attention", cuda::LaunchFlashAttention2(ctx, args, flash_plan, own,
                                                                   state->counters.data_as<int>()));
       }
       if (flash) {
-        return GpuStatus("Attention", cuda::LaunchFlashAttention(state->ctx, args, flash_plan, own,
+        return GpuStatus("Attention", cuda::LaunchFlashAttention(ctx, args, flash_plan, own,
                                                                  state->counters.data_as<int>()));
       }
       return GpuStatus(
           "Attention",
           cuda::LaunchSplitAttention(
-              state->ctx, args, plan,
+              ctx, args, plan,
               own != nullptr && plan.partial_bytes > 0 ? reinterpret_cast<float*>(own) : nullptr,
               state->counters.data_as<int>()));
     });
@@ -557,11 +555,11 @@ class CudaBackend final : public Backend, public CudaExtensions {
                      checks::ValidateWriteRows(kGpuKind, src, positions, dst));
     Sign({static_cast<int64_t>(SigOp::kWriteRows), d.batch, d.rows, d.channels, d.capacity,
           static_cast<int64_t>(src.dtype())});
-    return Submit([state = state_, src, positions, dst, d]() {
+    return Submit([state = state_, ctx = Ctx(), src, positions, dst, d]() {
       const int64_t row_bytes = d.channels * static_cast<int64_t>(SizeOf(src.dtype()));
       return GpuStatus("WriteRows",
-                       cuda::LaunchWriteRows(state->ctx, src.data(), positions.data_as<int32_t>(),
-                                             d.batch, d.rows, row_bytes, d.capacity, dst.data()));
+                       cuda::LaunchWriteRows(ctx, src.data(), positions.data_as<int32_t>(), d.batch,
+                                             d.rows, row_bytes, d.capacity, dst.data()));
     });
   }
 
@@ -573,13 +571,14 @@ class CudaBackend final : public Backend, public CudaExtensions {
     Sign({static_cast<int64_t>(SigOp::kEmbed), d.batch, d.time, d.channels, d.vocab,
           d.max_positions, static_cast<int64_t>(token_table.dtype()),
           static_cast<int64_t>(position_table.dtype())});
-    return Submit([state = state_, tokens, start_positions, token_table, position_table, y, d]() {
+    return Submit([state = state_, ctx = Ctx(), tokens, start_positions, token_table,
+                   position_table, y, d]() {
       return GpuStatus(
-          "Embed", cuda::LaunchEmbed(
-                       state->ctx, tokens.data_as<int32_t>(), start_positions.data_as<int32_t>(),
-                       d.batch, d.time, token_table.data(), token_table.dtype() == DType::kF16,
-                       d.vocab, position_table.data(), position_table.dtype() == DType::kF16,
-                       d.max_positions, d.channels, y.data_as<float>()));
+          "Embed",
+          cuda::LaunchEmbed(ctx, tokens.data_as<int32_t>(), start_positions.data_as<int32_t>(),
+                            d.batch, d.time, token_table.data(), token_table.dtype() == DType::kF16,
+                            d.vocab, position_table.data(), position_table.dtype() == DType::kF16,
+                            d.max_positions, d.channels, y.data_as<float>()));
     });
   }
 
@@ -588,9 +587,9 @@ class CudaBackend final : public Backend, public CudaExtensions {
     ASSIGN_OR_RETURN(const checks::ArgmaxDims d,
                      checks::ValidateArgmaxLogSumExp(kGpuKind, logits, masks, mask_index, out));
     Sign({static_cast<int64_t>(SigOp::kArgmaxLogSumExp), d.rows, d.cols, d.num_masks});
-    return Submit([state = state_, logits, masks, mask_index, out, d]() {
+    return Submit([state = state_, ctx = Ctx(), logits, masks, mask_index, out, d]() {
       return GpuStatus("ArgmaxLogSumExp", cuda::LaunchArgmaxLogSumExp(
-                                              state->ctx, logits.data_as<float>(), d.rows, d.cols,
+                                              ctx, logits.data_as<float>(), d.rows, d.cols,
                                               masks.data_as<int32_t>(), d.mask_words, d.num_masks,
                                               mask_index.data_as<int32_t>(), out.data_as<float>()));
     });
@@ -599,9 +598,9 @@ class CudaBackend final : public Backend, public CudaExtensions {
   absl::Status LogSoftmax(const Tensor& x, const Tensor& y) override {
     ASSIGN_OR_RETURN(const checks::RowDims d, checks::ValidateLogSoftmax(kGpuKind, x, y));
     Sign({static_cast<int64_t>(SigOp::kLogSoftmax), d.rows, d.cols});
-    return Submit([state = state_, x, y, d]() {
-      return GpuStatus("LogSoftmax", cuda::LaunchLogSoftmax(state->ctx, x.data_as<float>(), d.rows,
-                                                            d.cols, y.data_as<float>()));
+    return Submit([state = state_, ctx = Ctx(), x, y, d]() {
+      return GpuStatus("LogSoftmax", cuda::LaunchLogSoftmax(ctx, x.data_as<float>(), d.rows, d.cols,
+                                                            y.data_as<float>()));
     });
   }
 
@@ -674,8 +673,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
     if (cuda::FusedLinearSupported(p)) {
       Sign({static_cast<int64_t>(SigOp::kFusedLinear), m, n, k, norm, p.w_f16,
             static_cast<int64_t>(epilogue), static_cast<int64_t>(p.output)});
-      return Submit([state = state_, a, p]() {
-        return GpuStatus("FusedLinear", cuda::LaunchFusedLinear(state->ctx, p));
+      return Submit([state = state_, ctx = Ctx(), a, p]() {
+        return GpuStatus("FusedLinear", cuda::LaunchFusedLinear(ctx, p));
       });
     }
     // The same result from separate kernels (more rows than the fused kernel takes).
@@ -694,10 +693,10 @@ class CudaBackend final : public Backend, public CudaExtensions {
     RETURN_IF_ERROR(Linear(input, a.weight, bias, a.act, result));
     if (a.output == Output::kAccumulate) return Add(y2, result, y2);
     Sign({static_cast<int64_t>(SigOp::kFusedLinear), m, n, 3});
-    return Submit([state = state_, a, result, p]() {
+    return Submit([state = state_, ctx = Ctx(), a, result, p]() {
       return GpuStatus("FusedLinear",
-                       cuda::LaunchQkvScatter(state->ctx, result.data_as<float>(), p.m, p.n / 3,
-                                              p.q, p.k_cache, p.v_cache, p.positions, p.capacity));
+                       cuda::LaunchQkvScatter(ctx, result.data_as<float>(), p.m, p.n / 3, p.q,
+                                              p.k_cache, p.v_cache, p.positions, p.capacity));
     });
   }
 
@@ -708,9 +707,10 @@ class CudaBackend final : public Backend, public CudaExtensions {
       Sign({static_cast<int64_t>(SigOp::kRaw), static_cast<int64_t>(signature.size())});
       for (int64_t v : signature) signature_ = cuda::HashCombine(signature_, &v, sizeof(v));
     }
-    return Submit([state = state_, what, launch = std::move(launch), keep = std::move(keep)]() {
-      return GpuStatus(what.c_str(), static_cast<cudaError_t>(launch(state->ctx)));
-    });
+    return Submit(
+        [state = state_, ctx = Ctx(), what, launch = std::move(launch), keep = std::move(keep)]() {
+          return GpuStatus(what.c_str(), static_cast<cudaError_t>(launch(ctx)));
+        });
   }
 
   int multiprocessor_count() const override { return state_->ctx.sm_count; }
@@ -721,6 +721,16 @@ class CudaBackend final : public Backend, public CudaExtensions {
     ASSIGN_OR_RETURN(std::unique_ptr<cuda::PersistentDecoderStep> step,
                      cuda::PersistentDecoderStep::Create(*this, *this, weights));
     return std::unique_ptr<PreparedDecoderStep>(std::move(step));
+  }
+
+  // ---- Launch hints ---------------------------------------------------------------------------
+
+  void SetLaunchHint(LaunchHint hint) override {
+    if (hint == launch_hint_) return;
+    launch_hint_ = hint;
+    // Launch attributes are part of what a capture records: a graph captured under another hint
+    // must not take this one's executable from the cache.
+    Sign({static_cast<int64_t>(SigOp::kLaunchHint), static_cast<int64_t>(hint)});
   }
 
   // ---- Graph capture --------------------------------------------------------------------------
@@ -736,6 +746,7 @@ class CudaBackend final : public Backend, public CudaExtensions {
     capture_error_ = absl::OkStatus();
     captured_.clear();
     signature_ = cuda::kHashSeed;
+    Sign({static_cast<int64_t>(SigOp::kLaunchHint), static_cast<int64_t>(launch_hint_)});
     return absl::OkStatus();
   }
 
@@ -786,6 +797,15 @@ class CudaBackend final : public Backend, public CudaExtensions {
 
   cudaStream_t stream() const { return state_->graphs->stream; }
 
+  // How the next call launches: the device's context, without PDL under
+  // LaunchHint::kLargeKernels unless options_.pdl_large_kernels. Closures keep their own copy, so
+  // that an eager graph replays with the launches it was recorded with.
+  cuda::LaunchContext Ctx() const {
+    cuda::LaunchContext ctx = state_->ctx;
+    if (launch_hint_ == LaunchHint::kLargeKernels && !options_.pdl_large_kernels) ctx.pdl = false;
+    return ctx;
+  }
+
   // Runs `node` now, and keeps it while capturing (it owns the captured call's memory); with
   // graphs disabled, a capture only records it.
   template <typename F>
@@ -829,6 +849,7 @@ class CudaBackend final : public Backend, public CudaExtensions {
   std::string description_;
   const uint64_t memory_capacity_bytes_;
   bool capturing_ = false;
+  LaunchHint launch_hint_ = LaunchHint::kDefault;
   absl::Status capture_error_;
   std::vector<cuda::Node> captured_;
   uint64_t signature_ = cuda::kHashSeed;

@@ -70,6 +70,12 @@ struct CudaBackendOptions {
   // on SMs the previous kernel needs; 1 leaves flash v2's grid, 432 blocks per window on an
   // H100, to launch normally). Default: 4.
   int pdl_max_blocks_per_sm = 4;
+  // With use_pdl: whether calls under Backend::LaunchHint::kLargeKernels (the Whisper encoder
+  // pass and cross K/V projections) launch with PDL too. A whole graph without PDL ran the
+  // encoder 18-27 us per 30 s window faster on an H100, but the encoder pass alone without it
+  // (round 4) gained nothing measurable (docs/benchmarks.md, "Encoder at batch 1, round 4"), so
+  // the default keeps PDL until the cross projections' share is timed. Default: true.
+  bool pdl_large_kernels = true;
   // Load cuBLAS for GEMMs of more than skinny_max_rows rows; when false or when it cannot be
   // loaded, the built-in tiled kernel runs them. Default: true.
   bool use_cublas = true;

@@ -119,6 +119,7 @@ struct Variant {
   bool half_activations = false;  // CudaBackendOptions::half_activations
   bool planes = false;            // CudaBackendOptions::linear_planes
   bool defaults = false;  // CudaBackendOptions' defaults for all of the above (variant "Fast")
+  bool encoder_no_pdl = false;  // CudaBackendOptions::pdl_large_kernels false (with defaults too)
 };
 
 void PrintTo(const Variant& variant, std::ostream* os) { *os << variant.name; }
@@ -141,6 +142,7 @@ class CudaParityTest : public ::testing::TestWithParam<Variant> {
       options.half_activations = GetParam().half_activations;
       options.linear_planes = GetParam().planes;
     }
+    if (GetParam().encoder_no_pdl) options.pdl_large_kernels = false;
     half_activations_ = options.half_activations;
     auto gpu = CreateCudaBackend(options);
     if (!gpu.ok()) GTEST_SKIP() << "no usable GPU, CUDA test skipped: " << gpu.status().message();
@@ -826,6 +828,53 @@ TEST_P(CudaParityTest, GraphReplayReadsNewPositions) {
   }
 }
 
+// Launch hints change how kernels launch (on CUDA: with PDL or not), never what they compute:
+// eager and captured under each hint in turn (the later captures have the signature of the
+// first, so the executable cache is exercised across hints), on fresh poisoned outputs.
+TEST_P(CudaParityTest, LaunchHintsKeepResults) {
+  const int64_t m = 300, k = 64, n = 96;
+  const Pair x = F32({m, k}, Random(m * k));
+  std::vector<float> w = Random(n * k, -0.2f, 0.2f);
+  const Pair weight = Weight({n, k}, w, DType::kF16);
+  const Pair bias = F32({n}, Random(n));
+  const Pair gamma = F32({k}, Random(k, 0.5f, 1.5f));
+  const Pair beta = F32({k}, Random(k));
+  auto chain = [&](Backend& b, const Tensor Pair::*side, const Pair& h,
+                   const Pair& y) -> absl::Status {
+    RETURN_IF_ERROR(b.LayerNorm(x.*side, gamma.*side, beta.*side, 1e-5f, h.*side));
+    return b.Linear(h.*side, weight.*side, &(bias.*side), Activation::kGelu, y.*side);
+  };
+  const Pair h0 = Poisoned({m, k}), y0 = Poisoned({m, n});
+  ASSERT_TRUE(chain(*cpu_, &Pair::cpu, h0, y0).ok());
+  cpu_->SetLaunchHint(Backend::LaunchHint::kLargeKernels);  // ignored by the CPU backend
+  const std::vector<float> want = Cpu(y0.cpu);
+  using Hint = Backend::LaunchHint;
+  int run = 0;
+  for (const Hint hint : {Hint::kLargeKernels, Hint::kDefault, Hint::kLargeKernels}) {
+    for (const bool capture : {false, true}) {
+      const std::string what =
+          absl::StrCat("run ", run++, hint == Hint::kDefault ? " default" : " large kernels",
+                       capture ? ", graph" : ", eager");
+      SCOPED_TRACE(what);
+      const Pair h = Poisoned({m, k}), y = Poisoned({m, n});
+      gpu_->SetLaunchHint(hint);
+      if (capture) {
+        ASSERT_TRUE(gpu_->BeginCapture().ok());
+        const absl::Status recorded = chain(*gpu_, &Pair::gpu, h, y);
+        auto graph = gpu_->EndCapture();
+        ASSERT_TRUE(recorded.ok()) << recorded;
+        ASSERT_TRUE(graph.ok()) << graph.status();
+        gpu_->SetLaunchHint(Hint::kDefault);  // replays keep the hint they were captured under
+        ASSERT_TRUE((*graph)->Replay().ok());
+      } else {
+        ASSERT_TRUE(chain(*gpu_, &Pair::gpu, h, y).ok());
+      }
+      EXPECT_TRUE(Close(what, Gpu(y.gpu), want, GemmTolerance(m, DType::kF16)));
+    }
+  }
+  gpu_->SetLaunchHint(Hint::kDefault);
+}
+
 // ---- Whisper, random weights of tiny.en's shapes ------------------------------------------------
 
 class CudaWhisperTest : public CudaParityTest {
@@ -929,6 +978,13 @@ const Variant kVariants[] = {
     // CudaBackendOptions' defaults: HalfGemm for N, K <= 384 with residuals fused, cuBLAS
     // (beta = 1) for the rest, flash v2, f16 FFN activations.
     {.name = "Fast", .math = CudaMath::kFast, .cublas = true, .graphs = true, .defaults = true},
+    // The defaults with the encoder's kernels launched without PDL.
+    {.name = "FastEncoderNoPdl",
+     .math = CudaMath::kFast,
+     .cublas = true,
+     .graphs = true,
+     .defaults = true,
+     .encoder_no_pdl = true},
     // The built-in GEMM (f16 activations widened for it).
     {.name = "AccurateBuiltinGemmEagerGraphs",
      .math = CudaMath::kAccurate,

@@ -4,7 +4,7 @@
 # backend's parity tests, the encoder rows once more, and compute-sanitizer memcheck over the
 # tests of the kernels changed last (ENC_SANITIZE: a gtest filter). Results under $OUT: bench.tsv,
 # bench_repeat.tsv, bench.log, torch.tsv/.log, tests.log, sanitizer.log, summary.txt (with the
-# device). Round 3 ran it with ENC_BUDGET_S=185 under a 200 s limit.
+# device). Round 3 ran it with ENC_BUDGET_S=185 under a 200 s limit, round 4 with 135 under 150.
 #   ENC_SKIP="sanitizer tests torch repeat"   parts to leave out
 set -uo pipefail
 scripts=$(cd "$(dirname "$0")" && pwd)
@@ -29,14 +29,18 @@ echo "$device"
 # ENC_BUDGET_S.
 budget=${ENC_BUDGET_S:-285}
 left() { local l=$(( budget - SECONDS )); echo $(( l < 5 ? 5 : (l > $1 ? $1 : l) )); }
-# Round 3 (enc8): the new default (QKV planes, f16 attention inputs) against the round 2 default,
-# each with PDL as now, without PDL, and with PDL only for grids of <= 1 block per SM; the first
-# four again at the end (the spread between two runs of one call).
-main="fast, CUDA graph + PDL;fast, CUDA graph + PDL, no QKV planes (round 2 default)"
-main="$main;fast, CUDA graph;fast, CUDA graph, no QKV planes (round 2 default)"
-pdl1="fast, CUDA graph + PDL <= 1 block per SM;fast, CUDA graph + PDL <= 1 block per SM, no QKV planes"
-timeout "$(left 75)" "$here/bin/whisper_gpu_bench" --encoder-only --encoder-batches 1,16 \
-  --only "$main;$pdl1" --out "$out/bench.tsv" > "$out/bench.log" 2>&1
+# Round 4 (enc9): the default (PDL) against the encoder pass and cross projections launched
+# without PDL (LaunchHint) and a graph without PDL at all; the first two again at the end (the
+# spread between two runs of one call). Round 3's rows: ENC_ROUND=3.
+main="fast, CUDA graph + PDL;fast, CUDA graph + PDL, encoder without PDL"
+extra="fast, CUDA graph"
+if [ "${ENC_ROUND:-4}" = 3 ]; then
+  main="fast, CUDA graph + PDL;fast, CUDA graph + PDL, no QKV planes (round 2 default)"
+  main="$main;fast, CUDA graph;fast, CUDA graph, no QKV planes (round 2 default)"
+  extra="fast, CUDA graph + PDL <= 1 block per SM;fast, CUDA graph + PDL <= 1 block per SM, no QKV planes"
+fi
+timeout "$(left 75)" "$here/bin/whisper_gpu_bench" ${ENC_OPS:---no-ops} --encoder-only \
+  --encoder-batches 1,16 --only "$main;$extra" --out "$out/bench.tsv" > "$out/bench.log" 2>&1
 bench_rc=$?
 torch_rc=skipped
 if [[ "$skip" != *" torch "* ]]; then
@@ -62,7 +66,7 @@ fi
 sanitizer_rc=skipped
 if [[ "$skip" != *" sanitizer "* ]] && command -v compute-sanitizer > /dev/null; then
   timeout "$(left 120)" compute-sanitizer --tool memcheck --error-exitcode 9 "$here/bin/cuda_backend_test" \
-    --gtest_filter="${ENC_SANITIZE:-Variants/CudaParityTest.LinearPlanes*/*:Variants/CudaParityTest.AttentionWithHalf*/*:Variants/CudaWhisperTest.EncoderPass*/Fast}" \
+    --gtest_filter="${ENC_SANITIZE:-Variants/CudaParityTest.LaunchHints*/*:Variants/CudaWhisperTest.EncoderPass*/Fast*}" \
     > "$out/sanitizer.log" 2>&1
   sanitizer_rc=$?
 fi
@@ -71,7 +75,7 @@ fi
   echo "bench rc=$bench_rc torch rc=$torch_rc tests rc=$tests_rc sanitizer rc=$sanitizer_rc"
   grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|Failure" "$out/tests.log" 2>/dev/null | head -30
   awk '/^\[ RUN/ {t = $NF} /parity:/ {print t ": " $0}' "$out/tests.log" 2>/dev/null |
-    grep -E "/(Fast|FastHalfGemmSmallHalfActivations|AccuratePlanes|AccurateBuiltinGemmEagerGraphs): parity: (LinearPlanes m=(1500|3000|40)|Attention f16|Whisper encoder)" |
+    grep -E "/(Fast|FastEncoderNoPdl|FastHalfGemmSmallHalfActivations|AccuratePlanes|AccurateBuiltinGemmEagerGraphs): parity: (LinearPlanes m=(1500|3000|40)|Attention f16|Whisper encoder|run [0-9])" |
     sed -e 's/Variants\/CudaParityTest\.//' -e 's/Variants\/CudaWhisperTest\.//' | head -60
   grep -E "^parity: (LayerNorm -> f16 1500|Linear m=1500 .* x f16)" "$out/tests.log" 2>/dev/null | head -12
   grep -E "ERROR SUMMARY|Invalid|out of bounds" "$out/sanitizer.log" 2>/dev/null | head -10

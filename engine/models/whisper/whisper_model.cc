@@ -575,6 +575,26 @@ absl::Status WhisperModel::WriteMel(absl::Span<const float> mel, int row, Encode
   return backend_.CopyFromHost(time_major.data(), time_major.size() * sizeof(float), dst);
 }
 
+namespace {
+
+// The encoder pass and the cross K/V projections: every kernel fills the device and waits for
+// the previous one, so they launch as such (Backend::LaunchHint; on CUDA optionally without
+// PDL) until the scope ends.
+class LargeKernels {
+ public:
+  explicit LargeKernels(Backend& backend) : backend_(backend) {
+    backend_.SetLaunchHint(Backend::LaunchHint::kLargeKernels);
+  }
+  LargeKernels(const LargeKernels&) = delete;
+  LargeKernels& operator=(const LargeKernels&) = delete;
+  ~LargeKernels() { backend_.SetLaunchHint(Backend::LaunchHint::kDefault); }
+
+ private:
+  Backend& backend_;
+};
+
+}  // namespace
+
 absl::Status WhisperModel::EncodeOnDevice(EncoderBuffers& buffers, DecoderState* state) const {
   if (state != nullptr && state->batch_size() != buffers.batch_size()) {
     return absl::InvalidArgumentError(
@@ -609,6 +629,7 @@ absl::Status WhisperModel::RunEncoder(EncoderBuffers& buffers, DecoderState* sta
 }
 
 absl::Status WhisperModel::EncoderPass(EncoderBuffers& buffers) const {
+  const LargeKernels large_kernels(backend_);
   const int64_t b = buffers.batch_size();
   const Tensor& x = buffers.x_;
   RETURN_IF_ERROR(
@@ -666,6 +687,7 @@ absl::Status WhisperModel::RunEncoderAttentionPlanes(const EncoderLayer& layer, 
 }
 
 absl::Status WhisperModel::ProjectCross(const Tensor& encoded, DecoderState& state) const {
+  const LargeKernels large_kernels(backend_);
   for (int i = 0; i < dims_.n_decoder_layers; ++i) {
     const AttentionWeights& w = decoder_layers_[static_cast<size_t>(i)].cross_attention;
     RETURN_IF_ERROR(backend_.Linear(encoded, w.k_w, &w.k_b, Activation::kNone, state.cross_k_[i]));
