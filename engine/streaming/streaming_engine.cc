@@ -85,7 +85,6 @@ class StreamingEngine::Impl {
         vad_(vad),
         decoders_(std::move(decoders)),
         prepare_pool_(PrepareThreads(options)),
-        defer_partials_to_finals_(!transcriber.model().batches_encoder()),
         encoders_(std::move(encoders)),
         ring_(static_cast<size_t>(options.ingest_ring_slots)) {
     frontend_ = std::thread([this] { FrontendLoop(); });
@@ -502,16 +501,11 @@ class StreamingEngine::Impl {
       }
       if (rows.empty()) continue;
       // Finals first: an utterance's final is what its client waits for (and what keeping up
-      // is judged on), partials are best effort. Where windows are encoded one at a time (the
-      // CPU: ~130 ms per window), a round that has finals leaves its partials for the next
-      // round, so a final never waits behind other streams' partial encodes. Where the encoder
-      // takes the round's windows in one batched pass (a GPU), a partial adds well under a
-      // millisecond to the round, while deferring them split a loaded GPU's work into many
-      // small final-only rounds (H100, 1024 streams: 1085 of 1714 batches held 1-12 windows),
-      // so there the round keeps them.
+      // is judged on), partials are best effort. A round that has finals leaves its partials
+      // for the next round, so a final never waits behind other streams' partial encodes.
       const bool has_final = std::any_of(rows.begin(), rows.end(),
                                          [](const Row& r) { return r.job.kind == Job::kFinal; });
-      if (has_final && defer_partials_to_finals_) {
+      if (has_final) {
         std::erase_if(rows, [this](Row& row) {
           if (row.job.kind != Job::kPartial) return false;
           row.rest.push_front(std::move(row.job));
@@ -755,8 +749,6 @@ class StreamingEngine::Impl {
   VoiceActivityModel& vad_;
   std::unique_ptr<whisper::DecoderStatePool> decoders_;  // max_batch slots
   ThreadPool prepare_pool_;  // driven by the scheduler thread (DecodeBatch)
-  // Whether a round with finals leaves its partials for the next (see SchedulerLoop).
-  const bool defer_partials_to_finals_;
   // Views of one set of encoder buffers for 1, 2, 4, ... windows (encoders_[k]: 2^k rows).
   std::vector<std::unique_ptr<whisper::EncoderBuffers>> encoders_;
   IngestRing ring_;
