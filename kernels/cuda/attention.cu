@@ -2,6 +2,7 @@
 
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/mma.cuh"
 
 namespace waav::cuda {
 namespace {
@@ -371,29 +372,12 @@ constexpr int kFlashRows = 64;  // queries per block (16 per warp) and keys per 
 constexpr int kFlashDim = 64;
 constexpr int kPad = kFlashDim + 8;  // row stride in halves: 144 bytes, conflict-free fragments
 
-__device__ __forceinline__ unsigned SharedAddress(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void CopyAsync16(void* smem, const void* global, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SharedAddress(smem)),
-               "l"(global), "r"(src_bytes));
-}
-__device__ __forceinline__ void CommitAsync() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int kPending>
-__device__ __forceinline__ void WaitAsync() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-__device__ __forceinline__ void Mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
+using mma::CommitAsync;
+using mma::CopyAsync16;
+using mma::Mma16816;
+using mma::PackHalf2;
+using mma::WaitAsync;
+
 __device__ __forceinline__ uint32_t Load32(const __half* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
@@ -572,7 +556,7 @@ __global__ void __launch_bounds__(128) FlashAttentionKernel(FlashParams p) {
         uint32_t r0, r1, r2, r3;
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                      : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                     : "r"(SharedAddress(vp)));
+                     : "r"(mma::SmemAddress(vp)));
         Mma16816(o[dt], pa, r0, r1);
         Mma16816(o[dt + 1], pa, r2, r3);
       }

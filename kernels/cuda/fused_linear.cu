@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/epilogue.cuh"
 #include "kernels/cuda/fused_linear.cuh"
 
 namespace waav::cuda {
@@ -19,20 +20,6 @@ __device__ __forceinline__ void Load8(const T* p, float* out) {
   Raw8<T> raw;
   raw.Load(p);
   raw.Widen(out);
-}
-
-__device__ __forceinline__ float Activate(float v, Epilogue act) {
-  switch (act) {
-    case Epilogue::kGelu:
-      return GeluExact(v);
-    case Epilogue::kRelu:
-      return v > 0.0f ? v : (v == v ? 0.0f : v);
-    case Epilogue::kSigmoid:
-      return 1.0f / (1.0f + expf(-v));
-    case Epilogue::kNone:
-      break;
-  }
-  return v;
 }
 
 template <typename W, int kRows, int kCols>
@@ -137,7 +124,7 @@ __global__ void __launch_bounds__(kWarps* kWarp) FusedLinearKernel(FusedLinearPa
       const float sum = WarpSum(acc[r][c]);
       const int64_t m = m0 + r, n = n0 + c;
       if (lane != (r * kCols + c) % kWarp || r >= rows || n >= p.n) continue;
-      const float v = Activate(sum + (p.bias != nullptr ? p.bias[n] : 0.0f), p.act);
+      const float v = ApplyEpilogue(sum + (p.bias != nullptr ? p.bias[n] : 0.0f), p.act);
       switch (p.output) {
         case FusedOutput::kStore:
           p.y[m * p.n + n] = v;

@@ -1,5 +1,6 @@
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/epilogue.cuh"
 #include "kernels/cuda/half_gemm.cuh"
 #include "kernels/cuda/mma.cuh"
 
@@ -20,28 +21,11 @@ constexpr int kGemmThreads = 128;  // 4 warps, 2 × 2 over the block tile
 using mma::CommitAsync;
 using mma::CopyAsync16;
 using mma::LdMatrix4;
+using mma::WaitAsync;
 
 __device__ __forceinline__ void CopyAsync4(void* smem, const void* global, int src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(mma::SmemAddress(smem)),
                "l"(global), "r"(src_bytes));
-}
-template <int kPending>
-__device__ __forceinline__ void WaitAsync() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
-__device__ __forceinline__ float ApplyAct(float v, Epilogue act) {
-  switch (act) {
-    case Epilogue::kGelu:
-      return GeluExact(v);
-    case Epilogue::kRelu:
-      return v > 0.0f ? v : (v == v ? 0.0f : v);
-    case Epilogue::kSigmoid:
-      return 1.0f / (1.0f + expf(-v));
-    case Epilogue::kNone:
-      break;
-  }
-  return v;
 }
 
 struct GemmParams {
@@ -254,8 +238,8 @@ __global__ void __launch_bounds__(kGemmThreads) HalfGemmKernel(GemmParams p) {
       for (int half = 0; half < 2; ++half) {
         const int64_t row = m0 + wm * kWarpM + mt * 16 + g + half * 8;
         if (row >= p.m) continue;
-        float2 out = make_float2(ApplyAct(acc[mt][nt][2 * half] + bias.x, p.act),
-                                 ApplyAct(acc[mt][nt][2 * half + 1] + bias.y, p.act));
+        float2 out = make_float2(ApplyEpilogue(acc[mt][nt][2 * half] + bias.x, p.act),
+                                 ApplyEpilogue(acc[mt][nt][2 * half + 1] + bias.y, p.act));
         if (p.residual != nullptr) {
           const float2 r = *reinterpret_cast<const float2*>(p.residual + row * p.n + col);
           out.x += r.x;

@@ -1,24 +1,11 @@
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/epilogue.cuh"
 #include "kernels/cuda/linear.cuh"
 
 namespace waav::cuda {
 namespace {
 
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
-__device__ __forceinline__ float Activate(float v, Epilogue act) {
-  switch (act) {
-    case Epilogue::kGelu:
-      return GeluExact(v);
-    case Epilogue::kRelu:
-      return v > 0.0f ? v : (v == v ? 0.0f : v);  // NaN stays NaN
-    case Epilogue::kSigmoid:
-      return 1.0f / (1.0f + expf(-v));
-    case Epilogue::kNone:
-      break;
-  }
-  return v;
-}
 
 // ---- SkinnyLinear ---------------------------------------------------------------------------
 // A warp owns kCols consecutive outputs for kRows consecutive rows. Lane l reads elements
@@ -133,7 +120,7 @@ __global__ void __launch_bounds__(kSkinnyWarps* kWarp)
       // Spread the stores (and the epilogue) over the lanes.
       if (lane == (r * kCols + c) % kWarp && m0 + r < m && n0 + c < n) {
         const float v = sum + (bias != nullptr ? bias[n0 + c] : 0.0f);
-        y[(m0 + r) * n + n0 + c] = Activate(v, act);
+        y[(m0 + r) * n + n0 + c] = ApplyEpilogue(v, act);
       }
     }
   }
@@ -223,7 +210,7 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int64_t c = col0 + tc * 4 + j;
-      if (c < n) y[r * n + c] = Activate(acc[i][j] + (bias != nullptr ? bias[c] : 0.0f), act);
+      if (c < n) y[r * n + c] = ApplyEpilogue(acc[i][j] + (bias != nullptr ? bias[c] : 0.0f), act);
     }
   }
 }
@@ -272,8 +259,8 @@ __global__ void EpilogueToHalfKernel(const float* in, int64_t rows, int64_t cols
       v.w += b.w;
     }
     __half2* o = reinterpret_cast<__half2*>(out + q * 4);
-    o[0] = __floats2half2_rn(Activate(v.x, act), Activate(v.y, act));
-    o[1] = __floats2half2_rn(Activate(v.z, act), Activate(v.w, act));
+    o[0] = __floats2half2_rn(ApplyEpilogue(v.x, act), ApplyEpilogue(v.y, act));
+    o[1] = __floats2half2_rn(ApplyEpilogue(v.z, act), ApplyEpilogue(v.w, act));
   }
 }
 
@@ -329,7 +316,7 @@ __global__ void EpilogueToHalfScalarKernel(const float* in, int64_t rows, int64_
   const int64_t total = rows * cols;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += stride) {
-    out[i] = __float2half_rn(Activate(in[i] + (bias != nullptr ? bias[i % cols] : 0.0f), act));
+    out[i] = __float2half_rn(ApplyEpilogue(in[i] + (bias != nullptr ? bias[i % cols] : 0.0f), act));
   }
 }
 
@@ -353,7 +340,7 @@ __global__ void EpilogueKernel(float* y, int64_t rows, int64_t cols, const float
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += stride) {
     const float v = (zero_input ? 0.0f : y[i]) + (bias != nullptr ? bias[i % cols] : 0.0f);
-    y[i] = Activate(v, act);
+    y[i] = ApplyEpilogue(v, act);
   }
 }
 
