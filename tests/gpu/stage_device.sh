@@ -7,6 +7,7 @@
 #   tests/gpu/stage_device.sh [BUILD_DIR] [DEST]
 # WAAV_STAGE_TARGETS: the binaries to build and stage (default: all four below); run_device.sh
 # then needs WAAV_DEVICE_SKIP="backend_tests backend_sanitizer" when cuda_backend_test is left out.
+# WAAV_STAGE_SCRIPTS: other run scripts to stage beside run_device.sh (e.g. tests/gpu/enc_device.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build/ci}
@@ -34,5 +35,6 @@ done | sort -u | grep -v -E '/(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc
 rm -rf "$dest"
 mkdir -p "$dest"
 tar -C "$stage" -cJf "$dest/payload.tar.xz" bin lib
-cp tests/gpu/run_device.sh bench/gpu/torch_whisper_anchor.py "$dest/"
+read -r -a scripts <<< "${WAAV_STAGE_SCRIPTS:-}"
+cp tests/gpu/run_device.sh bench/gpu/torch_whisper_anchor.py "${scripts[@]}" "$dest/"
 du -sh "$dest"
