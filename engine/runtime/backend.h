@@ -306,9 +306,10 @@ class Backend {
   // ---- Launch hints (optional) -------------------------------------------------------------
   // How the kernel calls issued from now on (eager, or recorded by a capture) are best launched;
   // it stays in force until the next call. kLargeKernels: a long dependent chain of kernels that
-  // each fill the device (Whisper's encoder pass), so a kernel gains nothing from starting
-  // before the previous one ends (the CUDA backend then launches without PDL, which measured
-  // faster there; CudaBackendOptions::pdl_large_kernels). Performance only: results are the
+  // each fill the device (Whisper's encoder pass), so a kernel may gain nothing from starting
+  // before the previous one ends (the CUDA backend then launches without PDL where
+  // CudaBackendOptions::pdl_large_kernels is false; it is true by default, because the hint
+  // around the encoder measured no gain, docs/benchmarks.md). Performance only: results are the
   // same under any hint. Default: ignored.
   enum class LaunchHint : uint8_t { kDefault, kLargeKernels };
   virtual void SetLaunchHint(LaunchHint hint);
