@@ -11,12 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/audio/resampler.h"
 #include "engine/frontend/log_mel.h"
 #include "engine/models/whisper/decoder_pool.h"
 #include "engine/models/whisper/greedy_decoder.h"
 #include "engine/models/whisper/transcriber.h"
 #include "engine/runtime/backend_registry.h"
+#include "engine/runtime/status.h"
 #include "gtest/gtest.h"
 #include "tests/support/random_whisper.h"
 #include "tests/support/test_env.h"
@@ -165,20 +167,19 @@ TEST_P(WhisperGraphTest, RandomWeightsGreedyStepsEqualEager) {
   EXPECT_GT(stats.graph_replays, 0u);
 }
 
-// The real tiny.en on real speech: DecodeGreedyBatch (the scheduler's path) with graphs and
-// eager, token for token and log-probability for log-probability.
-TEST_P(WhisperGraphTest, RealModelBatchDecodeEqualsEager) {
-  const auto model_dir = waav::testing::TinyEnModelDir();
-  if (!model_dir) GTEST_SKIP() << "models/whisper-tiny.en absent: run scripts/setup";
+// The log-mel windows (the front end's layout, zero-padded to 3000 frames) of jfk.wav and two
+// LJ Speech clips; NotFound when the shared speech data is absent.
+absl::StatusOr<std::vector<std::vector<float>>> SpeechWindows() {
   std::vector<std::vector<float>> windows;
   frontend::LogMel log_mel;
   for (const char* name : {"jfk.wav", "ljspeech/LJ001-0001.wav", "ljspeech/LJ001-0008.wav"}) {
     const auto path = waav::testing::SpeechFile(name);
-    if (!path)
-      GTEST_SKIP() << "shared speech data absent ($WAAV_SHARED_DATA/speech/" << name << ")";
-    auto audio = audio::LoadAudio16k(*path);
-    ASSERT_TRUE(audio.ok()) << audio.status();
-    const frontend::LogMel::Features f = log_mel.Compute(audio->samples);
+    if (!path) {
+      return absl::NotFoundError(
+          absl::StrCat("shared speech data absent ($WAAV_SHARED_DATA/speech/", name, ")"));
+    }
+    ASSIGN_OR_RETURN(const auto audio, audio::LoadAudio16k(*path));
+    const frontend::LogMel::Features f = log_mel.Compute(audio.samples);
     const int n_frames = 3000;
     const int frames = std::min(n_frames, f.n_frames - 1);
     std::vector<float> window(static_cast<size_t>(f.n_mels) * n_frames, 0.0f);
@@ -189,6 +190,18 @@ TEST_P(WhisperGraphTest, RealModelBatchDecodeEqualsEager) {
     }
     windows.push_back(std::move(window));
   }
+  return windows;
+}
+
+// The real tiny.en on real speech: DecodeGreedyBatch (the scheduler's path) with graphs and
+// eager, token for token and log-probability for log-probability.
+TEST_P(WhisperGraphTest, RealModelBatchDecodeEqualsEager) {
+  const auto model_dir = waav::testing::TinyEnModelDir();
+  if (!model_dir) GTEST_SKIP() << "models/whisper-tiny.en absent: run scripts/setup";
+  auto loaded = SpeechWindows();
+  if (absl::IsNotFound(loaded.status())) GTEST_SKIP() << loaded.status().message();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const std::vector<std::vector<float>>& windows = *loaded;
   std::vector<std::vector<GreedyResult>> results;
   for (GraphUse use : {GraphUse::kNever, GraphUse::kAlways}) {
     // Op by op (bit for bit comparisons; see above).
@@ -229,25 +242,10 @@ TEST_P(WhisperGraphTest, RealModelBatchDecodeEqualsEager) {
 TEST_P(WhisperGraphTest, RealModelDeviceChoiceAndBatchedPrefillMatchHostPath) {
   const auto model_dir = waav::testing::TinyEnModelDir();
   if (!model_dir) GTEST_SKIP() << "models/whisper-tiny.en absent: run scripts/setup";
-  std::vector<std::vector<float>> windows;
-  frontend::LogMel log_mel;
-  for (const char* name : {"jfk.wav", "ljspeech/LJ001-0001.wav", "ljspeech/LJ001-0008.wav"}) {
-    const auto path = waav::testing::SpeechFile(name);
-    if (!path)
-      GTEST_SKIP() << "shared speech data absent ($WAAV_SHARED_DATA/speech/" << name << ")";
-    auto audio = audio::LoadAudio16k(*path);
-    ASSERT_TRUE(audio.ok()) << audio.status();
-    const frontend::LogMel::Features f = log_mel.Compute(audio->samples);
-    const int n_frames = 3000;
-    const int frames = std::min(n_frames, f.n_frames - 1);
-    std::vector<float> window(static_cast<size_t>(f.n_mels) * n_frames, 0.0f);
-    for (int m = 0; m < f.n_mels; ++m) {
-      std::copy(f.data.begin() + static_cast<std::ptrdiff_t>(m) * f.n_frames,
-                f.data.begin() + static_cast<std::ptrdiff_t>(m) * f.n_frames + frames,
-                window.begin() + static_cast<std::ptrdiff_t>(m) * n_frames);
-    }
-    windows.push_back(std::move(window));
-  }
+  auto loaded = SpeechWindows();
+  if (absl::IsNotFound(loaded.status())) GTEST_SKIP() << loaded.status().message();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const std::vector<std::vector<float>>& windows = *loaded;
   auto transcriber = Transcriber::Load(*model_dir, *backend_, {});
   ASSERT_TRUE(transcriber.ok()) << transcriber.status();
   const WhisperModel& model = (*transcriber)->model();
