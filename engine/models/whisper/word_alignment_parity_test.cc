@@ -46,6 +46,28 @@ std::string ReadText(const fs::path& path) {
   return s.str();
 }
 
+// Runs the faster-whisper reference `script` over `paths` (files in `tmp`, which it removes)
+// and reads its JSON lines, one per path.
+void RunReference(const std::string& python, const fs::path& script, const std::string& model_dir,
+                  const std::string& extra_args, const std::vector<std::string>& paths,
+                  const fs::path& tmp, std::vector<nlohmann::json>* references) {
+  const fs::path out = tmp / "reference.jsonl", log = tmp / "log.txt";
+  std::string command =
+      "'" + python + "' '" + script.string() + "' --model '" + model_dir + "'" + extra_args;
+  for (const std::string& p : paths) command += " '" + p + "'";
+  command += " > '" + out.string() + "' 2> '" + log.string() + "'";
+  ASSERT_EQ(testing::RunCommand(command), 0) << command << "\n" << ReadText(log);
+  std::ifstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto parsed = text::ParseJson(line, out.string());
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    references->push_back(std::move(*parsed));
+  }
+  ASSERT_EQ(references->size(), paths.size()) << ReadText(log);
+  fs::remove_all(tmp);
+}
+
 TEST(WordAlignmentParityTest, MatchesFasterWhisperWordTimestamps) {
   const auto model_dir = testing::TinyEnModelDir();
   if (!model_dir) GTEST_SKIP() << "models/whisper-tiny.en absent: run scripts/setup";
@@ -68,23 +90,8 @@ TEST(WordAlignmentParityTest, MatchesFasterWhisperWordTimestamps) {
   if (paths.empty()) GTEST_SKIP() << "no speech clips in WAAV_SHARED_DATA/speech";
 
   const fs::path tmp = testing::MakeTempDir("waav-words-parity");
-  const fs::path out = tmp / "reference.jsonl", log = tmp / "log.txt";
-  std::string command = "'" + *python + "' '" + script.string() + "' --model '" + *model_dir + "'";
-  for (const std::string& p : paths) command += " '" + p + "'";
-  command += " > '" + out.string() + "' 2> '" + log.string() + "'";
-  ASSERT_EQ(testing::RunCommand(command), 0) << command << "\n" << ReadText(log);
   std::vector<nlohmann::json> references;
-  {
-    std::ifstream in(out);
-    std::string line;
-    while (std::getline(in, line)) {
-      auto parsed = text::ParseJson(line, out.string());
-      ASSERT_TRUE(parsed.ok()) << parsed.status();
-      references.push_back(std::move(*parsed));
-    }
-  }
-  ASSERT_EQ(references.size(), paths.size()) << ReadText(log);
-  fs::remove_all(tmp);
+  ASSERT_NO_FATAL_FAILURE(RunReference(*python, script, *model_dir, "", paths, tmp, &references));
 
   std::unique_ptr<Backend> backend = CreateCpuBackend({.num_threads = 2});
   auto transcriber = Transcriber::Load(*model_dir, *backend);
@@ -223,24 +230,9 @@ TEST(WordAlignmentParityTest, TranscribeMatchesFasterWhisperWordTimestamps) {
     paths.push_back((tmp / ("in" + std::to_string(i) + ".wav")).string());
     WriteWavF32(paths.back(), inputs[i]);
   }
-  const fs::path out = tmp / "reference.jsonl", log = tmp / "log.txt";
-  std::string command =
-      "'" + *python + "' '" + script.string() + "' --model '" + *model_dir + "' --transcribe";
-  for (const std::string& p : paths) command += " '" + p + "'";
-  command += " > '" + out.string() + "' 2> '" + log.string() + "'";
-  ASSERT_EQ(testing::RunCommand(command), 0) << command << "\n" << ReadText(log);
   std::vector<nlohmann::json> references;
-  {
-    std::ifstream in(out);
-    std::string line;
-    while (std::getline(in, line)) {
-      auto parsed = text::ParseJson(line, out.string());
-      ASSERT_TRUE(parsed.ok()) << parsed.status();
-      references.push_back(std::move(*parsed));
-    }
-  }
-  ASSERT_EQ(references.size(), paths.size()) << ReadText(log);
-  fs::remove_all(tmp);
+  ASSERT_NO_FATAL_FAILURE(
+      RunReference(*python, script, *model_dir, " --transcribe", paths, tmp, &references));
 
   std::unique_ptr<Backend> backend = CreateCpuBackend({.num_threads = 2});
   auto transcriber = Transcriber::Load(*model_dir, *backend);
