@@ -1,0 +1,255 @@
+// WhisperModel's encoder: its buffers, the mel upload, the encoder pass (convolutions, then
+// the transformer layers, on the backend's fused ops where it offers them) and the
+// cross-attention K/V projection into a decoder state.
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/models/whisper/whisper_model.h"
+#include "engine/runtime/status.h"
+#include "engine/runtime/transpose.h"
+
+namespace waav::whisper {
+
+absl::StatusOr<std::unique_ptr<EncoderBuffers>> WhisperModel::NewEncoderBuffers(
+    int batch_size) const {
+  if (batch_size <= 0) return absl::InvalidArgumentError("batch size must be positive");
+  const int64_t b = batch_size, d = dims_.d_model;
+  auto buffers = std::make_unique<EncoderBuffers>();
+  buffers->batch_size_ = batch_size;
+  ASSIGN_OR_RETURN(buffers->mel_,
+                   backend_.Allocate({b, dims_.n_frames(), dims_.n_mels}, DType::kF32));
+  ASSIGN_OR_RETURN(buffers->conv1_, backend_.Allocate({b, dims_.n_frames(), d}, DType::kF32));
+  ASSIGN_OR_RETURN(buffers->x_, backend_.Allocate({b, dims_.n_audio_ctx, d}, DType::kF32));
+  ASSIGN_OR_RETURN(buffers->scratch_, backend_.Allocate(buffers->x_.shape(), DType::kF32));
+  ASSIGN_OR_RETURN(const Workspace ws, NewWorkspace(buffers->x_.shape()));
+  buffers->h_ = ws.h;
+  buffers->q_ = ws.q;
+  buffers->k_ = ws.k;
+  buffers->v_ = ws.v;
+  buffers->attended_ = ws.attended;
+  buffers->hidden_ = ws.hidden;
+  if (backend_.supports(Op::kHalfActivations) && backend_.supports(Op::kLinearResidual) &&
+      !encoder_layers_.empty()) {
+    const int64_t rows = b * dims_.n_audio_ctx;
+    ASSIGN_OR_RETURN(buffers->ffn_h_, backend_.Allocate(buffers->x_.shape(), DType::kF16));
+    ASSIGN_OR_RETURN(
+        buffers->ffn_hidden_,
+        backend_.Allocate({rows * encoder_layers_.front().ffn.in_w.dim(0)}, DType::kF16));
+    if (encoder_layers_.front().qkv_w.defined()) {
+      ASSIGN_OR_RETURN(buffers->qkv_, backend_.Allocate({3 * rows * d}, DType::kF16));
+    }
+  }
+  return buffers;
+}
+
+absl::StatusOr<std::unique_ptr<EncoderBuffers>> EncoderBuffers::Rows(int begin, int end) const {
+  if (begin < 0 || end > batch_size_ || begin >= end) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rows [", begin, ", ", end, ") of encoder buffers of batch ", batch_size_));
+  }
+  auto view = std::make_unique<EncoderBuffers>();
+  view->batch_size_ = end - begin;
+  // Batch-first, except `hidden`, which is flat and sliced by its per-row share.
+  const std::pair<const Tensor*, Tensor*> batch_first[] = {{&mel_, &view->mel_},
+                                                           {&conv1_, &view->conv1_},
+                                                           {&x_, &view->x_},
+                                                           {&scratch_, &view->scratch_},
+                                                           {&h_, &view->h_},
+                                                           {&q_, &view->q_},
+                                                           {&k_, &view->k_},
+                                                           {&v_, &view->v_},
+                                                           {&attended_, &view->attended_}};
+  for (const auto& [src, dst] : batch_first) {
+    ASSIGN_OR_RETURN(*dst, src->Slice(begin, end));
+  }
+  const int64_t hidden_per_row = hidden_.numel() / batch_size_;
+  ASSIGN_OR_RETURN(view->hidden_, hidden_.Slice(begin * hidden_per_row, end * hidden_per_row));
+  if (ffn_h_.defined()) {
+    ASSIGN_OR_RETURN(view->ffn_h_, ffn_h_.Slice(begin, end));
+    const int64_t ffn_per_row = ffn_hidden_.numel() / batch_size_;
+    ASSIGN_OR_RETURN(view->ffn_hidden_, ffn_hidden_.Slice(begin * ffn_per_row, end * ffn_per_row));
+  }
+  if (qkv_.defined()) {  // flat: each pass lays its own rows out as [3, rows, d_model]
+    const int64_t qkv_per_row = qkv_.numel() / batch_size_;
+    ASSIGN_OR_RETURN(view->qkv_, qkv_.Slice(begin * qkv_per_row, end * qkv_per_row));
+  }
+  return view;
+}
+
+absl::StatusOr<std::unique_ptr<EncoderBuffers>> WhisperModel::UploadMel(absl::Span<const float> mel,
+                                                                        int batch) const {
+  const int64_t b = batch, frames = dims_.n_frames(), mels = dims_.n_mels;
+  if (batch <= 0 || static_cast<int64_t>(mel.size()) != b * mels * frames) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "encoder input has ", mel.size(), " values; expected ", b, " x ", mels, " x ", frames));
+  }
+  // The convolutions run time-major; the front end produces [mels, frames].
+  std::vector<float> time_major(mel.size());
+  for (int64_t i = 0; i < b; ++i) {
+    const float* src = mel.data() + i * mels * frames;
+    float* dst = time_major.data() + i * mels * frames;
+    for (int64_t m = 0; m < mels; ++m)
+      for (int64_t t = 0; t < frames; ++t) dst[t * mels + m] = src[m * frames + t];
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<EncoderBuffers> buffers, NewEncoderBuffers(batch));
+  RETURN_IF_ERROR(
+      backend_.CopyFromHost(time_major.data(), time_major.size() * sizeof(float), buffers->mel_));
+  return buffers;
+}
+
+absl::Status WhisperModel::WriteMel(absl::Span<const float> mel, int row, EncoderBuffers& buffers,
+                                    MelLayout layout) const {
+  const int64_t frames = dims_.n_frames(), mels = dims_.n_mels;
+  if (static_cast<int64_t>(mel.size()) != mels * frames) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("log-mel window has ", mel.size(), " values; expected ", mels, " x ", frames));
+  }
+  if (row < 0 || row >= buffers.batch_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("row ", row, " of encoder buffers for batch ", buffers.batch_size()));
+  }
+  ASSIGN_OR_RETURN(const Tensor dst, buffers.mel_.Slice(row, row + 1));
+  if (layout == MelLayout::kTimeMajor) {
+    return backend_.CopyFromHost(mel.data(), mel.size() * sizeof(float), dst);
+  }
+  std::vector<float> time_major(mel.size());
+  TransposeTiled(mel.data(), mels, frames, time_major.data());
+  return backend_.CopyFromHost(time_major.data(), time_major.size() * sizeof(float), dst);
+}
+
+namespace {
+
+// The encoder pass and the cross K/V projections: every kernel fills the device and waits for
+// the previous one, so they launch as such (Backend::LaunchHint; on CUDA optionally without
+// PDL) until the scope ends.
+class LargeKernels {
+ public:
+  explicit LargeKernels(Backend& backend) : backend_(backend) {
+    backend_.SetLaunchHint(Backend::LaunchHint::kLargeKernels);
+  }
+  LargeKernels(const LargeKernels&) = delete;
+  LargeKernels& operator=(const LargeKernels&) = delete;
+  ~LargeKernels() { backend_.SetLaunchHint(Backend::LaunchHint::kDefault); }
+
+ private:
+  Backend& backend_;
+};
+
+}  // namespace
+
+absl::Status WhisperModel::EncodeOnDevice(EncoderBuffers& buffers, DecoderState* state) const {
+  if (state != nullptr && state->batch_size() != buffers.batch_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("EncodeOnDevice: encoder buffers for batch ", buffers.batch_size(),
+                     " and a decoder state for batch ", state->batch_size()));
+  }
+  RETURN_IF_ERROR(EncoderPass(buffers));
+  if (state == nullptr) return absl::OkStatus();
+  return ProjectCross(buffers.x_, *state);
+}
+
+absl::Status WhisperModel::RunEncoder(EncoderBuffers& buffers, DecoderState* state) const {
+  if (state != nullptr && state->batch_size() != buffers.batch_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RunEncoder: encoder buffers for batch ", buffers.batch_size(),
+                     " and a decoder state for batch ", state->batch_size()));
+  }
+  const EncoderBuffers& b = buffers;
+  const Tensor* pass[] = {&b.mel_,   &b.conv1_,      &b.x_,  &b.scratch_,  &b.h_,
+                          &b.q_,     &b.k_,          &b.v_,  &b.attended_, &b.hidden_,
+                          &b.ffn_h_, &b.ffn_hidden_, &b.qkv_};
+  RETURN_IF_ERROR(
+      buffers.graph_.Run(backend_, use_graphs_, pass, [&] { return EncoderPass(buffers); }));
+  if (state == nullptr) return absl::OkStatus();
+  std::vector<const Tensor*> cross = {&b.x_};
+  for (int i = 0; i < dims_.n_decoder_layers; ++i) {
+    cross.push_back(&state->cross_k_[static_cast<size_t>(i)]);
+    cross.push_back(&state->cross_v_[static_cast<size_t>(i)]);
+  }
+  return state->cross_graphs_.Run(backend_, use_graphs_, cross,
+                                  [&] { return ProjectCross(buffers.x_, *state); });
+}
+
+absl::Status WhisperModel::EncoderPass(EncoderBuffers& buffers) const {
+  const LargeKernels large_kernels(backend_);
+  const int64_t b = buffers.batch_size();
+  const Tensor& x = buffers.x_;
+  RETURN_IF_ERROR(
+      backend_.Conv1d(buffers.mel_, conv1_w_, conv1_b_, 1, 1, Activation::kGelu, buffers.conv1_));
+  RETURN_IF_ERROR(backend_.Conv1d(buffers.conv1_, conv2_w_, conv2_b_, 2, 1, Activation::kGelu, x));
+  for (int64_t i = 0; i < b; ++i) {
+    ASSIGN_OR_RETURN(Tensor row, x.Slice(i, i + 1));
+    ASSIGN_OR_RETURN(row, row.Reshape(encoder_positions_.shape()));
+    RETURN_IF_ERROR(backend_.Add(row, encoder_positions_, row));
+  }
+  const Workspace ws{buffers.h_, buffers.q_,        buffers.k_,
+                     buffers.v_, buffers.attended_, buffers.hidden_};
+  // The residual additions go into the projections' epilogues where the backend can fuse them.
+  const bool fuse = backend_.supports(Op::kLinearResidual);
+  // The FFN's normed input and hidden layer in f16 where the backend takes f16 activations
+  // (buffers made by NewEncoderBuffers; they need the fused residual: h is not an Add operand).
+  Workspace ffn_ws = ws;
+  if (buffers.ffn_h_.defined()) {
+    ffn_ws.h = buffers.ffn_h_;
+    ffn_ws.hidden = buffers.ffn_hidden_;
+  }
+  for (const EncoderLayer& layer : encoder_layers_) {
+    if (buffers.qkv_.defined() && layer.qkv_w.defined()) {
+      RETURN_IF_ERROR(RunEncoderAttentionPlanes(layer, x, buffers));
+    } else {
+      RETURN_IF_ERROR(RunAttention(layer.self_attention, x, Tensor(), Tensor(), nullptr, nullptr,
+                                   /*causal=*/false, buffers.scratch_, ws, fuse));
+    }
+    RETURN_IF_ERROR(RunFeedForward(layer.ffn, x, ffn_ws, fuse));
+  }
+  return backend_.LayerNorm(x, encoder_norm_gamma_, encoder_norm_beta_, 1e-5f, x);
+}
+
+// The encoder's attention block with f16 activations (Op::kHalfActivations) and one GEMM for
+// Q, K and V (Op::kLinearPlanes): LayerNorm writes f16, the stacked projection writes f16 planes
+// that Attention reads as they are, the output projection adds the residual (kLinearResidual).
+absl::Status WhisperModel::RunEncoderAttentionPlanes(const EncoderLayer& layer, const Tensor& x,
+                                                     const EncoderBuffers& buffers) const {
+  const AttentionWeights& w = layer.self_attention;
+  const Shape shape = x.shape();
+  const int64_t rows = x.numel() / dims_.d_model;
+  const Tensor& h = buffers.ffn_h_;
+  RETURN_IF_ERROR(backend_.LayerNorm(x, w.norm_gamma, w.norm_beta, 1e-5f, h));
+  ASSIGN_OR_RETURN(const Tensor h2, h.Reshape({rows, dims_.d_model}));
+  ASSIGN_OR_RETURN(const Tensor qkv, buffers.qkv_.Reshape({3, rows, dims_.d_model}));
+  RETURN_IF_ERROR(backend_.LinearPlanes(h2, layer.qkv_w, &layer.qkv_b, 3, qkv));
+  Tensor planes[3];
+  for (int64_t p = 0; p < 3; ++p) {
+    ASSIGN_OR_RETURN(const Tensor plane, qkv.Slice(p, p + 1));
+    ASSIGN_OR_RETURN(planes[p], plane.Reshape(shape));
+  }
+  RETURN_IF_ERROR(backend_.Attention(planes[0], planes[1], planes[2], nullptr, dims_.n_heads,
+                                     attention_scale_, /*causal=*/false, buffers.attended_));
+  return backend_.LinearResidual(buffers.attended_, w.out_w, &w.out_b, Activation::kNone, x, x);
+}
+
+absl::Status WhisperModel::ProjectCross(const Tensor& encoded, DecoderState& state) const {
+  const LargeKernels large_kernels(backend_);
+  for (int i = 0; i < dims_.n_decoder_layers; ++i) {
+    const AttentionWeights& w = decoder_layers_[static_cast<size_t>(i)].cross_attention;
+    RETURN_IF_ERROR(backend_.Linear(encoded, w.k_w, &w.k_b, Activation::kNone, state.cross_k_[i]));
+    RETURN_IF_ERROR(backend_.Linear(encoded, w.v_w, &w.v_b, Activation::kNone, state.cross_v_[i]));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> WhisperModel::EncoderOutput(absl::Span<const float> mel,
+                                                               int batch) const {
+  ASSIGN_OR_RETURN(std::unique_ptr<EncoderBuffers> buffers, UploadMel(mel, batch));
+  RETURN_IF_ERROR(EncodeOnDevice(*buffers, nullptr));
+  return Download<float>(backend_, buffers->x_);
+}
+
+absl::Status WhisperModel::Encode(absl::Span<const float> mel, DecoderState& state) const {
+  ASSIGN_OR_RETURN(std::unique_ptr<EncoderBuffers> buffers, UploadMel(mel, state.batch_size()));
+  RETURN_IF_ERROR(EncodeOnDevice(*buffers, &state));
+  return backend_.Synchronize();
+}
+
+}  // namespace waav::whisper
