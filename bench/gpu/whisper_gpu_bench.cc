@@ -65,6 +65,8 @@ struct BackendVariant {
   // The engine's step: op by op (kNever, the rows measured before it existed) or the backend's
   // prepared step where it takes the batch (kAuto: the persistent kernel up to 8 rows).
   whisper::GraphUse engine_fused_step = whisper::GraphUse::kNever;
+  // WhisperModelOptions::stacked_cross_projection (false: two GEMMs per decoder layer).
+  bool stacked_cross = true;
 };
 
 struct Row {
@@ -138,6 +140,7 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
   model_options.weight_dtype = DType::kF16;
   model_options.embedding_dtype = DType::kF16;
   model_options.fused_decoder_step = variant.engine_fused_step;
+  model_options.stacked_cross_projection = variant.stacked_cross;
   ASSIGN_OR_RETURN(std::unique_ptr<whisper::WhisperModel> model,
                    whisper::WhisperModel::Load(model_dir, *backend, model_options));
   if (model->fused_step_max_batch() > 0) {
@@ -164,26 +167,29 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
     const std::vector<float> mel =
         RandomVector(static_cast<size_t>(buffers->mel().numel()), rng, -1.5f, 1.5f);
     RETURN_IF_ERROR(backend->CopyFromHost(mel.data(), mel.size() * 4, buffers->mel()));
-    std::unique_ptr<Graph> graph;
-    std::function<absl::Status()> run = [&] {
-      return model->EncodeOnDevice(*buffers, state.get());
-    };
-    if (variant.capture) {
-      RETURN_IF_ERROR(backend->BeginCapture());
-      RETURN_IF_ERROR(model->EncodeOnDevice(*buffers, state.get()));
-      ASSIGN_OR_RETURN(graph, backend->EndCapture());
-      run = [&] { return graph->Replay(); };
+    // The pass alone (what PyTorch's anchor times as "encoder pass") and the pass with every
+    // decoder layer's cross-attention K/V projected into the state (what a new window costs).
+    for (whisper::DecoderState* into : {static_cast<whisper::DecoderState*>(nullptr), state.get()}) {
+      std::unique_ptr<Graph> graph;
+      std::function<absl::Status()> run = [&] { return model->EncodeOnDevice(*buffers, into); };
+      if (variant.capture) {
+        RETURN_IF_ERROR(backend->BeginCapture());
+        RETURN_IF_ERROR(model->EncodeOnDevice(*buffers, into));
+        ASSIGN_OR_RETURN(graph, backend->EndCapture());
+        run = [&] { return graph->Replay(); };
+      }
+      Row row{into == nullptr ? "encoder pass (per window)" : "encoder + cross K/V (per window)",
+              variant.name, batch, 0, 0};
+      const int burst = quick ? 3 : std::max(2, 20 / batch);
+      RETURN_IF_ERROR(
+          Time(*backend, run, burst, quick ? 3 : 7, &row.per_item_us, &row.round_trip_us));
+      row.per_item_us /= batch;
+      row.round_trip_us /= batch;
+      rows->push_back(row);
+      std::cout << absl::StrFormat("%-32s %-34s B=%-4d %9.1f us  round trip %9.1f us", row.what,
+                                   row.variant, batch, row.per_item_us, row.round_trip_us)
+                << std::endl;
     }
-    Row row{"encoder (per window)", variant.name, batch, 0, 0};
-    const int burst = quick ? 3 : std::max(2, 20 / batch);
-    RETURN_IF_ERROR(
-        Time(*backend, run, burst, quick ? 3 : 7, &row.per_item_us, &row.round_trip_us));
-    row.per_item_us /= batch;
-    row.round_trip_us /= batch;
-    rows->push_back(row);
-    std::cout << absl::StrFormat("%-22s %-34s B=%-4d %9.1f us  round trip %9.1f us", row.what,
-                                 row.variant, batch, row.per_item_us, row.round_trip_us)
-              << std::endl;
   }
 
   // ---- Decoder step
@@ -389,7 +395,8 @@ absl::Status ProfileOps(const CudaBackendOptions& options, const std::string& la
         ASSIGN_OR_RETURN(Tensor b_qkv, random({3 * d}, DType::kF32, -0.1, 0.1));
         ASSIGN_OR_RETURN(Tensor qkv16, backend->Allocate({3, 1500, d}, DType::kF16));
         RETURN_IF_ERROR(profile("enc LinearPlanes f16 1500x384->3x384 -> f16", 1, [&] {
-          return backend->LinearPlanes(h16, w_qkv, &b_qkv, 3, qkv16);
+          const Tensor planes[] = {*qkv16.Slice(0, 1), *qkv16.Slice(1, 2), *qkv16.Slice(2, 3)};
+          return backend->LinearPlanes(h16, w_qkv, &b_qkv, planes);
         }));
         ASSIGN_OR_RETURN(Tensor q16, qkv16.Slice(0, 1));
         ASSIGN_OR_RETURN(Tensor k16, qkv16.Slice(1, 2));
@@ -505,6 +512,15 @@ int Main(int argc, char** argv) {
   // encoder pass only, as the default of that build: no gain (docs/benchmarks.md).
   add("fast, CUDA graph + PDL, encoder without PDL", CudaMath::kFast, true, true, false);
   variants.back().options.pdl_large_kernels = false;
+  // Session 4: every decoder layer's cross K/V from one GEMM (the default) against two per layer.
+  add("fast, CUDA graph + PDL, cross K/V per layer", CudaMath::kFast, true, true, false);
+  variants.back().stacked_cross = false;
+  add("fast, CUDA graph, cross K/V per layer", CudaMath::kFast, false, true, false);
+  variants.back().stacked_cross = false;
+  add("fast, CUDA graph + PDL, cross K/V per layer, f32 conv columns", CudaMath::kFast, true, true,
+      false);
+  variants.back().stacked_cross = false;
+  variants.back().options.half_conv_columns = false;
   // The switch from the skinny kernel to cuBLAS (default: above 16 rows) moved up.
   for (int rows : {32, 64}) {
     add(absl::StrCat("fast, CUDA graph + PDL, skinny <= ", rows, " rows"), CudaMath::kFast, true,

@@ -36,8 +36,8 @@ absl::Status Backend::LinearResidual(const Tensor&, const Tensor&, const Tensor*
   return NotImplemented(name(), "LinearResidual");
 }
 
-absl::Status Backend::LinearPlanes(const Tensor&, const Tensor&, const Tensor*, int,
-                                   const Tensor&) {
+absl::Status Backend::LinearPlanes(const Tensor&, const Tensor&, const Tensor*,
+                                   absl::Span<const Tensor>) {
   return NotImplemented(name(), "LinearPlanes");
 }
 

@@ -30,6 +30,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "engine/runtime/tensor.h"
 
 namespace waav {
@@ -296,12 +297,15 @@ class Backend {
   virtual absl::StatusOr<std::unique_ptr<PreparedDecoderStep>> PrepareDecoderStep(
       const DecoderStepWeights& weights);
   // Linear(x, weight, bias, kNone) with weight [P·C, K] (P projections stacked), written as P
-  // planes: y [P, M, C] with y[p, m, :] = x[m] · weight[p·C .. p·C + C)ᵀ + bias[p·C .. p·C + C)
-  // (M = rows of x), so that each plane is a contiguous tensor (Q, K and V from one GEMM).
-  // y is f32, or f16 with Op::kHalfActivations (x too). Equal to P Linear calls on the weight's
-  // row blocks up to the rounding of the backend's Linear.
+  // separate outputs: planes[p] (any shape of M·C elements, C last; M = rows of x) gets
+  // x · weight[p·C .. p·C + C)ᵀ + bias[p·C .. p·C + C), so that each projection lands in a
+  // tensor of its own (Q, K and V of the encoder; every decoder layer's cross-attention K and V,
+  // straight into the caches) from one GEMM. 1 to kMaxLinearPlanes planes, pairwise disjoint, of
+  // one dtype: f32, or f16 with Op::kHalfActivations (x too). Equal to P Linear calls on the
+  // weight's row blocks up to the rounding of the backend's Linear.
+  static constexpr int kMaxLinearPlanes = 16;
   virtual absl::Status LinearPlanes(const Tensor& x, const Tensor& weight, const Tensor* bias,
-                                    int planes, const Tensor& y);
+                                    absl::Span<const Tensor> planes);
 
   // ---- Launch hints (optional) -------------------------------------------------------------
   // How the kernel calls issued from now on (eager, or recorded by a capture) are best launched;

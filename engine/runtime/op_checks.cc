@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -146,33 +147,45 @@ absl::StatusOr<LinearDims> ValidateLinear(DeviceKind device, const Tensor& x, co
 
 absl::StatusOr<LinearDims> ValidateLinearPlanes(DeviceKind device, const Tensor& x,
                                                 const Tensor& weight, const Tensor* bias,
-                                                int planes, const Tensor& y,
+                                                absl::Span<const Tensor> planes,
                                                 bool half_activations) {
   constexpr const char* kOp = "LinearPlanes";
   const std::initializer_list<DType> acts = {DType::kF32, DType::kF16};
   const std::initializer_list<DType> f32 = {DType::kF32};
   RETURN_IF_ERROR(CheckTensor(device, kOp, "x", x, half_activations ? acts : f32, -1, 1));
-  RETURN_IF_ERROR(CheckTensor(device, kOp, "y", y, half_activations ? acts : f32, 3));
   RETURN_IF_ERROR(CheckTensor(device, kOp, "weight", weight, {DType::kF32, DType::kF16}, 2));
+  const int64_t p = static_cast<int64_t>(planes.size());
   const int64_t n = weight.dim(0), k = weight.dim(1);
-  if (planes < 1 || n % planes != 0) {
-    return Invalid(kOp,
-                   absl::StrCat("planes ", planes, " must be >= 1 and divide weight's rows in ",
-                                weight.Describe()));
+  if (p < 1 || p > Backend::kMaxLinearPlanes || n % p != 0) {
+    return Invalid(kOp, absl::StrCat(p, " planes: must be 1 to ", Backend::kMaxLinearPlanes,
+                                     " and divide weight's rows in ", weight.Describe()));
   }
   if (x.dim(-1) != k) {
     return Invalid(kOp, absl::StrCat("x ", x.Describe(), " and weight ", weight.Describe(),
                                      " disagree on the input size (", x.dim(-1), " vs ", k, ")"));
   }
-  const int64_t m = k == 0 ? 0 : x.numel() / k;
-  RETURN_IF_ERROR(CheckShape(kOp, "y", y, Shape{planes, m, n / planes}, "[planes, rows of x, C]"));
+  const int64_t m = k == 0 ? 0 : x.numel() / k, c = n / p;
+  for (int64_t i = 0; i < p; ++i) {
+    const Tensor& y = planes[static_cast<size_t>(i)];
+    const std::string name = absl::StrCat("plane ", i);
+    RETURN_IF_ERROR(CheckTensor(device, kOp, name.c_str(), y, half_activations ? acts : f32, -1, 1));
+    if (y.dtype() != planes[0].dtype() || y.dim(-1) != c || y.numel() != m * c) {
+      return Invalid(kOp, absl::StrCat(name, " ", y.Describe(), " must hold ", m, " rows of ", c,
+                                       " (rows of x, weight rows / planes) of plane 0's dtype"));
+    }
+    if (bias != nullptr) RETURN_IF_ERROR(CheckDisjoint(kOp, name.c_str(), y, "bias", *bias));
+    RETURN_IF_ERROR(CheckDisjoint(kOp, name.c_str(), y, "x", x));
+    RETURN_IF_ERROR(CheckDisjoint(kOp, name.c_str(), y, "weight", weight));
+    for (int64_t j = 0; j < i; ++j) {
+      const std::string other = absl::StrCat("plane ", j);
+      RETURN_IF_ERROR(
+          CheckDisjoint(kOp, name.c_str(), y, other.c_str(), planes[static_cast<size_t>(j)]));
+    }
+  }
   if (bias != nullptr) {
     RETURN_IF_ERROR(CheckTensor(device, kOp, "bias", *bias, {DType::kF32}, 1));
     RETURN_IF_ERROR(CheckShape(kOp, "bias", *bias, Shape{n}, "one per output"));
-    RETURN_IF_ERROR(CheckDisjoint(kOp, "y", y, "bias", *bias));
   }
-  RETURN_IF_ERROR(CheckDisjoint(kOp, "y", y, "x", x));
-  RETURN_IF_ERROR(CheckDisjoint(kOp, "y", y, "weight", weight));
   return LinearDims{m, n, k};
 }
 

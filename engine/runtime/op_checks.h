@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "engine/runtime/backend.h"
 
 namespace waav::checks {
@@ -46,10 +47,11 @@ absl::StatusOr<LinearDims> ValidateLinear(DeviceKind device, const Tensor& x, co
                                           const Tensor* bias, const Tensor& y,
                                           bool half_activations = false);
 
-// LinearPlanes: weight [P·C, K], y [P, M, C] for x of M rows of K (dims: m = M, n = P·C, k = K).
+// LinearPlanes: weight [P·C, K], P planes of M·C elements (last dim C) for x of M rows of K
+// (dims: m = M, n = P·C, k = K).
 absl::StatusOr<LinearDims> ValidateLinearPlanes(DeviceKind device, const Tensor& x,
                                                 const Tensor& weight, const Tensor* bias,
-                                                int planes, const Tensor& y,
+                                                absl::Span<const Tensor> planes,
                                                 bool half_activations = false);
 
 struct Conv1dDims {

@@ -8,7 +8,9 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void Im2colKernel(const float* x, Im2colShape s, float* col) {
+// T: float, or __half (the column matrix rounded for the f16 GEMM as it is built).
+template <typename T>
+__global__ void Im2colKernel(const float* x, Im2colShape s, T* col) {
   WaitForPreviousKernel();
   AllowNextKernel();
   const int64_t width = s.in_channels * s.kernel_size;
@@ -19,20 +21,29 @@ __global__ void Im2colKernel(const float* x, Im2colShape s, float* col) {
     const int64_t b = row / s.out_time, t = row % s.out_time;
     const int64_t c = e / s.kernel_size, j = e % s.kernel_size;
     const int64_t in_t = t * s.stride - s.padding + j;
-    col[i] = (in_t >= 0 && in_t < s.time) ? x[(b * s.time + in_t) * s.in_channels + c] : 0.0f;
+    const float v = (in_t >= 0 && in_t < s.time) ? x[(b * s.time + in_t) * s.in_channels + c] : 0.0f;
+    if constexpr (sizeof(T) == 2) {
+      col[i] = __float2half_rn(v);
+    } else {
+      col[i] = v;
+    }
   }
 }
 
 }  // namespace
 
-cudaError_t LaunchIm2col(const LaunchContext& ctx, const float* x, const Im2colShape& s,
-                         float* col) {
+cudaError_t LaunchIm2col(const LaunchContext& ctx, const float* x, const Im2colShape& s, void* col,
+                         bool col_f16) {
   const int64_t total = s.batch * s.out_time * s.in_channels * s.kernel_size;
   if (total == 0) return cudaSuccess;
   const int64_t blocks = (total + kThreads - 1) / kThreads;
   const int64_t cap = int64_t{ctx.sm_count} * 32;
-  return Launch(ctx, Im2colKernel, dim3(static_cast<unsigned>(blocks < cap ? blocks : cap)),
-                dim3(kThreads), 0, x, s, col);
+  const dim3 grid(static_cast<unsigned>(blocks < cap ? blocks : cap));
+  if (col_f16) {
+    return Launch(ctx, Im2colKernel<__half>, grid, dim3(kThreads), 0, x, s,
+                  static_cast<__half*>(col));
+  }
+  return Launch(ctx, Im2colKernel<float>, grid, dim3(kThreads), 0, x, s, static_cast<float*>(col));
 }
 
 }  // namespace waav::cuda

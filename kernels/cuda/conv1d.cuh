@@ -13,8 +13,10 @@ struct Im2colShape {
   int stride, padding;
 };
 
-// col[b·out_time + t, c·K + j] = x[b, t·stride − padding + j, c] (0 outside [0, time)).
+// col[b·out_time + t, c·K + j] = x[b, t·stride − padding + j, c] (0 outside [0, time)); `col`
+// holds floats, or with `col_f16` the values rounded to __half (input of the f16 GEMM, which then
+// needs no conversion pass).
 cudaError_t LaunchIm2col(const LaunchContext& ctx, const float* x, const Im2colShape& shape,
-                         float* col);
+                         void* col, bool col_f16 = false);
 
 }  // namespace waav::cuda

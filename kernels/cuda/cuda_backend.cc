@@ -235,13 +235,14 @@ class CudaBackend final : public Backend, public CudaExtensions {
 
   // One GEMM (the Linear paths without HalfGemm) into f32 scratch [M, P·C], then one pass adding
   // the bias and writing the planes (f16 or f32).
-  absl::Status LinearPlanes(const Tensor& x, const Tensor& weight, const Tensor* bias, int planes,
-                            const Tensor& y) override {
+  absl::Status LinearPlanes(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                            absl::Span<const Tensor> planes) override {
     ASSIGN_OR_RETURN(const checks::LinearDims d,
-                     checks::ValidateLinearPlanes(kGpuKind, x, weight, bias, planes, y,
+                     checks::ValidateLinearPlanes(kGpuKind, x, weight, bias, planes,
                                                   options_.half_activations));
+    static_assert(kMaxLinearPlanes <= cuda::kMaxPlaneOutputs);
     const bool w_f16 = weight.dtype() == DType::kF16;
-    const bool x_f16 = x.dtype() == DType::kF16, y_f16 = y.dtype() == DType::kF16;
+    const bool x_f16 = x.dtype() == DType::kF16, y_f16 = planes[0].dtype() == DType::kF16;
     const Tensor b = bias != nullptr ? *bias : Tensor();
     const cuda::GemmPlan plan = cuda::PlanGemm(state_->gemm, d.m, d.n, d.k, w_f16, false);
     const bool x_direct = x_f16 && (plan.path == cuda::GemmPath::kBlasHalf ||
@@ -249,13 +250,17 @@ class CudaBackend final : public Backend, public CudaExtensions {
     const size_t x_bytes = x_f16 && !x_direct ? RoundUp256(static_cast<size_t>(d.m * d.k) * 4) : 0;
     const size_t temp_bytes = RoundUp256(static_cast<size_t>(d.m * d.n) * 4);
     ASSIGN_OR_RETURN(Tensor scratch, Scratch(temp_bytes + x_bytes + plan.scratch_bytes));
-    const int64_t plane_cols = d.n / planes;
-    Sign({static_cast<int64_t>(SigOp::kLinear), d.m, d.n, d.k, w_f16, b.defined(), planes,
-          static_cast<int64_t>(plan.path), x_f16, y_f16, -1});
-    return Submit([state = state_, ctx = Ctx(), x, weight, b, y, d, w_f16, plan, temp_bytes,
-                   x_bytes, x_direct, y_f16, plane_cols, scratch]() {
+    const int64_t plane_cols = d.n / static_cast<int64_t>(planes.size());
+    cuda::PlaneOutputs out{};
+    for (size_t p = 0; p < planes.size(); ++p) out.planes[p] = planes[p].data();
+    // The planes keep their memory alive for a graph that captures this call.
+    std::vector<Tensor> held(planes.begin(), planes.end());
+    Sign({static_cast<int64_t>(SigOp::kLinear), d.m, d.n, d.k, w_f16, b.defined(),
+          static_cast<int64_t>(planes.size()), static_cast<int64_t>(plan.path), x_f16, y_f16, -1});
+    return Submit([state = state_, ctx = Ctx(), x, weight, b, held = std::move(held), out, d,
+                   w_f16, plan, temp_bytes, x_bytes, x_direct, y_f16, plane_cols, scratch]() {
       char* base = static_cast<char*>(scratch.data());
-      auto* out = reinterpret_cast<float*>(base);
+      auto* gemm_out = reinterpret_cast<float*>(base);
       const float* x32 = static_cast<const float*>(x.data());
       if (x_bytes > 0) {
         auto* converted = reinterpret_cast<float*>(base + temp_bytes);
@@ -264,15 +269,14 @@ class CudaBackend final : public Backend, public CudaExtensions {
         x32 = converted;
       }
       cuda::GemmProblem p{x32, d.m, d.k, weight.data(), w_f16, d.n, nullptr, cuda::Epilogue::kNone,
-                          out};
+                          gemm_out};
       p.x_f16 = x_direct;
       RETURN_IF_ERROR(
           cuda::RunGemm(state->gemm, ctx, plan, p,
                         plan.scratch_bytes > 0 ? base + temp_bytes + x_bytes : nullptr));
-      return GpuStatus(
-          "LinearPlanes",
-          cuda::LaunchEpiloguePlanes(ctx, out, d.m, d.n, plane_cols,
-                                     b.defined() ? b.data_as<float>() : nullptr, y.data(), y_f16));
+      return GpuStatus("LinearPlanes", cuda::LaunchEpiloguePlanes(
+                                           ctx, gemm_out, d.m, d.n, plane_cols,
+                                           b.defined() ? b.data_as<float>() : nullptr, out, y_f16));
     });
   }
 
@@ -383,7 +387,7 @@ class CudaBackend final : public Backend, public CudaExtensions {
                                   k,
                                   epilogue,
                                   &gather};
-    const cuda::GemmPlan plan =
+    cuda::GemmPlan plan =
         cuda::PlanGemm(state_->gemm, m, s.out_channels, k, w_f16,
                        w_f16 && options_.half_gemm_conv &&
                            (options_.half_gemm_max_rows <= 0 || m <= options_.half_gemm_max_rows) &&
@@ -391,33 +395,38 @@ class CudaBackend final : public Backend, public CudaExtensions {
     const bool implicit = plan.path == cuda::GemmPath::kHalfMma;
     // A 1-wide kernel without stride or padding reads x as it is.
     const bool direct = implicit || (s.kernel_size == 1 && s.stride == 1 && s.padding == 0);
-    const size_t col_bytes = direct ? 0 : RoundUp256(static_cast<size_t>(m * k) * sizeof(float));
+    // For the f16 cuBLAS GEMM the column matrix is built in f16 (no conversion pass after it).
+    const bool col_f16 =
+        options_.half_conv_columns && !direct && plan.path == cuda::GemmPath::kBlasHalf;
+    if (col_f16) plan.scratch_bytes = 0;  // the GEMM's own f16 copy of x is not needed
+    const size_t col_bytes =
+        direct ? 0 : RoundUp256(static_cast<size_t>(m * k) * (col_f16 ? 2 : sizeof(float)));
     ASSIGN_OR_RETURN(Tensor scratch, Scratch(col_bytes + plan.scratch_bytes));
     Sign({static_cast<int64_t>(SigOp::kConv1d), s.batch, s.time, s.in_channels, s.out_channels,
           s.kernel_size, s.stride, s.padding, w_f16, static_cast<int64_t>(epilogue),
           static_cast<int64_t>(plan.path)});
     return Submit([state = state_, ctx = Ctx(), x, weight, bias, y, s, m, k, direct, implicit,
-                   gather, col_bytes, w_f16, epilogue, plan, scratch]() {
+                   gather, col_bytes, col_f16, w_f16, epilogue, plan, scratch]() {
       const float* col = x.data_as<float>();
       char* base = scratch.defined() ? static_cast<char*>(scratch.data()) : nullptr;
       if (!direct) {
         const cuda::Im2colShape shape{s.batch,    s.time,   s.in_channels, s.kernel_size,
                                       s.out_time, s.stride, s.padding};
-        RETURN_IF_ERROR(GpuStatus(
-            "Conv1d im2col",
-            cuda::LaunchIm2col(ctx, x.data_as<float>(), shape, reinterpret_cast<float*>(base))));
+        RETURN_IF_ERROR(GpuStatus("Conv1d im2col", cuda::LaunchIm2col(ctx, x.data_as<float>(),
+                                                                      shape, base, col_f16)));
         col = reinterpret_cast<const float*>(base);
       }
-      const cuda::GemmProblem p{col,
-                                m,
-                                k,
-                                weight.data(),
-                                w_f16,
-                                s.out_channels,
-                                bias.data_as<float>(),
-                                epilogue,
-                                y.data_as<float>(),
-                                implicit ? &gather : nullptr};
+      cuda::GemmProblem p{col,
+                          m,
+                          k,
+                          weight.data(),
+                          w_f16,
+                          s.out_channels,
+                          bias.data_as<float>(),
+                          epilogue,
+                          y.data_as<float>(),
+                          implicit ? &gather : nullptr};
+      p.x_f16 = col_f16;
       return cuda::RunGemm(state->gemm, ctx, plan, p,
                            plan.scratch_bytes > 0 ? base + col_bytes : nullptr);
     });

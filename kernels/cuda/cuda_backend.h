@@ -113,6 +113,10 @@ struct CudaBackendOptions {
   // GEMM (weights stacked at load) written as three planes, f16 with half_activations, which
   // flash v2 then reads without its conversion pass. Default: true.
   bool linear_planes = true;
+  // Conv1d through the f16 cuBLAS GEMM (kFast, f16 weights): the im2col kernel writes the
+  // column matrix in f16, which the GEMM reads as it is (no f32 columns and conversion pass).
+  // It rounds as the conversion pass does (to nearest). Default: true.
+  bool half_conv_columns = true;
   // cuBLAS workspace. Default: 32 MiB.
   size_t cublas_workspace_bytes = size_t{32} << 20;
 };

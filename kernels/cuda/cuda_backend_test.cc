@@ -370,25 +370,35 @@ TEST_P(CudaParityTest, WriteRowsMatchesCpuBitForBit) {
   }
 }
 
+// The P planes of a [P, ...] tensor, as separate tensors.
+std::vector<Tensor> PlanesOf(const Tensor& stacked) {
+  std::vector<Tensor> planes;
+  for (int64_t p = 0; p < stacked.dim(0); ++p) planes.push_back(*stacked.Slice(p, p + 1));
+  return planes;
+}
+
 TEST_P(CudaParityTest, LinearPlanesMatchesCpuLinear) {
   if (!gpu_->supports(Op::kLinearPlanes)) GTEST_SKIP() << "LinearPlanes off in this variant";
   EXPECT_FALSE(cpu_->supports(Op::kLinearPlanes));
   struct Case {
     int64_t m, k, c;
     int planes;
-    bool half;  // f16 x and y (needs f16 activations)
+    bool half;      // f16 x and y (needs f16 activations)
+    bool separate;  // each plane its own allocation (as the decoder's cross K/V caches)
   };
   int variant = 0;
-  for (const Case c : {Case{1500, 384, 384, 3, true}, Case{3000, 384, 384, 3, true},
-                       Case{1500, 384, 384, 3, false}, Case{40, 37, 6, 3, true},
-                       Case{33, 24, 5, 2, false}, Case{7, 16, 8, 4, false}}) {
+  for (const Case c :
+       {Case{1500, 384, 384, 3, true, false}, Case{3000, 384, 384, 3, true, false},
+        Case{1500, 384, 384, 3, false, false}, Case{1500, 384, 384, 8, false, true},
+        Case{40, 37, 6, 3, true, true}, Case{33, 24, 5, 2, false, false},
+        Case{7, 16, 8, 4, false, true}, Case{5, 8, 4, 16, false, true}}) {
     for (DType dtype : {DType::kF16, DType::kF32}) {
       const bool half = c.half && half_activations_;
       const bool with_bias = ++variant % 3 != 0;
       const int64_t n = c.c * c.planes;
-      const std::string what =
-          absl::StrCat("LinearPlanes m=", c.m, " k=", c.k, " ", c.planes, "x", c.c, " w ",
-                       Name(dtype), half ? " x, y f16" : "", with_bias ? "" : " no bias");
+      const std::string what = absl::StrCat(
+          "LinearPlanes m=", c.m, " k=", c.k, " ", c.planes, "x", c.c, " w ", Name(dtype),
+          half ? " x, y f16" : "", with_bias ? "" : " no bias", c.separate ? " separate" : "");
       SCOPED_TRACE(what);
       std::vector<float> w = Random(n * c.k, -0.2f, 0.2f);
       std::vector<float> xv = Random(c.m * c.k);
@@ -397,41 +407,67 @@ TEST_P(CudaParityTest, LinearPlanesMatchesCpuLinear) {
       const Pair weight = Weight({n, c.k}, w, dtype);
       const Pair bias = F32({n}, Random(n));
       const Pair y = Poisoned({c.m, n});
-      const Pair planes = Poisoned({c.planes, c.m, c.c});
-      const Tensor planes16 = PoisonedHalf({c.planes, c.m, c.c});
+      std::vector<Tensor> planes;
+      if (c.separate) {
+        for (int p = 0; p < c.planes; ++p) {
+          planes.push_back(half ? PoisonedHalf({c.m, c.c}) : Poisoned({c.m, c.c}).gpu);
+        }
+      } else {
+        planes = PlanesOf(half ? PoisonedHalf({c.planes, c.m, c.c})
+                               : Poisoned({c.planes, c.m, c.c}).gpu);
+      }
       ASSERT_TRUE(
           cpu_->Linear(x.cpu, weight.cpu, with_bias ? &bias.cpu : nullptr, Activation::kNone, y.cpu)
               .ok());
-      const absl::Status status =
-          gpu_->LinearPlanes(half ? x16 : x.gpu, weight.gpu, with_bias ? &bias.gpu : nullptr,
-                             c.planes, half ? planes16 : planes.gpu);
+      const absl::Status status = gpu_->LinearPlanes(
+          half ? x16 : x.gpu, weight.gpu, with_bias ? &bias.gpu : nullptr, planes);
       ASSERT_TRUE(status.ok()) << status;
-      // The CPU's [M, P·C] rearranged as planes [P, M, C].
+      // The CPU's [M, P·C]: plane p is its columns [p·C, p·C + C).
       const std::vector<float> flat = Cpu(y.cpu);
-      std::vector<float> want(flat.size());
-      for (int64_t r = 0; r < c.m; ++r) {
-        for (int64_t j = 0; j < n; ++j) {
-          want[static_cast<size_t>(((j / c.c) * c.m + r) * c.c + j % c.c)] =
-              flat[static_cast<size_t>(r * n + j)];
-        }
-      }
       const double tolerance = GemmTolerance(c.m, dtype) + (half ? 1e-3 : 0.0);
-      EXPECT_TRUE(Close(what, half ? GpuHalf(planes16) : Gpu(planes.gpu), want, tolerance));
+      for (int p = 0; p < c.planes; ++p) {
+        std::vector<float> want(static_cast<size_t>(c.m * c.c));
+        for (int64_t r = 0; r < c.m; ++r) {
+          for (int64_t j = 0; j < c.c; ++j) {
+            want[static_cast<size_t>(r * c.c + j)] = flat[static_cast<size_t>(r * n + p * c.c + j)];
+          }
+        }
+        EXPECT_TRUE(Close(absl::StrCat(what, " plane ", p),
+                          half ? GpuHalf(planes[static_cast<size_t>(p)])
+                               : Gpu(planes[static_cast<size_t>(p)]),
+                          want, tolerance));
+      }
     }
   }
-  // Bad arguments: a plane count that does not divide the rows, a y of the wrong shape.
+  // Bad arguments: plane counts that do not divide the rows (or none, or too many), a plane of
+  // the wrong size or dtype, planes that overlap each other or the input.
   const Pair x = F32({4, 8}, Random(32));
   std::vector<float> wv = Random(12 * 8);
   const Pair weight = Weight({12, 8}, wv, DType::kF16);
-  const Pair y = Poisoned({3, 4, 4});
-  EXPECT_EQ(gpu_->LinearPlanes(x.gpu, weight.gpu, nullptr, 5, y.gpu).code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(gpu_->LinearPlanes(x.gpu, weight.gpu, nullptr, 2, y.gpu).code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(gpu_->LinearPlanes(x.gpu, weight.gpu, nullptr, 0, y.gpu).code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(gpu_->LinearPlanes(x.gpu, weight.gpu, nullptr, 3, y.gpu).ok());
-  EXPECT_EQ(cpu_->LinearPlanes(x.cpu, weight.cpu, nullptr, 3, y.cpu).code(),
+  const std::vector<Tensor> three = PlanesOf(Poisoned({3, 4, 4}).gpu);
+  const auto code = [&](absl::Span<const Tensor> planes) {
+    return gpu_->LinearPlanes(x.gpu, weight.gpu, nullptr, planes).code();
+  };
+  constexpr absl::StatusCode kInvalid = absl::StatusCode::kInvalidArgument;
+  EXPECT_EQ(code(absl::MakeConstSpan(three).subspan(0, 2)), kInvalid);
+  EXPECT_EQ(code({}), kInvalid);
+  EXPECT_EQ(code({three[0], three[1], three[2], Poisoned({4, 4}).gpu, Poisoned({4, 4}).gpu}),
+            kInvalid);
+  std::vector<float> wide = Random(48 * 8);
+  const Pair weight48 = Weight({48, 8}, wide, DType::kF16);
+  std::vector<Tensor> too_many;
+  for (int p = 0; p < Backend::kMaxLinearPlanes * 3; ++p) too_many.push_back(Poisoned({4, 1}).gpu);
+  EXPECT_EQ(gpu_->LinearPlanes(x.gpu, weight48.gpu, nullptr, too_many).code(), kInvalid);
+  EXPECT_EQ(code({three[0], three[1], Poisoned({4, 5}).gpu}), kInvalid);
+  EXPECT_EQ(code({three[0], three[1], Poisoned({3, 4}).gpu}), kInvalid);
+  if (half_activations_) {
+    EXPECT_EQ(code({three[0], three[1], PoisonedHalf({4, 4})}), kInvalid);
+  }
+  EXPECT_EQ(code({three[0], three[1], three[1]}), kInvalid);
+  EXPECT_EQ(code({three[0], three[1], x.gpu.Reshape({8, 4}).value()}), kInvalid);
+  EXPECT_EQ(code({three[0], three[1], Tensor()}), kInvalid);
+  EXPECT_TRUE(gpu_->LinearPlanes(x.gpu, weight.gpu, nullptr, three).ok());
+  EXPECT_EQ(cpu_->LinearPlanes(x.cpu, weight.cpu, nullptr, PlanesOf(Poisoned({3, 4, 4}).cpu)).code(),
             absl::StatusCode::kUnimplemented);
 }
 

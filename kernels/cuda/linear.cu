@@ -264,10 +264,10 @@ __global__ void EpilogueToHalfKernel(const float* in, int64_t rows, int64_t cols
   }
 }
 
-// One element per thread: out[plane, r, c % C] = in[r, c] + bias[c] (f16 or f32 out).
+// One element per thread: out.planes[c / C][r, c % C] = in[r, c] + bias[c] (f16 or f32 out).
 template <typename T>
 __global__ void EpiloguePlanesKernel(const float* in, int64_t rows, int64_t cols,
-                                     int64_t plane_cols, const float* bias, T* out) {
+                                     int64_t plane_cols, const float* bias, PlaneOutputs out) {
   WaitForPreviousKernel();
   AllowNextKernel();
   const int64_t total = rows * cols;
@@ -276,7 +276,7 @@ __global__ void EpiloguePlanesKernel(const float* in, int64_t rows, int64_t cols
     const int64_t r = i / cols, c = i % cols;
     const int64_t plane = c / plane_cols, pc = c % plane_cols;
     const float v = in[i] + (bias != nullptr ? bias[c] : 0.0f);
-    T* o = out + (plane * rows + r) * plane_cols + pc;
+    T* o = static_cast<T*>(out.planes[plane]) + r * plane_cols + pc;
     if constexpr (sizeof(T) == 2) {
       *o = __float2half_rn(v);
     } else {
@@ -285,9 +285,11 @@ __global__ void EpiloguePlanesKernel(const float* in, int64_t rows, int64_t cols
   }
 }
 
-// Four columns per thread (C % 4 == 0, 16-byte aligned input and bias): float4 in, f16 out.
-__global__ void EpiloguePlanesHalf4Kernel(const float* in, int64_t rows, int64_t cols,
-                                          int64_t plane_cols, const float* bias, __half* out) {
+// Four columns per thread (C % 4 == 0, 16-byte aligned input and bias, planes aligned to four
+// elements): float4 in, four f16 or f32 out.
+template <typename T>
+__global__ void EpiloguePlanes4Kernel(const float* in, int64_t rows, int64_t cols,
+                                      int64_t plane_cols, const float* bias, PlaneOutputs out) {
   WaitForPreviousKernel();
   AllowNextKernel();
   const int64_t quads = rows * cols / 4;
@@ -303,9 +305,14 @@ __global__ void EpiloguePlanesHalf4Kernel(const float* in, int64_t rows, int64_t
       v.z += b.z;
       v.w += b.w;
     }
-    __half2* o = reinterpret_cast<__half2*>(out + (plane * rows + r) * plane_cols + pc);
-    o[0] = __floats2half2_rn(v.x, v.y);
-    o[1] = __floats2half2_rn(v.z, v.w);
+    T* o = static_cast<T*>(out.planes[plane]) + r * plane_cols + pc;
+    if constexpr (sizeof(T) == 2) {
+      __half2* o2 = reinterpret_cast<__half2*>(o);
+      o2[0] = __floats2half2_rn(v.x, v.y);
+      o2[1] = __floats2half2_rn(v.z, v.w);
+    } else {
+      *reinterpret_cast<float4*>(o) = v;
+    }
   }
 }
 
@@ -403,22 +410,29 @@ cudaError_t LaunchEpilogueToHalf(const LaunchContext& ctx, const float* in, int6
 }
 
 cudaError_t LaunchEpiloguePlanes(const LaunchContext& ctx, const float* in, int64_t rows,
-                                 int64_t cols, int64_t plane_cols, const float* bias, void* out,
-                                 bool out_f16) {
+                                 int64_t cols, int64_t plane_cols, const float* bias,
+                                 const PlaneOutputs& out, bool out_f16) {
   if (rows == 0 || cols == 0 || plane_cols <= 0) return cudaSuccess;
+  if (cols % plane_cols != 0 || cols / plane_cols > kMaxPlaneOutputs) return cudaErrorInvalidValue;
   const auto aligned = [](const void* p, uintptr_t bytes) {
     return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0;
   };
-  if (out_f16 && plane_cols % 4 == 0 && aligned(in, 16) && aligned(bias, 16) && aligned(out, 8)) {
-    return Launch(ctx, EpiloguePlanesHalf4Kernel, dim3(GridFor(ctx, rows * cols / 4)),
-                  dim3(kThreads), 0, in, rows, cols, plane_cols, bias, static_cast<__half*>(out));
+  bool vec = plane_cols % 4 == 0 && aligned(in, 16) && aligned(bias, 16);
+  for (int64_t p = 0; p < cols / plane_cols; ++p) vec = vec && aligned(out.planes[p], out_f16 ? 8 : 16);
+  if (vec) {
+    if (out_f16) {
+      return Launch(ctx, EpiloguePlanes4Kernel<__half>, dim3(GridFor(ctx, rows * cols / 4)),
+                    dim3(kThreads), 0, in, rows, cols, plane_cols, bias, out);
+    }
+    return Launch(ctx, EpiloguePlanes4Kernel<float>, dim3(GridFor(ctx, rows * cols / 4)),
+                  dim3(kThreads), 0, in, rows, cols, plane_cols, bias, out);
   }
   if (out_f16) {
     return Launch(ctx, EpiloguePlanesKernel<__half>, dim3(GridFor(ctx, rows * cols)),
-                  dim3(kThreads), 0, in, rows, cols, plane_cols, bias, static_cast<__half*>(out));
+                  dim3(kThreads), 0, in, rows, cols, plane_cols, bias, out);
   }
   return Launch(ctx, EpiloguePlanesKernel<float>, dim3(GridFor(ctx, rows * cols)), dim3(kThreads),
-                0, in, rows, cols, plane_cols, bias, static_cast<float*>(out));
+                0, in, rows, cols, plane_cols, bias, out);
 }
 
 cudaError_t LaunchEpilogue(const LaunchContext& ctx, float* y, int64_t rows, int64_t cols,

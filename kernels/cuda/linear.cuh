@@ -35,11 +35,17 @@ cudaError_t LaunchToFloat(const LaunchContext& ctx, const void* x, int64_t n, fl
 // __half values (f16 activations for the next GEMM).
 cudaError_t LaunchEpilogueToHalf(const LaunchContext& ctx, const float* in, int64_t rows,
                                  int64_t cols, const float* bias, Epilogue act, void* out);
-// Plane layout of LinearPlanes: out[c / C, r, c % C] = in[r, c] + bias[c] over rows × cols, cols
-// a multiple of C; `out` holds __half values when `out_f16`, else floats.
+// Where LinearPlanes writes: one pointer per plane (by value in the kernel's arguments).
+inline constexpr int kMaxPlaneOutputs = 16;
+struct PlaneOutputs {
+  void* planes[kMaxPlaneOutputs];
+};
+// The planes of LinearPlanes: out.planes[c / C][r, c % C] = in[r, c] + bias[c] over rows × cols,
+// cols a multiple of C (at most kMaxPlaneOutputs planes); the planes hold __half values when
+// `out_f16`, else floats.
 cudaError_t LaunchEpiloguePlanes(const LaunchContext& ctx, const float* in, int64_t rows,
-                                 int64_t cols, int64_t plane_cols, const float* bias, void* out,
-                                 bool out_f16);
+                                 int64_t cols, int64_t plane_cols, const float* bias,
+                                 const PlaneOutputs& out, bool out_f16);
 // hi[i] = f16(x[i]), lo[i] = f16(x[i] − hi[i]).
 cudaError_t LaunchSplitHalf(const LaunchContext& ctx, const float* x, int64_t n, void* hi,
                             void* lo);

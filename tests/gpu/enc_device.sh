@@ -34,7 +34,13 @@ left() { local l=$(( budget - SECONDS )); echo $(( l < 5 ? 5 : (l > $1 ? $1 : l)
 # spread between two runs of one call). Round 3's rows: ENC_ROUND=3.
 main="fast, CUDA graph + PDL;fast, CUDA graph + PDL, encoder without PDL"
 extra="fast, CUDA graph"
-if [ "${ENC_ROUND:-4}" = 3 ]; then
+if [ "${ENC_ROUND:-5}" = 5 ]; then
+  # Round 5: every decoder layer's cross K/V from one GEMM (the default) against two GEMMs per
+  # layer, and f16 im2col columns (the default) against f32 ones; each with and without PDL.
+  main="fast, CUDA graph + PDL;fast, CUDA graph + PDL, cross K/V per layer"
+  extra="fast, CUDA graph;fast, CUDA graph, cross K/V per layer"
+  extra="$extra;fast, CUDA graph + PDL, cross K/V per layer, f32 conv columns"
+elif [ "${ENC_ROUND:-5}" = 3 ]; then
   main="fast, CUDA graph + PDL;fast, CUDA graph + PDL, no QKV planes (round 2 default)"
   main="$main;fast, CUDA graph;fast, CUDA graph, no QKV planes (round 2 default)"
   extra="fast, CUDA graph + PDL <= 1 block per SM;fast, CUDA graph + PDL <= 1 block per SM, no QKV planes"
@@ -66,7 +72,7 @@ fi
 sanitizer_rc=skipped
 if [[ "$skip" != *" sanitizer "* ]] && command -v compute-sanitizer > /dev/null; then
   timeout "$(left 120)" compute-sanitizer --tool memcheck --error-exitcode 9 "$here/bin/cuda_backend_test" \
-    --gtest_filter="${ENC_SANITIZE:-Variants/CudaParityTest.LaunchHints*/*:Variants/CudaWhisperTest.EncoderPass*/Fast*}" \
+    --gtest_filter="${ENC_SANITIZE:-Variants/CudaParityTest.LinearPlanes*/Fast:Variants/CudaParityTest.Conv1d*/Fast:Variants/CudaWhisperTest.*/Fast}" \
     > "$out/sanitizer.log" 2>&1
   sanitizer_rc=$?
 fi
@@ -75,7 +81,7 @@ fi
   echo "bench rc=$bench_rc torch rc=$torch_rc tests rc=$tests_rc sanitizer rc=$sanitizer_rc"
   grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|Failure" "$out/tests.log" 2>/dev/null | head -30
   awk '/^\[ RUN/ {t = $NF} /parity:/ {print t ": " $0}' "$out/tests.log" 2>/dev/null |
-    grep -E "/(Fast|FastEncoderNoPdl|FastHalfGemmSmallHalfActivations|AccuratePlanes|AccurateBuiltinGemmEagerGraphs): parity: (LinearPlanes m=(1500|3000|40)|Attention f16|Whisper encoder|run [0-9])" |
+    grep -E "/(Fast|FastEncoderNoPdl|FastHalfGemmSmallHalfActivations|AccuratePlanes|AccurateBuiltinGemmEagerGraphs): parity: (LinearPlanes m=(1500|40)|Conv1d B=1 T=3000|Whisper encoder|run [0-9])" |
     sed -e 's/Variants\/CudaParityTest\.//' -e 's/Variants\/CudaWhisperTest\.//' | head -60
   grep -E "^parity: (LayerNorm -> f16 1500|Linear m=1500 .* x f16)" "$out/tests.log" 2>/dev/null | head -12
   grep -E "ERROR SUMMARY|Invalid|out of bounds" "$out/sanitizer.log" 2>/dev/null | head -10

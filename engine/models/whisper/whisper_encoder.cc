@@ -2,6 +2,7 @@
 // the transformer layers, on the backend's fused ops where it offers them) and the
 // cross-attention K/V projection into a decoder state.
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -218,12 +219,12 @@ absl::Status WhisperModel::RunEncoderAttentionPlanes(const EncoderLayer& layer, 
   RETURN_IF_ERROR(backend_.LayerNorm(x, w.norm_gamma, w.norm_beta, 1e-5f, h));
   ASSIGN_OR_RETURN(const Tensor h2, h.Reshape({rows, dims_.d_model}));
   ASSIGN_OR_RETURN(const Tensor qkv, buffers.qkv_.Reshape({3, rows, dims_.d_model}));
-  RETURN_IF_ERROR(backend_.LinearPlanes(h2, layer.qkv_w, &layer.qkv_b, 3, qkv));
   Tensor planes[3];
   for (int64_t p = 0; p < 3; ++p) {
     ASSIGN_OR_RETURN(const Tensor plane, qkv.Slice(p, p + 1));
     ASSIGN_OR_RETURN(planes[p], plane.Reshape(shape));
   }
+  RETURN_IF_ERROR(backend_.LinearPlanes(h2, layer.qkv_w, &layer.qkv_b, planes));
   RETURN_IF_ERROR(backend_.Attention(planes[0], planes[1], planes[2], nullptr, dims_.n_heads,
                                      attention_scale_, /*causal=*/false, buffers.attended_));
   return backend_.LinearResidual(buffers.attended_, w.out_w, &w.out_b, Activation::kNone, x, x);
@@ -231,11 +232,47 @@ absl::Status WhisperModel::RunEncoderAttentionPlanes(const EncoderLayer& layer, 
 
 absl::Status WhisperModel::ProjectCross(const Tensor& encoded, DecoderState& state) const {
   const LargeKernels large_kernels(backend_);
+  if (cross_kv_w_.defined()) {
+    // Every layer's K and V from one GEMM, each written into its cache (state rows or a view).
+    std::vector<Tensor> planes;
+    for (int i = 0; i < dims_.n_decoder_layers; ++i) {
+      planes.push_back(state.cross_k_[static_cast<size_t>(i)]);
+      planes.push_back(state.cross_v_[static_cast<size_t>(i)]);
+    }
+    return backend_.LinearPlanes(encoded, cross_kv_w_, &cross_kv_b_, planes);
+  }
   for (int i = 0; i < dims_.n_decoder_layers; ++i) {
     const AttentionWeights& w = decoder_layers_[static_cast<size_t>(i)].cross_attention;
     RETURN_IF_ERROR(backend_.Linear(encoded, w.k_w, &w.k_b, Activation::kNone, state.cross_k_[i]));
     RETURN_IF_ERROR(backend_.Linear(encoded, w.v_w, &w.v_b, Activation::kNone, state.cross_v_[i]));
   }
+  return absl::OkStatus();
+}
+
+absl::Status WhisperModel::StackCrossProjections() {
+  const int64_t d = dims_.d_model, planes = 2 * dims_.n_decoder_layers;
+  if (planes > Backend::kMaxLinearPlanes) return absl::OkStatus();  // stays one GEMM per plane
+  const DType dtype = decoder_layers_.front().cross_attention.k_w.dtype();
+  ASSIGN_OR_RETURN(Tensor stacked_w, backend_.Allocate({planes * d, d}, dtype));
+  ASSIGN_OR_RETURN(Tensor stacked_b, backend_.Allocate({planes * d}, DType::kF32));
+  // The separate tensors stay alive until the copies out of them have run.
+  std::vector<Tensor> separate;
+  for (int i = 0; i < dims_.n_decoder_layers; ++i) {
+    AttentionWeights& w = decoder_layers_[static_cast<size_t>(i)].cross_attention;
+    Tensor* parts[2][2] = {{&w.k_w, &w.k_b}, {&w.v_w, &w.v_b}};
+    for (int j = 0; j < 2; ++j) {
+      const int64_t row = (2 * i + j) * d;
+      ASSIGN_OR_RETURN(const Tensor weight, stacked_w.Slice(row, row + d));
+      ASSIGN_OR_RETURN(const Tensor bias, stacked_b.Slice(row, row + d));
+      RETURN_IF_ERROR(backend_.Copy(*parts[j][0], weight));
+      RETURN_IF_ERROR(backend_.Copy(*parts[j][1], bias));
+      separate.push_back(std::exchange(*parts[j][0], weight));
+      separate.push_back(std::exchange(*parts[j][1], bias));
+    }
+  }
+  RETURN_IF_ERROR(backend_.Synchronize());
+  cross_kv_w_ = std::move(stacked_w);
+  cross_kv_b_ = std::move(stacked_b);
   return absl::OkStatus();
 }
 

@@ -266,6 +266,9 @@ absl::StatusOr<std::unique_ptr<WhisperModel>> WhisperModel::FromModelFile(
     RETURN_IF_ERROR(load_cross_attention(p + "/attention", layer.cross_attention));
     RETURN_IF_ERROR(load_ffn(p + "/ffn", layer.ffn));
   }
+  if (options.stacked_cross_projection && backend.supports(Op::kLinearPlanes)) {
+    RETURN_IF_ERROR(m.StackCrossProjections());
+  }
   RETURN_IF_ERROR(backend.Synchronize());
   if (options.fused_decoder_step != GraphUse::kNever) {
     RETURN_IF_ERROR(m.PrepareFusedStep(options.fused_decoder_step == GraphUse::kAlways));

@@ -76,6 +76,12 @@ struct WhisperModelOptions {
   // kNever: op by op everywhere (for comparisons). Its sums may run in another, varying, order:
   // logits equal the op-by-op ones to rounding, not bit for bit. Default: kAuto.
   GraphUse fused_decoder_step = GraphUse::kAuto;
+  // Where the backend supports Op::kLinearPlanes: every decoder layer's cross-attention K and V
+  // projection stacked into one weight, so that an encoded window is projected into the caches
+  // by one GEMM (Backend::LinearPlanes) instead of two per layer (the per-layer weights become
+  // views of the stacked one). Values equal the per-layer Linear calls to the backend's
+  // rounding. Default: true.
+  bool stacked_cross_projection = true;
 };
 
 // Cross-attention keys/values of one encoded window per batch row, and the self-attention cache.
@@ -332,6 +338,9 @@ class WhisperModel {
   absl::Status RunEncoderAttentionPlanes(const EncoderLayer& layer, const Tensor& x,
                                          const EncoderBuffers& buffers) const;
   absl::Status ProjectCross(const Tensor& encoded, DecoderState& state) const;
+  // cross_kv_w_ / cross_kv_b_ from the decoder layers' loaded cross K/V weights (which become
+  // views of them); nothing where 2 × layers exceeds Backend::kMaxLinearPlanes.
+  absl::Status StackCrossProjections();
   // prepared_step_ from the loaded decoder weights where the backend offers it; `required`: an
   // error when it does not.
   absl::Status PrepareFusedStep(bool required);
@@ -350,6 +359,9 @@ class WhisperModel {
   Tensor token_embedding_, decoder_positions_;
   Tensor decoder_norm_gamma_, decoder_norm_beta_;
   std::vector<DecoderLayer> decoder_layers_;
+  // WhisperModelOptions::stacked_cross_projection: [K0; V0; K1; V1; ...] [2 L d, d] and its
+  // bias [2 L d], or undefined (one Linear per layer's K and V).
+  Tensor cross_kv_w_, cross_kv_b_;
   // The backend's one-call decoder step over these weights (WhisperModelOptions::
   // fused_decoder_step), or null.
   std::unique_ptr<PreparedDecoderStep> prepared_step_;

@@ -1,0 +1,77 @@
+// The shared argument checks of the optional ops that the CPU backend does not implement (so
+// that CI, which has no GPU, exercises them): LinearPlanes' planes.
+#include "engine/runtime/op_checks.h"
+
+#include <vector>
+
+#include "engine/runtime/backend_registry.h"
+#include "gtest/gtest.h"
+
+namespace waav::checks {
+namespace {
+
+class OpChecksTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto backend = CreateBackend("cpu", {.num_threads = 1});
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    backend_ = std::move(*backend);
+  }
+  Tensor Make(const Shape& shape, DType dtype = DType::kF32) {
+    return backend_->Allocate(shape, dtype).value();
+  }
+  std::unique_ptr<Backend> backend_;
+};
+
+TEST_F(OpChecksTest, LinearPlanesTakesSeparateOrStackedPlanes) {
+  const Tensor x = Make({2, 5, 8}), weight = Make({12, 8}, DType::kF16), bias = Make({12});
+  const Tensor stacked = Make({3, 10, 4});
+  const std::vector<Tensor> views = {*stacked.Slice(0, 1), *stacked.Slice(1, 2),
+                                     *stacked.Slice(2, 3)};
+  auto dims = ValidateLinearPlanes(DeviceKind::kCpu, x, weight, &bias, views);
+  ASSERT_TRUE(dims.ok()) << dims.status();
+  EXPECT_EQ(dims->m, 10);
+  EXPECT_EQ(dims->n, 12);
+  EXPECT_EQ(dims->k, 8);
+  // Separate allocations of any shape with C last and M·C elements (a cache [B, T, C]).
+  const std::vector<Tensor> separate = {Make({2, 5, 4}), Make({10, 4}), Make({1, 10, 4})};
+  EXPECT_TRUE(ValidateLinearPlanes(DeviceKind::kCpu, x, weight, nullptr, separate).ok());
+}
+
+TEST_F(OpChecksTest, LinearPlanesRefusesBadPlanes) {
+  const Tensor x = Make({10, 8}), weight = Make({12, 8}), bias = Make({12});
+  const Tensor a = Make({10, 4}), b = Make({10, 4}), c = Make({10, 4});
+  const auto invalid = [&](std::vector<Tensor> planes, const Tensor* with_bias = nullptr,
+                           bool half = false) {
+    const absl::Status status =
+        ValidateLinearPlanes(DeviceKind::kCpu, x, weight, with_bias, planes, half).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_NE(status.message().find("LinearPlanes"), std::string::npos) << status;
+  };
+  invalid({});                                                 // no plane
+  invalid({a, b});                                             // 2 planes of 6, not 4
+  invalid({a, b, c, Make({10, 3}), Make({10, 3})});            // 5 does not divide 12
+  invalid({a, b, Make({10, 5})});                              // wrong C
+  invalid({a, b, Make({9, 4})});                               // wrong M
+  invalid({a, b, Make({10, 4}, DType::kF16)}, nullptr, true);  // mixed dtypes
+  invalid({a, b, Make({10, 4}, DType::kF16)});                 // f16 without f16 activations
+  invalid({a, b, Make({10, 4}, DType::kI32)});                 // not a float type
+  invalid({a, b, b});                                          // planes overlap
+  invalid({a, b, *x.Reshape({20, 4})});                        // a plane overlaps x
+  invalid({a, b, Tensor()});                                   // undefined
+  invalid({a, b, c}, &a);                                      // bias overlaps a plane
+  const Tensor short_bias = Make({4});
+  invalid({a, b, c}, &short_bias);  // one bias per output
+  const Tensor w17 = Make({17, 8});
+  std::vector<Tensor> many;
+  for (int p = 0; p < Backend::kMaxLinearPlanes + 1; ++p) many.push_back(Make({10, 1}));
+  const absl::Status status = ValidateLinearPlanes(DeviceKind::kCpu, x, w17, nullptr, many).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_TRUE(ValidateLinearPlanes(DeviceKind::kCpu, x, weight, &bias, {a, b, c}).ok());
+  // Tensors of another device.
+  EXPECT_EQ(ValidateLinearPlanes(DeviceKind::kCuda, x, weight, &bias, {a, b, c}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace waav::checks
