@@ -221,8 +221,11 @@ constexpr int kThreads = 256;
 unsigned GridFor(const LaunchContext& ctx, int64_t items) {
   const int64_t blocks = (items + kThreads - 1) / kThreads;
   const int64_t cap = int64_t{ctx.sm_count} * 16;
-  return static_cast<unsigned>(blocks < cap ? blocks : cap);
+  return static_cast<unsigned>(blocks < 1 ? 1 : blocks < cap ? blocks : cap);
 }
+
+// Whether element offsets below `n` (plus a grid's stride) fit 32-bit arithmetic.
+bool Fits32(int64_t n) { return n < (int64_t{1} << 31); }
 
 __global__ void ToHalfKernel(const float* x, int64_t n, __half* out) {
   WaitForPreviousKernel();
@@ -243,13 +246,14 @@ __global__ void ToFloatKernel(const __half* x, int64_t n, float* out) {
 }
 
 // Four columns per thread (cols % 4 == 0, 16-byte aligned input): float4 in, two half2 out.
-__global__ void EpilogueToHalfKernel(const float* in, int64_t rows, int64_t cols, const float* bias,
+template <typename Index>
+__global__ void EpilogueToHalfKernel(const float* in, Index rows, Index cols, const float* bias,
                                      Epilogue act, __half* out) {
   WaitForPreviousKernel();
   AllowNextKernel();
-  const int64_t quads = rows * cols / 4;
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t q = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; q < quads; q += stride) {
+  const Index quads = rows * cols / 4;
+  const Index stride = Index{gridDim.x} * blockDim.x;
+  for (Index q = blockIdx.x * Index{blockDim.x} + threadIdx.x; q < quads; q += stride) {
     float4 v = reinterpret_cast<const float4*>(in)[q];
     if (bias != nullptr) {
       const float4 b = *reinterpret_cast<const float4*>(bias + (q * 4) % cols);
@@ -264,48 +268,59 @@ __global__ void EpilogueToHalfKernel(const float* in, int64_t rows, int64_t cols
   }
 }
 
-// One element per thread: out.planes[c / C][r, c % C] = in[r, c] + bias[c] (f16 or f32 out).
+// The planes of LinearPlanes: grid row y is plane y, whose C columns of `in` ([rows, P·C]) go to
+// out.planes[y] ([rows, C]) plus their bias. Index: uint32_t where every offset fits (one 32-bit
+// division per item instead of 64-bit ones), else int64_t.
 template <typename T>
-__global__ void EpiloguePlanesKernel(const float* in, int64_t rows, int64_t cols,
-                                     int64_t plane_cols, const float* bias, PlaneOutputs out) {
+__device__ __forceinline__ void StoreFloat(T* o, float v) {
+  if constexpr (sizeof(T) == 2) {
+    *o = __float2half_rn(v);
+  } else {
+    *o = v;
+  }
+}
+
+template <typename T, typename Index>
+__global__ void EpiloguePlanesKernel(const float* in, Index rows, Index cols, Index plane_cols,
+                                     const float* bias, const WAAV_GRID_CONSTANT PlaneOutputs out) {
   WaitForPreviousKernel();
   AllowNextKernel();
-  const int64_t total = rows * cols;
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += stride) {
-    const int64_t r = i / cols, c = i % cols;
-    const int64_t plane = c / plane_cols, pc = c % plane_cols;
-    const float v = in[i] + (bias != nullptr ? bias[c] : 0.0f);
-    T* o = static_cast<T*>(out.planes[plane]) + r * plane_cols + pc;
-    if constexpr (sizeof(T) == 2) {
-      *o = __float2half_rn(v);
-    } else {
-      *o = v;
-    }
+  const Index plane = blockIdx.y;
+  T* dst = static_cast<T*>(out.planes[plane]);
+  const float* src = in + plane * plane_cols;
+  const float* b = bias != nullptr ? bias + plane * plane_cols : nullptr;
+  const Index total = rows * plane_cols;
+  const Index stride = Index{gridDim.x} * blockDim.x;
+  for (Index i = blockIdx.x * Index{blockDim.x} + threadIdx.x; i < total; i += stride) {
+    const Index r = i / plane_cols, c = i - r * plane_cols;
+    StoreFloat(dst + i, src[r * cols + c] + (b != nullptr ? b[c] : 0.0f));
   }
 }
 
 // Four columns per thread (C % 4 == 0, 16-byte aligned input and bias, planes aligned to four
 // elements): float4 in, four f16 or f32 out.
-template <typename T>
-__global__ void EpiloguePlanes4Kernel(const float* in, int64_t rows, int64_t cols,
-                                      int64_t plane_cols, const float* bias, PlaneOutputs out) {
+template <typename T, typename Index>
+__global__ void EpiloguePlanes4Kernel(const float* in, Index rows, Index cols, Index plane_cols,
+                                      const float* bias, const WAAV_GRID_CONSTANT PlaneOutputs out) {
   WaitForPreviousKernel();
   AllowNextKernel();
-  const int64_t quads = rows * cols / 4;
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t q = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; q < quads; q += stride) {
-    const int64_t i = q * 4, r = i / cols, c = i % cols;
-    const int64_t plane = c / plane_cols, pc = c % plane_cols;
-    float4 v = reinterpret_cast<const float4*>(in)[q];
-    if (bias != nullptr) {
-      const float4 b = *reinterpret_cast<const float4*>(bias + c);
-      v.x += b.x;
-      v.y += b.y;
-      v.z += b.z;
-      v.w += b.w;
+  const Index plane = blockIdx.y;
+  T* dst = static_cast<T*>(out.planes[plane]);
+  const float* src = in + plane * plane_cols;
+  const float* b = bias != nullptr ? bias + plane * plane_cols : nullptr;
+  const Index row_quads = plane_cols / 4, quads = rows * row_quads;
+  const Index stride = Index{gridDim.x} * blockDim.x;
+  for (Index q = blockIdx.x * Index{blockDim.x} + threadIdx.x; q < quads; q += stride) {
+    const Index r = q / row_quads, c = (q - r * row_quads) * 4;
+    float4 v = *reinterpret_cast<const float4*>(src + r * cols + c);
+    if (b != nullptr) {
+      const float4 bv = *reinterpret_cast<const float4*>(b + c);
+      v.x += bv.x;
+      v.y += bv.y;
+      v.z += bv.z;
+      v.w += bv.w;
     }
-    T* o = static_cast<T*>(out.planes[plane]) + r * plane_cols + pc;
+    T* o = dst + q * 4;
     if constexpr (sizeof(T) == 2) {
       __half2* o2 = reinterpret_cast<__half2*>(o);
       o2[0] = __floats2half2_rn(v.x, v.y);
@@ -339,16 +354,52 @@ __global__ void SplitHalfKernel(const float* x, int64_t n, __half* hi, __half* l
   }
 }
 
-__global__ void EpilogueKernel(float* y, int64_t rows, int64_t cols, const float* bias,
-                               Epilogue act, bool zero_input) {
+template <typename Index>
+__global__ void EpilogueKernel(float* y, Index rows, Index cols, const float* bias, Epilogue act,
+                               bool zero_input) {
   WaitForPreviousKernel();
   AllowNextKernel();
-  const int64_t total = rows * cols;
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += stride) {
+  const Index total = rows * cols;
+  const Index stride = Index{gridDim.x} * blockDim.x;
+  for (Index i = blockIdx.x * Index{blockDim.x} + threadIdx.x; i < total; i += stride) {
     const float v = (zero_input ? 0.0f : y[i]) + (bias != nullptr ? bias[i % cols] : 0.0f);
     y[i] = ApplyEpilogue(v, act);
   }
+}
+
+// Four columns per thread (cols % 4 == 0, 16-byte aligned y and bias).
+template <typename Index>
+__global__ void Epilogue4Kernel(float* y, Index rows, Index cols, const float* bias, Epilogue act,
+                                bool zero_input) {
+  WaitForPreviousKernel();
+  AllowNextKernel();
+  const Index quads = rows * cols / 4;
+  const Index stride = Index{gridDim.x} * blockDim.x;
+  for (Index q = blockIdx.x * Index{blockDim.x} + threadIdx.x; q < quads; q += stride) {
+    float4 v = zero_input ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : reinterpret_cast<float4*>(y)[q];
+    if (bias != nullptr) {
+      const float4 b = *reinterpret_cast<const float4*>(bias + (q * 4) % cols);
+      v.x += b.x;
+      v.y += b.y;
+      v.z += b.z;
+      v.w += b.w;
+    }
+    reinterpret_cast<float4*>(y)[q] = make_float4(ApplyEpilogue(v.x, act), ApplyEpilogue(v.y, act),
+                                                  ApplyEpilogue(v.z, act), ApplyEpilogue(v.w, act));
+  }
+}
+
+template <typename Index>
+cudaError_t LaunchEpilogueIndexed(const LaunchContext& ctx, float* y, int64_t rows, int64_t cols,
+                                  const float* bias, Epilogue act, bool zero_input) {
+  const auto r = static_cast<Index>(rows), c = static_cast<Index>(cols);
+  const bool vec = cols % 4 == 0 && Aligned16(y) && (bias == nullptr || Aligned16(bias));
+  if (vec) {
+    return Launch(ctx, Epilogue4Kernel<Index>, dim3(GridFor(ctx, rows * cols / 4)), dim3(kThreads),
+                  0, y, r, c, bias, act, zero_input);
+  }
+  return Launch(ctx, EpilogueKernel<Index>, dim3(GridFor(ctx, rows * cols)), dim3(kThreads), 0, y,
+                r, c, bias, act, zero_input);
 }
 
 }  // namespace
@@ -402,12 +453,38 @@ cudaError_t LaunchEpilogueToHalf(const LaunchContext& ctx, const float* in, int6
     return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0;
   };
   if (cols % 4 == 0 && aligned(in, 16) && aligned(bias, 16) && aligned(out, 8)) {
-    return Launch(ctx, EpilogueToHalfKernel, dim3(GridFor(ctx, rows * cols / 4)), dim3(kThreads), 0,
-                  in, rows, cols, bias, act, static_cast<__half*>(out));
+    auto* o = static_cast<__half*>(out);
+    if (Fits32(rows * cols)) {
+      return Launch(ctx, EpilogueToHalfKernel<uint32_t>, dim3(GridFor(ctx, rows * cols / 4)),
+                    dim3(kThreads), 0, in, static_cast<uint32_t>(rows), static_cast<uint32_t>(cols),
+                    bias, act, o);
+    }
+    return Launch(ctx, EpilogueToHalfKernel<int64_t>, dim3(GridFor(ctx, rows * cols / 4)),
+                  dim3(kThreads), 0, in, rows, cols, bias, act, o);
   }
   return Launch(ctx, EpilogueToHalfScalarKernel, dim3(GridFor(ctx, rows * cols)), dim3(kThreads), 0,
                 in, rows, cols, bias, act, static_cast<__half*>(out));
 }
+
+namespace {
+
+template <typename T, typename Index>
+cudaError_t LaunchPlanes(const LaunchContext& ctx, bool vec, const float* in, int64_t rows,
+                         int64_t cols, int64_t plane_cols, const float* bias,
+                         const PlaneOutputs& out) {
+  const dim3 grid(GridFor(ctx, rows * plane_cols / (vec ? 4 : 1)),
+                  static_cast<unsigned>(cols / plane_cols));
+  const auto r = static_cast<Index>(rows), c = static_cast<Index>(cols);
+  const auto pc = static_cast<Index>(plane_cols);
+  if (vec) {
+    return Launch(ctx, EpiloguePlanes4Kernel<T, Index>, grid, dim3(kThreads), 0, in, r, c, pc, bias,
+                  out);
+  }
+  return Launch(ctx, EpiloguePlanesKernel<T, Index>, grid, dim3(kThreads), 0, in, r, c, pc, bias,
+                out);
+}
+
+}  // namespace
 
 cudaError_t LaunchEpiloguePlanes(const LaunchContext& ctx, const float* in, int64_t rows,
                                  int64_t cols, int64_t plane_cols, const float* bias,
@@ -418,28 +495,24 @@ cudaError_t LaunchEpiloguePlanes(const LaunchContext& ctx, const float* in, int6
     return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0;
   };
   bool vec = plane_cols % 4 == 0 && aligned(in, 16) && aligned(bias, 16);
-  for (int64_t p = 0; p < cols / plane_cols; ++p) vec = vec && aligned(out.planes[p], out_f16 ? 8 : 16);
-  if (vec) {
-    if (out_f16) {
-      return Launch(ctx, EpiloguePlanes4Kernel<__half>, dim3(GridFor(ctx, rows * cols / 4)),
-                    dim3(kThreads), 0, in, rows, cols, plane_cols, bias, out);
-    }
-    return Launch(ctx, EpiloguePlanes4Kernel<float>, dim3(GridFor(ctx, rows * cols / 4)),
-                  dim3(kThreads), 0, in, rows, cols, plane_cols, bias, out);
+  for (int64_t p = 0; p < cols / plane_cols; ++p) {
+    vec = vec && aligned(out.planes[p], out_f16 ? 8 : 16);
   }
-  if (out_f16) {
-    return Launch(ctx, EpiloguePlanesKernel<__half>, dim3(GridFor(ctx, rows * cols)),
-                  dim3(kThreads), 0, in, rows, cols, plane_cols, bias, out);
+  if (Fits32(rows * cols)) {
+    return out_f16 ? LaunchPlanes<__half, uint32_t>(ctx, vec, in, rows, cols, plane_cols, bias, out)
+                   : LaunchPlanes<float, uint32_t>(ctx, vec, in, rows, cols, plane_cols, bias, out);
   }
-  return Launch(ctx, EpiloguePlanesKernel<float>, dim3(GridFor(ctx, rows * cols)), dim3(kThreads),
-                0, in, rows, cols, plane_cols, bias, out);
+  return out_f16 ? LaunchPlanes<__half, int64_t>(ctx, vec, in, rows, cols, plane_cols, bias, out)
+                 : LaunchPlanes<float, int64_t>(ctx, vec, in, rows, cols, plane_cols, bias, out);
 }
 
 cudaError_t LaunchEpilogue(const LaunchContext& ctx, float* y, int64_t rows, int64_t cols,
                            const float* bias, Epilogue act, bool zero_input) {
   if (rows == 0 || cols == 0) return cudaSuccess;
-  return Launch(ctx, EpilogueKernel, dim3(GridFor(ctx, rows * cols)), dim3(kThreads), 0, y, rows,
-                cols, bias, act, zero_input);
+  if (Fits32(rows * cols)) {
+    return LaunchEpilogueIndexed<uint32_t>(ctx, y, rows, cols, bias, act, zero_input);
+  }
+  return LaunchEpilogueIndexed<int64_t>(ctx, y, rows, cols, bias, act, zero_input);
 }
 
 }  // namespace waav::cuda

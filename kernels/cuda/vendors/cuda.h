@@ -11,6 +11,9 @@
 // mma.sync / ldmatrix / cp.async tensor-core paths (PTX, sm_80 and later).
 #define WAAV_GPU_HAS_MMA 1
 #define WAAV_GPU_NAME "cuda"
+// A by-value kernel argument indexed at run time (an array of pointers) is read where it lives
+// instead of being copied to each thread's stack first.
+#define WAAV_GRID_CONSTANT __grid_constant__
 
 // Device primitives of the persistent kernels (persistent_decoder.cu): GPU-scope acquire/release
 // for the grid barrier, and L2 prefetch of a whole byte range by one instruction (Hopper's bulk

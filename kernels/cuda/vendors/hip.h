@@ -15,6 +15,7 @@
 #define WAAV_GPU_HAS_PDL 0
 #define WAAV_GPU_HAS_MMA 0
 #define WAAV_GPU_NAME "hip"
+#define WAAV_GRID_CONSTANT  // no such qualifier: the argument may be copied per thread
 
 // Types.
 #define cudaError_t hipError_t

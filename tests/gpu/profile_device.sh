@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Kernel-by-kernel profile on the device (staged by tests/gpu/stage_device.sh with
+# WAAV_STAGE_TARGETS=whisper_gpu_bench WAAV_STAGE_SCRIPTS="tests/gpu/profile_device.sh
+# tests/gpu/profile_summary.py"): Nsight Compute times every kernel of one encoder pass at batch 1
+# and of one op-by-op decoder step at batch 64, each kernel alone (ncu serialises launches:
+# durations, not the chain's gaps), caches and clocks left as they are. Eager launches, so that
+# each kernel is its own launch. Results under $OUT: enc_b1.csv, dec_b64.csv (raw) and
+# profile.txt (one pass / step, kernel by kernel, and the totals by kernel).
+#   bash .device/prof/profile_device.sh
+set -uo pipefail
+scripts=$(cd "$(dirname "$0")" && pwd)
+here=/tmp/waav-prof
+rm -rf "$here" && mkdir -p "$here" && tar -C "$here" -xJf "$scripts/payload.tar.xz" || exit 1
+out=${OUT:-/tmp/waav-prof-out}
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)
+[ -n "$ncu" ] || { echo "no ncu on this machine" | tee "$out/profile.txt"; exit 1; }
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
+profile() {  # NAME COUNT BENCH_ARGS...
+  local name=$1 count=$2
+  shift 2
+  timeout "${PROF_TIMEOUT_S:-150}" "$ncu" --csv --metrics gpu__time_duration.sum \
+    --clock-control none --cache-control none --print-kernel-base function \
+    --launch-count "$count" --log-file "$out/$name.csv" \
+    "$here/bin/whisper_gpu_bench" --quick --no-ops --only "fast, eager launches" "$@" \
+    > "$out/$name.log" 2>&1
+  echo "$name rc=$?"
+}
+profile enc_b1 150 --encoder-only --encoder-batches 1
+profile dec_b64 260 --encoder-batches none --decoder-batches 64
+python3 "$scripts/profile_summary.py" "$out/enc_b1.csv" Im2colKernel 2 "$out/dec_b64.csv" \
+  EmbedKernel 1 > "$out/profile.txt" 2>&1
+cat "$out/profile.txt"
