@@ -4,8 +4,9 @@
 # tests/gpu/profile_summary.py"): Nsight Compute times every kernel of one encoder pass at batch 1
 # and of one op-by-op decoder step at batch 64, each kernel alone (ncu serialises launches:
 # durations, not the chain's gaps), caches and clocks left as they are. Eager launches, so that
-# each kernel is its own launch. Results under $OUT: enc_b1.csv, dec_b64.csv (raw) and
-# profile.txt (one pass / step, kernel by kernel, and the totals by kernel).
+# each kernel is its own launch. Results under $OUT: profile.txt (the device, then one pass /
+# step kernel by kernel and the totals by kernel); with PROF_KEEP_RAW=1 also the raw logs
+# (enc_b1.csv/.log, dec_b64.csv/.log: the device tool brings back at most 8 files).
 #   bash .device/prof/profile_device.sh
 set -uo pipefail
 scripts=$(cd "$(dirname "$0")" && pwd)
@@ -16,7 +17,7 @@ mkdir -p "$out"
 export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)
 [ -n "$ncu" ] || { echo "no ncu on this machine" | tee "$out/profile.txt"; exit 1; }
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
+device=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1)
 profile() {  # NAME COUNT BENCH_ARGS...
   local name=$1 count=$2
   shift 2
@@ -29,6 +30,10 @@ profile() {  # NAME COUNT BENCH_ARGS...
 }
 profile enc_b1 150 --encoder-only --encoder-batches 1
 profile dec_b64 260 --encoder-batches none --decoder-batches 64
-python3 "$scripts/profile_summary.py" "$out/enc_b1.csv" Im2colKernel 2 "$out/dec_b64.csv" \
-  EmbedKernel 1 > "$out/profile.txt" 2>&1
+{
+  echo "$device"
+  python3 "$scripts/profile_summary.py" "$out/enc_b1.csv" Im2colKernel 2 "$out/dec_b64.csv" \
+    EmbedKernel 1
+} > "$out/profile.txt" 2>&1
+[ "${PROF_KEEP_RAW:-0}" = 1 ] || rm -f "$out"/enc_b1.* "$out"/dec_b64.*
 cat "$out/profile.txt"
