@@ -80,6 +80,12 @@ absl::Status PersistentWhisperDecoder::Prepare(const whisper::DecoderState& stat
         absl::StrCat("the state's self cache has ", state.self_k(0).dim(1),
                      " rows; the model's position table ", step_weights_.dims.n_positions));
   }
+  if (state.cross_k(0).dtype() != DType::kF32) {
+    // Its f32 cross variant and RefreshCross() read the state's f32 caches.
+    return absl::InvalidArgumentError(
+        "the benchmark's persistent step takes decoder states with f32 cross K/V "
+        "(WhisperModelOptions::half_cross_cache = false)");
+  }
   step_weights_.dims.n_source = static_cast<int>(state.cross_k(0).dim(1));
   ASSIGN_OR_RETURN(
       step_, cuda::PersistentDecoderStep::Create(backend_, ext_, step_weights_, options.tuning));

@@ -76,6 +76,7 @@ TEST_P(PersistentStepTest, MatchesCpuDecodeStep) {
   whisper::WhisperModelOptions gpu_options;
   gpu_options.weight_dtype = DType::kF16;
   gpu_options.fused_decoder_step = whisper::GraphUse::kNever;  // the op-by-op step where it steps
+  gpu_options.half_cross_cache = false;  // f32 caches, copied to f16 by RefreshCross() or not
   auto gpu_model = whisper::WhisperModel::Load(dir.string(), **gpu, gpu_options);
   ASSERT_TRUE(gpu_model.ok()) << gpu_model.status();
   auto persistent = PersistentWhisperDecoder::Load(dir.string(), **gpu);

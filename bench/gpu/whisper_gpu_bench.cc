@@ -67,6 +67,8 @@ struct BackendVariant {
   whisper::GraphUse engine_fused_step = whisper::GraphUse::kNever;
   // WhisperModelOptions::stacked_cross_projection (false: two GEMMs per decoder layer).
   bool stacked_cross = true;
+  // WhisperModelOptions::half_cross_cache (false: f32 cross K/V caches, the rows before it).
+  bool half_cross = true;
 };
 
 struct Row {
@@ -141,6 +143,8 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
   model_options.embedding_dtype = DType::kF16;
   model_options.fused_decoder_step = variant.engine_fused_step;
   model_options.stacked_cross_projection = variant.stacked_cross;
+  // The persistent bench variants keep f32 caches (their f16 copies are RefreshCross()'s).
+  model_options.half_cross_cache = variant.half_cross && !variant.persistent;
   ASSIGN_OR_RETURN(std::unique_ptr<whisper::WhisperModel> model,
                    whisper::WhisperModel::Load(model_dir, *backend, model_options));
   if (model->fused_step_max_batch() > 0) {
@@ -512,6 +516,13 @@ int Main(int argc, char** argv) {
   // encoder pass only, as the default of that build: no gain (docs/benchmarks.md).
   add("fast, CUDA graph + PDL, encoder without PDL", CudaMath::kFast, true, true, false);
   variants.back().options.pdl_large_kernels = false;
+  // f16 cross K/V caches (the default) against f32 ones, for the decoder step.
+  add("fast, CUDA graph + PDL, f32 cross cache", CudaMath::kFast, true, true, false);
+  variants.back().half_cross = false;
+  add("fast, CUDA graph + PDL, engine fused step, f32 cross cache", CudaMath::kFast, true, true,
+      false);
+  variants.back().engine_fused_step = whisper::GraphUse::kAuto;
+  variants.back().half_cross = false;
   // Session 4: every decoder layer's cross K/V from one GEMM (the default) against two per layer.
   add("fast, CUDA graph + PDL, cross K/V per layer", CudaMath::kFast, true, true, false);
   variants.back().stacked_cross = false;

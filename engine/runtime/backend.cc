@@ -172,4 +172,17 @@ absl::StatusOr<Tensor> Upload(Backend& backend, const Shape& shape, DType dtype,
   return t;
 }
 
+absl::StatusOr<std::vector<float>> DownloadFloats(Backend& backend, const Tensor& t) {
+  if (t.dtype() == DType::kF32) return Download<float>(backend, t);
+  if (t.dtype() != DType::kF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DownloadFloats: ", t.Describe(), " is neither f32 nor f16"));
+  }
+  absl::StatusOr<std::vector<uint16_t>> halves = Download<uint16_t>(backend, t);
+  if (!halves.ok()) return halves.status();
+  std::vector<float> out(halves->size());
+  HalfToFloatArray(halves->data(), out.data(), out.size());
+  return out;
+}
+
 }  // namespace waav

@@ -67,8 +67,10 @@ enum class Op : uint8_t {
   kLinearResidual,
   // Optional capability (f16 activations between kernels; Whisper's encoder): LayerNorm may
   // write y as f16, Linear may read x as f16 and write y as f16, LinearResidual may read x as
-  // f16 (its residual and y stay f32). An f16 value is the f32 result rounded to nearest;
-  // arithmetic stays f32. Backends without it accept f32 activations only.
+  // f16 (its residual and y stay f32), LinearPlanes may write f16 planes, Attention may read an
+  // f32 q with f16 k and v (Whisper's cross-attention K/V caches, written f16 by the encoder's
+  // projection). An f16 value is the f32 result rounded to nearest; arithmetic stays f32.
+  // Backends without it accept f32 activations only.
   kHalfActivations,
   // Optional (a whole transformer decoder step in one call: PrepareDecoderStep).
   kDecoderStep,
@@ -353,6 +355,8 @@ absl::StatusOr<Tensor> Upload(Backend& backend, const Shape& shape, DType dtype,
 // Downloads a tensor's contents (any dtype) into a host vector of its raw elements.
 template <typename T>
 absl::StatusOr<std::vector<T>> Download(Backend& backend, const Tensor& t);
+// Downloads an f32 or f16 tensor as floats (f16 widened exactly).
+absl::StatusOr<std::vector<float>> DownloadFloats(Backend& backend, const Tensor& t);
 
 }  // namespace waav
 

@@ -308,11 +308,15 @@ absl::StatusOr<AttentionDims> ValidateAttention(DeviceKind device, const Tensor&
                                                 int num_heads, float scale, const Tensor& out,
                                                 bool half_activations) {
   constexpr const char* kOp = "Attention";
+  // f16 activations: q, k, v all f16, or q f32 with k, v f16 (an f16 K/V cache).
   const bool f16 = half_activations && q.defined() && q.dtype() == DType::kF16;
   const DType in = f16 ? DType::kF16 : DType::kF32;
   RETURN_IF_ERROR(CheckTensor(device, kOp, "q", q, {in}, 3));
-  RETURN_IF_ERROR(CheckTensor(device, kOp, "k", k, {in}, 3));
-  RETURN_IF_ERROR(CheckTensor(device, kOp, "v", v, {in}, 3));
+  const std::initializer_list<DType> f32_or_f16 = {DType::kF32, DType::kF16};
+  const std::initializer_list<DType> only_in = {in};
+  RETURN_IF_ERROR(
+      CheckTensor(device, kOp, "k", k, half_activations && !f16 ? f32_or_f16 : only_in, 3));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "v", v, {k.dtype()}, 3));
   RETURN_IF_ERROR(CheckTensor(device, kOp, "out", out, {DType::kF32}, 3));
   const int64_t batch = q.dim(0), tq = q.dim(1), width = q.dim(2), tk = k.dim(1);
   if (k.dim(0) != batch || k.dim(2) != width) {

@@ -26,7 +26,39 @@ constexpr int kMaxQ = 16;   // most queries per block
 //  * P·V: thread t owns quad t % (D/4) of the head dim for keys g, g + G, ... (G key groups),
 //    four keys per step; groups are summed at the end through shuffles and shared memory.
 // The scalar variant (head_dim not a multiple of 4) gives each thread whole dims instead.
-template <int kQ, int kMaxD, bool kVec>
+// Four consecutive K or V elements as floats: one 16-byte load (f32) or one 8-byte load (f16).
+__device__ __forceinline__ float4 Load4(const float* p) {
+  return __ldg(reinterpret_cast<const float4*>(p));
+}
+__device__ __forceinline__ float4 Load4(const __half* p) {
+  const uint2 raw = __ldg(reinterpret_cast<const uint2*>(p));
+  __half2 lo, hi;
+  memcpy(&lo, &raw.x, sizeof(lo));
+  memcpy(&hi, &raw.y, sizeof(hi));
+  const float2 a = __half22float2(lo), b = __half22float2(hi);
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+
+// K and V of the kernel's element type: float (a.k, a.v) or __half (a.k16, a.v16 with
+// a.kv_half).
+template <typename KV>
+__device__ __forceinline__ const KV* KeysOf(const AttentionArgs& a) {
+  if constexpr (sizeof(KV) == 2) {
+    return static_cast<const KV*>(a.k16);
+  } else {
+    return a.k;
+  }
+}
+template <typename KV>
+__device__ __forceinline__ const KV* ValuesOf(const AttentionArgs& a) {
+  if constexpr (sizeof(KV) == 2) {
+    return static_cast<const KV*>(a.v16);
+  } else {
+    return a.v;
+  }
+}
+
+template <int kQ, int kMaxD, bool kVec, typename KV>
 __global__ void __launch_bounds__(kKeys)
     SplitAttentionKernel(AttentionArgs a, int splits, int64_t q_blocks, float* partials,
                          int* counters, unsigned long long* error_word) {
@@ -95,7 +127,7 @@ __global__ void __launch_bounds__(kKeys)
 #pragma unroll
     for (int i = 0; i < kQ; ++i) sc[i] = 0.0f;
     if (t < n_keys) {
-      const float* kr = a.k + (b * a.kv_len + j) * width + h * D;
+      const KV* kr = KeysOf<KV>(a) + (b * a.kv_len + j) * width + h * D;
       if constexpr (kVec) {
         // Up to 16 (few queries) or 8 16-byte loads in flight, then their FMAs.
         constexpr int kBatch = kQ <= 4 ? (kQuads < 16 ? kQuads : 16) : (kQuads < 8 ? kQuads : 8);
@@ -104,8 +136,7 @@ __global__ void __launch_bounds__(kKeys)
           float4 kv[kBatch];
 #pragma unroll
           for (int u = 0; u < kBatch; ++u) {
-            kv[u] = (d0 + u) * 4 < D ? __ldg(reinterpret_cast<const float4*>(kr) + d0 + u)
-                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            kv[u] = (d0 + u) * 4 < D ? Load4(kr + (d0 + u) * 4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
           }
 #pragma unroll
           for (int u = 0; u < kBatch; ++u) {
@@ -119,7 +150,7 @@ __global__ void __launch_bounds__(kKeys)
         }
       } else {
         for (int d = 0; d < D; ++d) {
-          const float kd = kr[d];
+          const float kd = ToFloat(kr[d]);
 #pragma unroll
           for (int i = 0; i < kQ; ++i) sc[i] = fmaf(q_s[i][d], kd, sc[i]);
         }
@@ -164,7 +195,7 @@ __global__ void __launch_bounds__(kKeys)
 #pragma unroll
       for (int jj = 0; jj < kDims; ++jj) o_acc[i][jj] *= alpha_s[i];
     }
-    const float* vbase = a.v + (b * a.kv_len + c0) * width + h * D;
+    const KV* vbase = ValuesOf<KV>(a) + (b * a.kv_len + c0) * width + h * D;
     if constexpr (kVec) {
       // Keys per step: more for few queries, whose accumulators leave registers to spare.
       constexpr int kUnroll = kQ <= 4 ? 8 : 4;
@@ -174,8 +205,7 @@ __global__ void __launch_bounds__(kKeys)
           float4 vv[kUnroll];
 #pragma unroll
           for (int u = 0; u < kUnroll; ++u) {
-            vv[u] =
-                __ldg(reinterpret_cast<const float4*>(vbase + (tt + u * kGroups) * width) + quad);
+            vv[u] = Load4(vbase + (tt + u * kGroups) * width + quad * 4);
           }
 #pragma unroll
           for (int u = 0; u < kUnroll; ++u) {
@@ -190,7 +220,7 @@ __global__ void __launch_bounds__(kKeys)
           }
         }
         for (; tt < n_keys; tt += kGroups) {
-          const float4 vv = __ldg(reinterpret_cast<const float4*>(vbase + tt * width) + quad);
+          const float4 vv = Load4(vbase + tt * width + quad * 4);
 #pragma unroll
           for (int i = 0; i < kQ; ++i) {
             const float p = p_s[i][tt];
@@ -207,7 +237,7 @@ __global__ void __launch_bounds__(kKeys)
         const int d = t + jj * kKeys;
         if (d >= D) continue;
         for (int tt = 0; tt < n_keys; ++tt) {
-          const float vv = vbase[tt * width + d];
+          const float vv = ToFloat(vbase[tt * width + d]);
 #pragma unroll
           for (int i = 0; i < kQ; ++i) o_acc[i][jj] = fmaf(p_s[i][tt], vv, o_acc[i][jj]);
         }
@@ -340,29 +370,39 @@ int QueriesPerBlock(int64_t q_len, int head_dim) {
   return kMaxQ;
 }
 
-template <int kQ, int kMaxD, bool kVec>
+template <int kQ, int kMaxD, bool kVec, typename KV>
 cudaError_t LaunchSplitTyped(const LaunchContext& ctx, const AttentionArgs& a, const SplitPlan& p,
                              float* partials, int* counters) {
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.q_blocks),
                   static_cast<unsigned>(a.batch * a.heads));
-  return Launch(ctx, SplitAttentionKernel<kQ, kMaxD, kVec>, grid, dim3(kKeys), 0, a, p.splits,
+  return Launch(ctx, SplitAttentionKernel<kQ, kMaxD, kVec, KV>, grid, dim3(kKeys), 0, a, p.splits,
                 p.q_blocks, partials, counters, ctx.error_word);
+}
+
+template <int kMaxD, typename KV>
+cudaError_t LaunchSplitKv(const LaunchContext& ctx, const AttentionArgs& a, const SplitPlan& p,
+                           float* partials, int* counters) {
+  const void* k = sizeof(KV) == 2 ? a.k16 : a.k;
+  const void* v = sizeof(KV) == 2 ? a.v16 : a.v;
+  const uintptr_t align = sizeof(KV) * 4 - 1;  // one vector load of 4 elements
+  const bool vec = a.head_dim % 4 == 0 && (reinterpret_cast<uintptr_t>(k) & align) == 0 &&
+                   (reinterpret_cast<uintptr_t>(v) & align) == 0;
+  if (!vec) return LaunchSplitTyped<kMaxQ, kMaxD, false, KV>(ctx, a, p, partials, counters);
+  switch (QueriesPerBlock(a.q_len, a.head_dim)) {
+    case 1:
+      return LaunchSplitTyped<1, kMaxD, true, KV>(ctx, a, p, partials, counters);
+    case 4:
+      return LaunchSplitTyped<4, kMaxD, true, KV>(ctx, a, p, partials, counters);
+    default:
+      return LaunchSplitTyped<kMaxQ, kMaxD, true, KV>(ctx, a, p, partials, counters);
+  }
 }
 
 template <int kMaxD>
 cudaError_t LaunchSplitDim(const LaunchContext& ctx, const AttentionArgs& a, const SplitPlan& p,
                            float* partials, int* counters) {
-  const bool vec = a.head_dim % 4 == 0 && (reinterpret_cast<uintptr_t>(a.k) & 15) == 0 &&
-                   (reinterpret_cast<uintptr_t>(a.v) & 15) == 0;
-  if (!vec) return LaunchSplitTyped<kMaxQ, kMaxD, false>(ctx, a, p, partials, counters);
-  switch (QueriesPerBlock(a.q_len, a.head_dim)) {
-    case 1:
-      return LaunchSplitTyped<1, kMaxD, true>(ctx, a, p, partials, counters);
-    case 4:
-      return LaunchSplitTyped<4, kMaxD, true>(ctx, a, p, partials, counters);
-    default:
-      return LaunchSplitTyped<kMaxQ, kMaxD, true>(ctx, a, p, partials, counters);
-  }
+  if (a.kv_half) return LaunchSplitKv<kMaxD, __half>(ctx, a, p, partials, counters);
+  return LaunchSplitKv<kMaxD, float>(ctx, a, p, partials, counters);
 }
 
 // ---- FlashAttention (f16 tensor cores) ------------------------------------------------------

@@ -1,5 +1,6 @@
 // Multi-head attention (Backend::Attention), two kernels:
-//  * SplitAttention: f32 throughout (exact path, and every decoder step). A block takes up to 16
+//  * SplitAttention: f32 arithmetic (exact path, and every decoder step); K and V f32, or f16
+//    (kv_half: an f16 cache, widened as it is loaded). A block takes up to 16
 //    queries of one (batch row, head) and a contiguous range of keys, one key per thread per
 //    chunk of 128, with an online softmax over the chunks. When there are few (row, head) pairs
 //    (a decoder step at small batch) the keys are split over several blocks (flash-decoding);
@@ -36,6 +37,8 @@ struct AttentionArgs {
   // read as they are; q, k, v unused.
   bool half_inputs = false;
   const void *q16 = nullptr, *k16 = nullptr, *v16 = nullptr;
+  // SplitAttention only: q is f32 (q), k and v f16 at k16, v16 (an f16 K/V cache); k, v unused.
+  bool kv_half = false;
 };
 
 // Largest head_dim SplitAttention handles.

@@ -472,6 +472,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
                      checks::ValidateAttention(kGpuKind, q, k, v, kv_lengths, num_heads, scale, out,
                                                options_.half_activations));
     const bool half_inputs = q.dtype() == DType::kF16;
+    // An f32 q over f16 k and v (an f16 K/V cache): SplitAttention widens them as it loads.
+    const bool kv_half = !half_inputs && k.dtype() == DType::kF16;
     if (d.head_dim > cuda::kMaxHeadDim) {
       return absl::UnimplementedError(absl::StrCat("Attention: head_dim ", d.head_dim,
                                                    " exceeds the CUDA kernels' limit of ",
@@ -496,7 +498,12 @@ class CudaBackend final : public Backend, public CudaExtensions {
       args.k16 = k.data();
       args.v16 = v.data();
     }
-    const bool flash2 = options_.math == CudaMath::kFast && options_.use_flash_v2 &&
+    if (kv_half) {
+      args.kv_half = true;
+      args.k16 = k.data();
+      args.v16 = v.data();
+    }
+    const bool flash2 = !kv_half && options_.math == CudaMath::kFast && options_.use_flash_v2 &&
                         cuda::FlashAttention2Supported(args);
     // f16 inputs elsewhere than flash v2: converted to f32 scratch first (the other kernels
     // read f32).
@@ -505,8 +512,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
                                            2 * RoundUp256(static_cast<size_t>(k.numel()) * 4)
                                      : 0;
     if (convert_bytes > 0) args.half_inputs = false;
-    const bool flash =
-        flash2 || (options_.math == CudaMath::kFast && cuda::FlashAttentionSupported(args));
+    const bool flash = flash2 || (!kv_half && options_.math == CudaMath::kFast &&
+                                  cuda::FlashAttentionSupported(args));
     cuda::SplitPlan plan;
     cuda::FlashPlan flash_plan;
     size_t scratch_bytes = 0;
@@ -523,7 +530,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
     }
     ASSIGN_OR_RETURN(Tensor scratch, Scratch(convert_bytes + scratch_bytes));
     Sign({static_cast<int64_t>(SigOp::kAttention), d.batch, d.q_len, d.kv_len, d.heads, d.head_dim,
-          causal, lengths.defined(), flash, flash2, plan.splits, flash_plan.splits, half_inputs});
+          causal, lengths.defined(), flash, flash2, plan.splits, flash_plan.splits, half_inputs,
+          kv_half});
     return Submit([state = state_, ctx = Ctx(), q, k, v, lengths, out, args0 = args, flash, flash2,
                    plan, flash_plan, convert_bytes, scratch]() {
       cuda::AttentionArgs args = args0;

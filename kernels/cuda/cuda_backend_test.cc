@@ -554,6 +554,61 @@ TEST_P(CudaParityTest, AttentionMatchesCpu) {
   }
 }
 
+// An f32 q over an f16 K/V cache (the decoder's cross-attention with f16 activations):
+// SplitAttention widens K and V as it loads them; the CPU attends over the same (widened)
+// values in f32, so the results agree to f32 rounding.
+TEST_P(CudaParityTest, AttentionOverHalfKvCacheMatchesCpu) {
+  std::vector<float> a = Random(2 * 16 * 64);
+  const Pair q = F32({2, 16, 64}, a);
+  const Tensor k16 = HalfGpu({2, 16, 64}, a);
+  const Pair out = Poisoned({2, 16, 64});
+  if (!half_activations_) {
+    EXPECT_EQ(gpu_->Attention(q.gpu, k16, k16, nullptr, 1, 0.125f, false, out.gpu).code(),
+              absl::StatusCode::kInvalidArgument);
+    GTEST_SKIP() << "f16 activations off in this variant: f16 K/V refused";
+  }
+  // K and V of one dtype.
+  EXPECT_EQ(gpu_->Attention(q.gpu, k16, q.gpu, nullptr, 1, 0.125f, false, out.gpu).code(),
+            absl::StatusCode::kInvalidArgument);
+  struct Case {
+    int64_t batch, q_len, kv_len, heads, head_dim;
+    bool causal, lengths;
+  };
+  for (const Case c : {Case{1, 1, 1500, 6, 64, false, false},  // cross-attention step
+                       Case{8, 1, 1500, 6, 64, false, false}, Case{64, 1, 1500, 6, 64, false, false},
+                       Case{3, 7, 1500, 6, 64, false, false},  // prompt over the cross cache
+                       Case{4, 1, 448, 6, 64, true, true},     // a self cache in f16
+                       Case{2, 5, 33, 3, 24, true, true},      // odd heads: 8-byte loads
+                       Case{2, 4, 30, 2, 6, false, true}}) {   // scalar path (D % 4 != 0)
+    const std::string what =
+        absl::StrCat("Attention f32 q, f16 k, v B=", c.batch, " Tq=", c.q_len, " Tk=", c.kv_len,
+                     " H=", c.heads, " D=", c.head_dim, c.causal ? " causal" : "",
+                     c.lengths ? " lengths" : "");
+    SCOPED_TRACE(what);
+    const int64_t width = c.heads * c.head_dim;
+    std::vector<float> kv = Random(c.batch * c.kv_len * width, -2.0f, 2.0f);
+    std::vector<float> vv = Random(c.batch * c.kv_len * width);
+    const Tensor key16 = HalfGpu({c.batch, c.kv_len, width}, kv);  // rounds kv and vv: the CPU
+    const Tensor value16 = HalfGpu({c.batch, c.kv_len, width}, vv);  // sees the same values
+    const Pair query = F32({c.batch, c.q_len, width}, Random(c.batch * c.q_len * width, -2, 2));
+    const Pair k = F32({c.batch, c.kv_len, width}, kv);
+    const Pair v = F32({c.batch, c.kv_len, width}, vv);
+    std::vector<int32_t> lengths(static_cast<size_t>(c.batch));
+    for (int32_t& l : lengths) l = RandomInt(static_cast<int>(c.q_len), static_cast<int>(c.kv_len));
+    const Pair len = I32({c.batch}, lengths);
+    const Pair o = Poisoned({c.batch, c.q_len, width});
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    ASSERT_TRUE(cpu_->Attention(query.cpu, k.cpu, v.cpu, c.lengths ? &len.cpu : nullptr,
+                                static_cast<int>(c.heads), scale, c.causal, o.cpu)
+                    .ok());
+    const absl::Status status =
+        gpu_->Attention(query.gpu, key16, value16, c.lengths ? &len.gpu : nullptr,
+                        static_cast<int>(c.heads), scale, c.causal, o.gpu);
+    ASSERT_TRUE(status.ok()) << status;
+    EXPECT_TRUE(Close(what, Gpu(o.gpu), Cpu(o.cpu), kExact));
+  }
+}
+
 TEST_P(CudaParityTest, BadIndexValuesAreReportedBySynchronize) {
   // WriteRows: a position past the cache.
   const Pair src = F32({2, 1, 4}, Random(8));

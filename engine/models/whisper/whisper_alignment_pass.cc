@@ -81,7 +81,7 @@ absl::StatusOr<std::vector<float>> WhisperModel::CrossAttentionScores(
       ASSIGN_OR_RETURN(Tensor keys,
                        encoded.cross_k_[static_cast<size_t>(i)].Reshape({dims_.n_audio_ctx, d}));
       ASSIGN_OR_RETURN(keys, keys.Slice(0, n_positions));
-      ASSIGN_OR_RETURN(const std::vector<float> k, Download<float>(backend_, keys));
+      ASSIGN_OR_RETURN(const std::vector<float> k, DownloadFloats(backend_, keys));
       for (size_t n = 0; n < heads.size(); ++n) {
         if (heads[n].layer != i) continue;
         const int64_t offset = heads[n].head * head_dim;

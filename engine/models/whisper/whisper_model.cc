@@ -266,6 +266,9 @@ absl::StatusOr<std::unique_ptr<WhisperModel>> WhisperModel::FromModelFile(
     RETURN_IF_ERROR(load_cross_attention(p + "/attention", layer.cross_attention));
     RETURN_IF_ERROR(load_ffn(p + "/ffn", layer.ffn));
   }
+  if (options.half_cross_cache && backend.supports(Op::kHalfActivations)) {
+    m.cross_dtype_ = DType::kF16;
+  }
   if (options.stacked_cross_projection && backend.supports(Op::kLinearPlanes)) {
     RETURN_IF_ERROR(m.StackCrossProjections());
   }
@@ -338,8 +341,8 @@ absl::StatusOr<std::unique_ptr<DecoderState>> WhisperModel::NewDecoderState(int 
   state->batch_size_ = batch_size;
   const int64_t b = batch_size, d = dims_.d_model;
   for (int i = 0; i < dims_.n_decoder_layers; ++i) {
-    ASSIGN_OR_RETURN(Tensor ck, backend_.Allocate({b, dims_.n_audio_ctx, d}, DType::kF32));
-    ASSIGN_OR_RETURN(Tensor cv, backend_.Allocate({b, dims_.n_audio_ctx, d}, DType::kF32));
+    ASSIGN_OR_RETURN(Tensor ck, backend_.Allocate({b, dims_.n_audio_ctx, d}, cross_dtype_));
+    ASSIGN_OR_RETURN(Tensor cv, backend_.Allocate({b, dims_.n_audio_ctx, d}, cross_dtype_));
     ASSIGN_OR_RETURN(Tensor sk, backend_.Allocate({b, dims_.n_text_ctx, d}, DType::kF32));
     ASSIGN_OR_RETURN(Tensor sv, backend_.Allocate({b, dims_.n_text_ctx, d}, DType::kF32));
     state->cross_k_.push_back(ck);

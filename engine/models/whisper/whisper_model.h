@@ -82,6 +82,11 @@ struct WhisperModelOptions {
   // views of the stacked one). Values equal the per-layer Linear calls to the backend's
   // rounding. Default: true.
   bool stacked_cross_projection = true;
+  // Where the backend supports Op::kHalfActivations: the decoder states' cross-attention K/V
+  // caches in f16 (the encoder's projection rounds its f32 results to nearest; attention widens
+  // them to f32 as it reads), half the bytes that every decoder step reads, the largest read
+  // from batch 8 up. Default: true.
+  bool half_cross_cache = true;
 };
 
 // Cross-attention keys/values of one encoded window per batch row, and the self-attention cache.
@@ -102,8 +107,9 @@ class DecoderState {
   const Tensor& lengths() const { return lengths_; }
   const Tensor& step_logits() const { return step_.logits; }
 
-  // Per-layer caches, f32: self-attention [B, n_text_ctx, d_model], cross-attention
-  // [B, n_audio_ctx, d_model]. For backend-specific steps (the CUDA fused decoder step).
+  // Per-layer caches: self-attention f32 [B, n_text_ctx, d_model], cross-attention
+  // [B, n_audio_ctx, d_model] f32, or f16 (WhisperModelOptions::half_cross_cache). For
+  // backend-specific steps (the CUDA fused decoder step).
   const Tensor& self_k(int layer) const { return self_k_[static_cast<size_t>(layer)]; }
   const Tensor& self_v(int layer) const { return self_v_[static_cast<size_t>(layer)]; }
   const Tensor& cross_k(int layer) const { return cross_k_[static_cast<size_t>(layer)]; }
@@ -362,6 +368,9 @@ class WhisperModel {
   // WhisperModelOptions::stacked_cross_projection: [K0; V0; K1; V1; ...] [2 L d, d] and its
   // bias [2 L d], or undefined (one Linear per layer's K and V).
   Tensor cross_kv_w_, cross_kv_b_;
+  // Element type of the decoder states' cross-attention K/V (WhisperModelOptions::
+  // half_cross_cache).
+  DType cross_dtype_ = DType::kF32;
   // The backend's one-call decoder step over these weights (WhisperModelOptions::
   // fused_decoder_step), or null.
   std::unique_ptr<PreparedDecoderStep> prepared_step_;

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The decoder-step device run (staged by tests/gpu/stage_device.sh with WAAV_STAGE_TARGETS=
+# "cuda_backend_test whisper_gpu_bench whisper_graph_cuda_test whisper_fused_step_cuda_test
+# persistent_whisper_step_test" and WAAV_STAGE_SCRIPTS=tests/gpu/dec_device.sh): timings first
+# on an idle GPU (waav's decoder steps at batch 1, 8, 64, 256 with f16 and with f32 cross K/V
+# caches, op by op and with the engine's persistent step; then the PyTorch anchor's steps), then
+# the tests (the whole CUDA backend suite, the engine's graphs and fused step on the GPU, the
+# persistent step against the CPU) and compute-sanitizer memcheck over the attention tests.
+# Results under $OUT: bench.tsv, bench.log, torch.tsv, torch.log, tests.log, summary.txt.
+#   bash .device/dec/dec_device.sh     (DEC_BUDGET_S: seconds for the whole run, default 280)
+set -uo pipefail
+scripts=$(cd "$(dirname "$0")" && pwd)
+here=/tmp/waav-dec
+rm -rf "$here" && mkdir -p "$here" && tar -C "$here" -xJf "$scripts/payload.tar.xz" || exit 1
+out=${OUT:-/tmp/waav-dec-out}
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+device=$(nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader 2>&1)
+budget=${DEC_BUDGET_S:-280}
+left() { local l=$(( budget - SECONDS )); echo $(( l < 5 ? 5 : (l > $1 ? $1 : l) )); }
+variants="fast, CUDA graph + PDL;fast, CUDA graph + PDL, f32 cross cache"
+variants="$variants;fast, CUDA graph + PDL, engine fused step"
+variants="$variants;fast, CUDA graph + PDL, engine fused step, f32 cross cache"
+timeout "$(left 110)" "$here/bin/whisper_gpu_bench" --no-ops --encoder-batches none \
+  --only "$variants" --out "$out/bench.tsv" > "$out/bench.log" 2>&1
+bench_rc=$?
+PYTHONUNBUFFERED=1 timeout "$(left 60)" python3 "$scripts/torch_whisper_anchor.py" \
+  --encoder-batches none --out "$out/torch.tsv" > "$out/torch.log" 2>&1
+torch_rc=$?
+{
+  timeout "$(left 70)" "$here/bin/cuda_backend_test"
+  echo "cuda_backend_test rc=$?"
+  timeout "$(left 30)" "$here/bin/whisper_graph_cuda_test" --gtest_filter='*RandomWeights*'
+  echo "whisper_graph_cuda_test rc=$?"
+  timeout "$(left 30)" "$here/bin/whisper_fused_step_cuda_test"
+  echo "whisper_fused_step_cuda_test rc=$?"
+  timeout "$(left 40)" "$here/bin/persistent_whisper_step_test"
+  echo "persistent_whisper_step_test rc=$?"
+  if command -v compute-sanitizer > /dev/null; then
+    timeout "$(left 40)" compute-sanitizer --tool memcheck --error-exitcode 9 \
+      "$here/bin/cuda_backend_test" \
+      --gtest_filter='Variants/CudaParityTest.Attention*/Fast:Variants/CudaWhisperTest.Decoder*/Fast'
+    echo "memcheck rc=$?"
+  fi
+} > "$out/tests.log" 2>&1
+{
+  echo "$device"
+  echo "bench rc=$bench_rc torch rc=$torch_rc"
+  grep -E " rc=|^\[  (PASSED|FAILED) |^\[  FAILED  \]|Failure|ERROR SUMMARY" "$out/tests.log" | head -30
+  awk '/^\[ RUN/ {t = $NF} /parity:/ {print t ": " $0}' "$out/tests.log" |
+    grep -E "/Fast: parity: (Attention f32 q|Whisper step logits at 3)" | head -20
+  echo "-- waav"
+  grep -v "^#" "$out/bench.log"
+  echo "-- torch"
+  cat "$out/torch.log"
+} > "$out/summary.txt" 2>&1
+cat "$out/summary.txt"
