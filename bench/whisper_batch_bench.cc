@@ -20,6 +20,7 @@
 
 #include "engine/models/whisper/decoder_pool.h"
 #include "engine/models/whisper/whisper_model.h"
+#include "engine/models/whisper/word_alignment.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/openblas_setup.h"
 
@@ -140,6 +141,17 @@ void BM_AlignScores(benchmark::State& state) {
   }
 }
 
+// The host half of a final's word alignment (TokenStartsFromScores): 8 heads, 34 token rows (a
+// 30-token text), range(0) encoder positions (550: the 11 s of jfk.wav).
+void BM_AlignHostPostprocess(benchmark::State& state) {
+  const int n_tokens = 34, n_positions = static_cast<int>(state.range(0)), heads = 8;
+  const std::vector<float> scores = Noise(static_cast<size_t>(heads) * n_tokens * n_positions);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(TokenStartsFromScores(scores, heads, n_tokens, n_positions, 3, 31));
+  }
+}
+
+BENCHMARK(BM_AlignHostPostprocess)->Arg(150)->Arg(550)->Arg(1500)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_WriteMel)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Encoder)->Arg(1)->Arg(2)->Arg(4)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_AlignScores)->Arg(150)->Arg(500)->Unit(benchmark::kMicrosecond)->UseRealTime();

@@ -82,18 +82,29 @@ absl::StatusOr<std::vector<float>> WhisperModel::CrossAttentionScores(
                        encoded.cross_k_[static_cast<size_t>(i)].Reshape({dims_.n_audio_ctx, d}));
       ASSIGN_OR_RETURN(keys, keys.Slice(0, n_positions));
       ASSIGN_OR_RETURN(const std::vector<float> k, DownloadFloats(backend_, keys));
+      // Each head's keys transposed ([head_dim, positions]), so that a token row's scores are
+      // head_dim passes over contiguous positions (vectorised) instead of a dot product per
+      // position; every score still sums its head_dim products in the order e = 0, 1, ...
+      std::vector<float> keys_t(static_cast<size_t>(head_dim * n_positions));
       for (size_t n = 0; n < heads.size(); ++n) {
         if (heads[n].layer != i) continue;
         const int64_t offset = heads[n].head * head_dim;
+        for (int64_t col = 0; col < n_positions; ++col) {
+          for (int64_t e = 0; e < head_dim; ++e) {
+            keys_t[static_cast<size_t>(e * n_positions + col)] = k[col * d + offset + e];
+          }
+        }
         float* out = scores.data() + n * static_cast<size_t>(t * n_positions);
         for (int64_t row = 0; row < t; ++row) {
           const float* qr = q.data() + row * d + offset;
-          for (int64_t col = 0; col < n_positions; ++col) {
-            const float* kr = k.data() + col * d + offset;
-            float dot = 0;
-            for (int64_t e = 0; e < head_dim; ++e) dot += qr[e] * kr[e];
-            out[row * n_positions + col] = dot * attention_scale_;
+          float* dots = out + row * n_positions;
+          std::fill(dots, dots + n_positions, 0.0f);
+          for (int64_t e = 0; e < head_dim; ++e) {
+            const float qe = qr[e];
+            const float* ke = keys_t.data() + e * n_positions;
+            for (int64_t col = 0; col < n_positions; ++col) dots[col] += qe * ke[col];
           }
+          for (int64_t col = 0; col < n_positions; ++col) dots[col] *= attention_scale_;
         }
       }
     }

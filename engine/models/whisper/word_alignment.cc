@@ -48,12 +48,60 @@ double Median(std::vector<int> values) {
   return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
+// Puts the smaller of a, b in a and the larger in b, without branches (min/max instructions).
+inline void Exchange(float& a, float& b) {
+  const float lo = std::min(a, b);
+  b = std::max(a, b);
+  a = lo;
+}
+
+// Width 7 (Whisper's filter): each output is the median of seven values, taken by a comparator
+// network (a 16-comparator sorting network for 7 values, pruned to the 14 comparators that
+// position 3 depends on; checked against every input of 0s, 1s and 2s) over a copy of the row
+// mirrored at both ends, so that the loop over columns has no branches and vectorises. The
+// median of finite values is the same as nth_element's.
+void MedianFilterRow7(const float* in, int cols, float* padded, float* dst) {
+  constexpr int kHalf = 3;
+  for (int c = -kHalf; c < cols + kHalf; ++c) {
+    int at = std::abs(c);                      // mirrored at the start
+    if (at >= cols) at = 2 * (cols - 1) - at;  // and at the end
+    padded[c + kHalf] = in[at];
+  }
+  for (int c = 0; c < cols; ++c) {
+    const float* w = padded + c;
+    float v0 = w[0], v1 = w[1], v2 = w[2], v3 = w[3], v4 = w[4], v5 = w[5], v6 = w[6];
+    Exchange(v0, v6);
+    Exchange(v2, v3);
+    Exchange(v4, v5);
+    Exchange(v0, v2);
+    Exchange(v1, v4);
+    Exchange(v3, v6);
+    Exchange(v0, v1);
+    Exchange(v2, v5);
+    Exchange(v3, v4);
+    Exchange(v1, v2);
+    Exchange(v4, v6);
+    Exchange(v2, v3);
+    Exchange(v4, v5);
+    Exchange(v3, v4);
+    dst[c] = v3;
+  }
+}
+
 }  // namespace
 
 std::vector<float> MedianFilterRows(absl::Span<const float> matrix, int rows, int cols, int width) {
   std::vector<float> out(matrix.begin(), matrix.end());
   const int half = width / 2;
   if (width <= 1 || cols <= half) return out;
+  if (width == 7) {
+    std::vector<float> padded(static_cast<size_t>(cols) + 6);
+    for (int r = 0; r < rows; ++r) {
+      MedianFilterRow7(matrix.data() + static_cast<size_t>(r) * cols, cols, padded.data(),
+                       out.data() + static_cast<size_t>(r) * cols);
+    }
+    return out;
+  }
   std::vector<float> window(static_cast<size_t>(width));
   for (int r = 0; r < rows; ++r) {
     const float* in = matrix.data() + static_cast<size_t>(r) * cols;
@@ -283,6 +331,32 @@ absl::StatusOr<std::unique_ptr<WordAligner>> WordAligner::Create(const WhisperMo
   return std::make_unique<WordAligner>(model, vocabulary, std::move(heads));
 }
 
+std::vector<int> TokenStartsFromScores(absl::Span<const float> scores, int heads, int n_tokens,
+                                       int n_positions, int first_row, int rows) {
+  const size_t plane = static_cast<size_t>(n_tokens) * n_positions;
+  std::vector<float> mean(plane, 0.0f);
+  std::vector<float> weights(plane);
+  for (int h = 0; h < heads; ++h) {
+    std::copy(scores.begin() + h * plane, scores.begin() + (h + 1) * plane, weights.begin());
+    for (int r = 0; r < n_tokens; ++r) SoftmaxRow(weights.data() + r * n_positions, n_positions);
+    StandardizeColumns(absl::MakeSpan(weights), n_tokens, n_positions);
+    const std::vector<float> filtered =
+        MedianFilterRows(weights, n_tokens, n_positions, kMedianFilterWidth);
+    for (size_t i = 0; i < plane; ++i) mean[i] += filtered[i];
+  }
+  // Rows from first_row on, negated: DTW follows high attention.
+  std::vector<float> cost(static_cast<size_t>(rows) * n_positions);
+  const float inv_heads = 1.0f / static_cast<float>(heads);
+  for (size_t i = 0; i < cost.size(); ++i) {
+    cost[i] = -mean[static_cast<size_t>(first_row) * n_positions + i] * inv_heads;
+  }
+  std::vector<int> starts(static_cast<size_t>(rows), -1);
+  for (const PathPoint& p : DtwPath(cost, rows, n_positions)) {
+    if (starts[static_cast<size_t>(p.row)] < 0) starts[static_cast<size_t>(p.row)] = p.col;
+  }
+  return starts;
+}
+
 absl::StatusOr<std::vector<int>> WordAligner::TokenStarts(absl::Span<const int> text_tokens,
                                                           size_t audio_samples,
                                                           const DecoderState& encoded,
@@ -321,29 +395,8 @@ absl::StatusOr<std::vector<int>> WordAligner::TokenStarts(absl::Span<const int> 
     token_probs->assign(first, first + static_cast<std::ptrdiff_t>(text_tokens.size()));
   }
 
-  const size_t plane = static_cast<size_t>(n_tokens) * n_positions;
-  std::vector<float> mean(plane, 0.0f);
-  std::vector<float> weights(plane);
-  for (size_t h = 0; h < heads_.size(); ++h) {
-    std::copy(scores.begin() + h * plane, scores.begin() + (h + 1) * plane, weights.begin());
-    for (int r = 0; r < n_tokens; ++r) SoftmaxRow(weights.data() + r * n_positions, n_positions);
-    StandardizeColumns(absl::MakeSpan(weights), n_tokens, n_positions);
-    const std::vector<float> filtered =
-        MedianFilterRows(weights, n_tokens, n_positions, kMedianFilterWidth);
-    for (size_t i = 0; i < plane; ++i) mean[i] += filtered[i];
-  }
-  // Rows from <|notimestamps|> to the last text token, negated: DTW follows high attention.
-  const int rows = static_cast<int>(text_tokens.size()) + 1;
-  std::vector<float> cost(static_cast<size_t>(rows) * n_positions);
-  const float inv_heads = 1.0f / static_cast<float>(heads_.size());
-  for (size_t i = 0; i < cost.size(); ++i) {
-    cost[i] = -mean[static_cast<size_t>(first_row) * n_positions + i] * inv_heads;
-  }
-  std::vector<int> starts(static_cast<size_t>(rows), -1);
-  for (const PathPoint& p : DtwPath(cost, rows, n_positions)) {
-    if (starts[static_cast<size_t>(p.row)] < 0) starts[static_cast<size_t>(p.row)] = p.col;
-  }
-  return starts;
+  return TokenStartsFromScores(scores, static_cast<int>(heads_.size()), n_tokens, n_positions,
+                               first_row, static_cast<int>(text_tokens.size()) + 1);
 }
 
 absl::StatusOr<std::vector<TimedWord>> WordAligner::Align(absl::Span<const int> text_tokens,

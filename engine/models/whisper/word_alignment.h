@@ -47,6 +47,14 @@ struct PathPoint {
 };
 std::vector<PathPoint> DtwPath(absl::Span<const float> cost, int rows, int cols);
 
+// The host half of the alignment (steps 2 and 3 of WordAligner below) on the scores of
+// WhisperModel::CrossAttentionScores ([heads, n_tokens, n_positions]): each head's softmax per
+// token row, columns standardised, rows median-filtered; the heads' mean over token rows
+// [first_row, first_row + rows), negated, as DTW cost; the first position of each of those rows
+// on the path.
+std::vector<int> TokenStartsFromScores(absl::Span<const float> scores, int heads, int n_tokens,
+                                       int n_positions, int first_row, int rows);
+
 // A word and where it is in the audio, relative to the window's start.
 struct TimedWord {
   std::string text;     // as the tokenizer decodes it, usually with a leading space

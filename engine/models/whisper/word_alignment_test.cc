@@ -39,26 +39,35 @@ TEST(MedianFilterRowsTest, ShortRowsAndWidthOneUnchanged) {
   EXPECT_EQ(MedianFilterRows(m, 1, 3, 1), m);
 }
 
+// Widths 3 and 5 (nth_element) and 7 (the comparator network), rows from just long enough to
+// mirror (width / 2 + 1 values, mirrored at both ends at once) to longer than a vector register.
 TEST(MedianFilterRowsTest, RandomAgainstDirectDefinition) {
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> value(-1, 1);
-  const int rows = 3, cols = 4 + static_cast<int>(rng() % 20);
-  std::vector<float> m(static_cast<size_t>(rows * cols));
-  for (float& v : m) v = value(rng);
-  const std::vector<float> got = MedianFilterRows(m, rows, cols, 5);
-  for (int r = 0; r < rows; ++r) {
-    for (int c = 0; c < cols; ++c) {
-      std::vector<float> w;
-      for (int k = -2; k <= 2; ++k) {
-        int at = c + k;
-        if (at < 0) at = -at;
-        if (at >= cols) at = 2 * cols - 2 - at;
-        w.push_back(m[static_cast<size_t>(r * cols + at)]);
+  for (int width : {3, 5, 7}) {
+    const int half = width / 2;
+    for (int cols = half + 1; cols < 40; cols += 1 + static_cast<int>(rng() % 4)) {
+      const int rows = 1 + static_cast<int>(rng() % 3);
+      std::vector<float> m(static_cast<size_t>(rows * cols));
+      for (float& v : m) v = value(rng);
+      if (cols % 3 == 0) m[0] = m[static_cast<size_t>(cols - 1)];  // ties
+      const std::vector<float> got = MedianFilterRows(m, rows, cols, width);
+      for (int r = 0; r < rows; ++r) {
+        for (int c = 0; c < cols; ++c) {
+          std::vector<float> w;
+          for (int k = -half; k <= half; ++k) {
+            int at = c + k;
+            if (at < 0) at = -at;
+            if (at >= cols) at = 2 * cols - 2 - at;
+            w.push_back(m[static_cast<size_t>(r * cols + at)]);
+          }
+          std::sort(w.begin(), w.end());
+          ASSERT_EQ(got[static_cast<size_t>(r * cols + c)], w[static_cast<size_t>(half)])
+              << "width " << width << ", cols " << cols << ", at " << r << "," << c;
+        }
       }
-      std::sort(w.begin(), w.end());
-      EXPECT_EQ(got[static_cast<size_t>(r * cols + c)], w[2]) << r << "," << c;
     }
   }
 }
