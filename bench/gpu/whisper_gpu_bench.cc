@@ -532,8 +532,8 @@ int Main(int argc, char** argv) {
       false);
   variants.back().stacked_cross = false;
   variants.back().options.half_conv_columns = false;
-  // The switch from the skinny kernel to HalfGemm / cuBLAS (default: above 16 rows) moved.
-  for (int rows : {8, 32, 64}) {
+  // The switch from the skinny kernel to HalfGemm / cuBLAS (default: above 8 rows) moved.
+  for (int rows : {16, 32, 64}) {
     add(absl::StrCat("fast, CUDA graph + PDL, skinny <= ", rows, " rows"), CudaMath::kFast, true,
         true, false);
     variants.back().options.skinny_max_rows = rows;

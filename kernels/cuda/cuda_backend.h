@@ -22,8 +22,9 @@
 //    f32 CUDA cores.
 //  * kFast (default): activations rounded to f16 for HalfGemm or the cuBLAS GEMMs (f16 weights)
 //    or TF32 (f32 weights), f32 accumulation: relative error ~1e-3 per GEMM. Encoder-size attention
-//    (head_dim 64, >= 16 queries) on f16 tensor cores with an f32 softmax. The skinny path (decoder
-//    steps up to 16 rows) and every other kernel stay exact f32 in both modes.
+//    (head_dim 64, >= 16 queries) on f16 tensor cores with an f32 softmax. The skinny path (up to
+//    skinny_max_rows rows: decoder steps of small batches) and every other kernel stay exact f32
+//    in both modes.
 //
 // Semantics where backend.h leaves room (matching the CPU backend unless said here):
 //  * A query that sees no key outputs zeros; LayerNorm, Add, Gelu, LogSoftmax may work in place.
@@ -79,8 +80,10 @@ struct CudaBackendOptions {
   // Load cuBLAS for GEMMs of more than skinny_max_rows rows; when false or when it cannot be
   // loaded, the built-in tiled kernel runs them. Default: true.
   bool use_cublas = true;
-  // Rows up to which Linear uses the memory-bound skinny kernel. Default: 16.
-  int skinny_max_rows = 16;
+  // Rows up to which Linear uses the memory-bound skinny kernel. 8: a decoder step of 16 rows
+  // took 553 us with the skinny kernel and 467 us with HalfGemm on an H100 (batches 8 and 32
+  // unchanged; docs/benchmarks.md, "Skinny GEMMs up to 8 rows"). Default: 8.
+  int skinny_max_rows = 8;
   // kFast, f16 weights, more than skinny_max_rows rows: our HalfGemm kernel (f32 → f16 in the
   // loader, bias, activation and residual fused; Conv1d as an implicit GEMM) instead of
   // conversion + cuBLAS + epilogue, within the limits below. Default: true, for N, K <= 384

@@ -5,11 +5,11 @@
 //
 // Tolerances, relative L2 error ‖gpu − cpu‖ / ‖cpu‖ (outputs poisoned with NaN before each call):
 //  * exact f32 paths: 1e-5. That is every kernel but the two below, with f32 or f16 weights
-//    (f16 widened exactly), in both math modes: the skinny GEMM (<= 16 rows), the tiled GEMM,
+//    (f16 widened exactly), in both math modes: the skinny GEMM (<= skinny_max_rows rows), the tiled GEMM,
 //    split-KV attention, layer norm, elementwise, embed, log-softmax; WriteRows is bit-exact.
 //  * CudaMath::kAccurate GEMMs through cuBLAS: 2e-5 (f32 weights: SGEMM without TF32; f16 weights:
 //    activations as hi + lo f16 halves, 22 significant bits).
-//  * CudaMath::kFast GEMMs of more than 16 rows: 3e-3 (activations rounded to f16, or TF32 for
+//  * CudaMath::kFast GEMMs of more rows: 3e-3 (activations rounded to f16, or TF32 for
 //    f32 weights; both keep 11 significant bits, relative rounding 2^-11 ≈ 4.9e-4 per operand),
 //    whether cuBLAS or our HalfGemm kernel (f16 weights, Linear and Conv1d as an implicit GEMM)
 //    runs them, and f16 tensor-core attention (head_dim 64, >= 16 queries; the first flash kernel

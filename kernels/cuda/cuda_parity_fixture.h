@@ -99,6 +99,7 @@ class CudaParityTest : public ::testing::TestWithParam<Variant> {
     }
     if (GetParam().encoder_no_pdl) options.pdl_large_kernels = false;
     half_activations_ = options.half_activations;
+    skinny_max_rows_ = options.skinny_max_rows;
     auto gpu = CreateCudaBackend(options);
     if (!gpu.ok()) GTEST_SKIP() << "no usable GPU, CUDA test skipped: " << gpu.status().message();
     gpu_ = std::move(*gpu);
@@ -160,7 +161,7 @@ class CudaParityTest : public ::testing::TestWithParam<Variant> {
 
   // Tolerance of a GEMM of m rows with weights of `w` on this variant.
   double GemmTolerance(int64_t m, DType w) const {
-    if (m <= 16) return kExact;
+    if (m <= skinny_max_rows_) return kExact;
     if (GetParam().math == CudaMath::kFast) {
       const bool half_gemm = GetParam().half_gemm && w == DType::kF16;
       return blas_ || half_gemm ? kFastGemm : kExact;
@@ -199,6 +200,7 @@ class CudaParityTest : public ::testing::TestWithParam<Variant> {
 
   uint32_t seed_ = 0;
   bool half_activations_ = false;
+  int64_t skinny_max_rows_ = 16;  // CudaBackendOptions::skinny_max_rows of gpu_
   std::mt19937 rng_;
   std::unique_ptr<Backend> gpu_, cpu_;
   bool blas_ = false;
