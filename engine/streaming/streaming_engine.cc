@@ -663,21 +663,21 @@ class StreamingEngine::Impl {
     metrics::StageMetrics* m = options_.stage_metrics;
     std::vector<bool> delivered(rows.size(), false);
     const auto decode_start = std::chrono::steady_clock::now();
-    // Each row's result is sent as soon as that row is done, not when the batch is.
-    auto deliver = [&](int i, const whisper::GreedyResult& decoded) {
+    // Each row's result is sent as soon as that row is done, not when the batch is, except
+    // finals whose word times are wanted: they wait for the batch's last step and are aligned
+    // together (one decoder pass for all, over their rows' windows, still in the slots:
+    // WordAligner::AlignBatch), instead of one pass each as they finish.
+    const whisper::WordAligner* aligner = transcriber_.word_aligner();
+    struct Deferred {
+      int row;
+      whisper::GreedyResult decoded;
+    };
+    std::vector<Deferred> deferred;
+    auto send = [&](int i, const whisper::GreedyResult& decoded,
+                    const UtteranceDecoder::AlignWordsFn& align_words) {
       Row& row = rows[static_cast<size_t>(i)];
-      delivered[static_cast<size_t>(i)] = true;
       Stream& s = *row.stream;
       if (s.done) return;
-      // A final's word times come from one more decoder pass over its window, still in the
-      // row's slot (a finished row's cross-attention K/V stay as encoded).
-      UtteranceDecoder::AlignWordsFn align_words;
-      const whisper::WordAligner* aligner = transcriber_.word_aligner();
-      if (aligner != nullptr && row.job.kind == Job::kFinal) {
-        align_words = [&, aligner, i](const std::vector<int>& text_tokens) {
-          return aligner->Align(text_tokens, row.job.audio.size(), decoders_->Row(i));
-        };
-      }
       RecognitionResult result =
           s.decoder.Finish(decoded, row.job.start_ms, row.job.audio.size(),
                            row.job.kind == Job::kFinal, row.job.reason, align_words);
@@ -686,7 +686,7 @@ class StreamingEngine::Impl {
       latency.frontend_ms = row.job.frontend_ms;
       latency.queue_ms = row.queue_ms;
       latency.encoder_ms = row.encoder_ms;
-      latency.decoder_ms = MsSince(decode_start);  // the batch's steps until this row was done
+      latency.decoder_ms = MsSince(decode_start);  // the batch's steps until this row was sent
       latency.batch_size = batch;
       latency.audio_to_result_ms = NsToMs(NowNs() - row.job.newest_audio_ns);
       if (m != nullptr) {
@@ -699,11 +699,52 @@ class StreamingEngine::Impl {
       if (result.transcript.empty()) return;
       s.sink->OnResult(result);
     };
+    auto deliver = [&](int i, const whisper::GreedyResult& decoded) {
+      Row& row = rows[static_cast<size_t>(i)];
+      delivered[static_cast<size_t>(i)] = true;
+      Stream& s = *row.stream;
+      if (s.done) return;
+      if (aligner != nullptr && row.job.kind == Job::kFinal && s.decoder.wants_word_times()) {
+        deferred.push_back({i, decoded});
+        return;
+      }
+      send(i, decoded, nullptr);
+    };
     whisper::GreedyBatchTimings timings;
     absl::StatusOr<std::vector<whisper::GreedyResult>> decoded =
         status.ok() ? whisper::DecodeGreedyBatch(model, vocabulary, prompts, greedy, *decoders_,
                                                  deliver, &timings)
                     : absl::StatusOr<std::vector<whisper::GreedyResult>>(status);
+    if (!deferred.empty()) {
+      std::vector<std::vector<int>> texts;
+      for (const Deferred& d : deferred) {
+        texts.push_back(rows[static_cast<size_t>(d.row)].stream->decoder.FinalTextTokens(d.decoded));
+      }
+      std::vector<whisper::WordAligner::AlignRequest> requests;
+      for (size_t k = 0; k < deferred.size(); ++k) {
+        requests.push_back({.row = deferred[k].row,
+                            .text_tokens = texts[k],
+                            .audio_samples = rows[static_cast<size_t>(deferred[k].row)].job.audio.size()});
+      }
+      // Each final's host half (softmax, filters, DTW) on the window-preparation threads.
+      const whisper::WordAligner::ForEachFn for_each =
+          [this](size_t n, const std::function<void(size_t)>& fn) {
+            prepare_pool_.ParallelFor(static_cast<int64_t>(n), [&](int64_t begin, int64_t end) {
+              for (int64_t j = begin; j < end; ++j) fn(static_cast<size_t>(j));
+            });
+          };
+      const auto aligned = aligner->AlignBatch(requests, decoders_->ForRows(batch), for_each);
+      for (size_t k = 0; k < deferred.size(); ++k) {
+        const int i = deferred[k].row;
+        send(i, deferred[k].decoded,
+             [&, k, i](const std::vector<int>& text_tokens)
+                 -> absl::StatusOr<std::vector<whisper::TimedWord>> {
+               if (text_tokens == texts[k]) return aligned[k];
+               return aligner->Align(text_tokens, rows[static_cast<size_t>(i)].job.audio.size(),
+                                     decoders_->Row(i));
+             });
+      }
+    }
     const double decoder_ms = MsSince(decode_start);
     if (!decoded.ok()) {
       for (size_t i = 0; i < rows.size(); ++i) {

@@ -75,6 +75,24 @@ UtteranceInput UtteranceDecoder::Prepare(const frontend::LogMel& log_mel, int n_
   return input;
 }
 
+namespace {
+
+// Whisper's own silence test (as faster-whisper applies it): likely no speech and an unconfident
+// decode means the VAD let noise through.
+bool NoSpeech(const whisper::GreedyResult& decoded) {
+  return decoded.no_speech_prob > 0.6f &&
+         decoded.sum_logprob / static_cast<double>(decoded.tokens.size() + 1) < -1.0;
+}
+
+}  // namespace
+
+std::vector<int> UtteranceDecoder::FinalTextTokens(const whisper::GreedyResult& decoded) const {
+  std::vector<int> tokens = agreement_.committed();
+  if (!NoSpeech(decoded)) tokens.insert(tokens.end(), decoded.tokens.begin(), decoded.tokens.end());
+  std::erase_if(tokens, [&](int t) { return t >= vocabulary_.special().eot; });
+  return tokens;
+}
+
 RecognitionResult UtteranceDecoder::Finish(const whisper::GreedyResult& decoded, int64_t start_ms,
                                            size_t audio_samples, bool is_final,
                                            EndReason end_reason, const AlignWordsFn& align_words) {
@@ -88,11 +106,7 @@ RecognitionResult UtteranceDecoder::Finish(const whisper::GreedyResult& decoded,
   result.latency.decoder_steps = static_cast<int>(decoded.tokens.size()) + 1;
   const std::vector<int>& committed = agreement_.committed();
 
-  // Whisper's own silence test (as faster-whisper applies it): likely no speech and an
-  // unconfident decode means the VAD let noise through.
-  const bool no_speech =
-      decoded.no_speech_prob > 0.6f &&
-      decoded.sum_logprob / static_cast<double>(decoded.tokens.size() + 1) < -1.0;
+  const bool no_speech = NoSpeech(decoded);
 
   std::vector<int> tokens = committed;
   std::vector<float> logprobs = committed_logprobs_;

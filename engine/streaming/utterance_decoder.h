@@ -55,6 +55,15 @@ class UtteranceDecoder {
                            size_t audio_samples, bool is_final, EndReason end_reason,
                            const AlignWordsFn& align_words = nullptr);
 
+  // The text tokens a final's word alignment times: what Finish(decoded, ..., is_final = true,
+  // ...) would pass to align_words (the committed tokens and, unless the window is judged
+  // silent, the decoded ones; special tokens left out), so that a caller can align several
+  // finals at once before finishing them. Empty when there is no text.
+  std::vector<int> FinalTextTokens(const whisper::GreedyResult& decoded) const;
+
+  // Whether finals of this stream carry aligned word times (word time offsets requested).
+  bool wants_word_times() const { return options_.word_time_offsets; }
+
   int utterance_index() const { return utterance_index_; }
 
  private:

@@ -3,6 +3,8 @@
 // and encoder paths of whisper_model.cc.
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/models/whisper/whisper_model.h"
@@ -10,33 +12,83 @@
 
 namespace waav::whisper {
 
+namespace {
+
+// out[r, c] += scale · q_rows[r, offset .. offset + head_dim) · keys[c, offset ..]ᵀ for one head:
+// the keys transposed to [head_dim, positions] (`keys_t`, scratch), then head_dim passes over
+// contiguous positions, so that every score sums its products in the order e = 0, 1, ... and
+// the loop vectorises. q_rows and keys have `width` columns; out is [rows, positions].
+void HeadScores(const float* q_rows, int64_t rows, const float* keys, int64_t positions,
+                int64_t width, int64_t offset, int64_t head_dim, float scale,
+                std::vector<float>& keys_t, float* out) {
+  keys_t.resize(static_cast<size_t>(head_dim * positions));
+  for (int64_t col = 0; col < positions; ++col) {
+    for (int64_t e = 0; e < head_dim; ++e) {
+      keys_t[static_cast<size_t>(e * positions + col)] = keys[col * width + offset + e];
+    }
+  }
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* qr = q_rows + row * width + offset;
+    float* dots = out + row * positions;
+    std::fill(dots, dots + positions, 0.0f);
+    for (int64_t e = 0; e < head_dim; ++e) {
+      const float qe = qr[e];
+      const float* ke = keys_t.data() + e * positions;
+      for (int64_t col = 0; col < positions; ++col) dots[col] += qe * ke[col];
+    }
+    for (int64_t col = 0; col < positions; ++col) dots[col] *= scale;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<int> WhisperModel::CheckScoresHeads(const char* what,
+                                                   absl::Span<const AttentionHead> heads) const {
+  if (heads.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": no heads"));
+  int last_layer = 0;
+  for (const AttentionHead& h : heads) {
+    if (h.layer < 0 || h.layer >= dims_.n_decoder_layers || h.head < 0 || h.head >= dims_.n_heads) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": no head ", h.head, " in decoder layer ", h.layer, " (",
+                       dims_.n_decoder_layers, " layers of ", dims_.n_heads, " heads)"));
+    }
+    last_layer = std::max(last_layer, h.layer);
+  }
+  return last_layer;
+}
+
+absl::Status WhisperModel::CheckScoresInput(const char* what, absl::Span<const int32_t> tokens,
+                                            int n_positions) const {
+  const int64_t t = static_cast<int64_t>(tokens.size());
+  if (t <= 0 || t > dims_.n_text_ctx) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", t, " tokens (1 to ", dims_.n_text_ctx, ")"));
+  }
+  if (n_positions <= 0 || n_positions > dims_.n_audio_ctx) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", n_positions,
+                                                   " encoder positions (1 to ", dims_.n_audio_ctx,
+                                                   ")"));
+  }
+  for (int32_t token : tokens) {
+    if (token < 0 || token >= dims_.n_vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", token, " is outside the vocabulary"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<float>> WhisperModel::CrossAttentionScores(
     absl::Span<const int32_t> tokens, absl::Span<const AttentionHead> heads, int n_positions,
     const DecoderState& encoded, std::vector<float>* next_token_probs, int probs_vocab) const {
+  constexpr const char* kWhat = "CrossAttentionScores";
   const int64_t t = static_cast<int64_t>(tokens.size()), d = dims_.d_model;
   if (encoded.batch_size() != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "CrossAttentionScores: a decoder state of batch 1 is needed, not ", encoded.batch_size()));
   }
-  if (t <= 0 || t > dims_.n_text_ctx) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CrossAttentionScores: ", t, " tokens (1 to ", dims_.n_text_ctx, ")"));
-  }
-  if (n_positions <= 0 || n_positions > dims_.n_audio_ctx) {
-    return absl::InvalidArgumentError(absl::StrCat("CrossAttentionScores: ", n_positions,
-                                                   " encoder positions (1 to ", dims_.n_audio_ctx,
-                                                   ")"));
-  }
-  if (heads.empty()) return absl::InvalidArgumentError("CrossAttentionScores: no heads");
-  int last_layer = 0;
-  for (const AttentionHead& h : heads) {
-    if (h.layer < 0 || h.layer >= dims_.n_decoder_layers || h.head < 0 || h.head >= dims_.n_heads) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("CrossAttentionScores: no head ", h.head, " in decoder layer ", h.layer,
-                       " (", dims_.n_decoder_layers, " layers of ", dims_.n_heads, " heads)"));
-    }
-    last_layer = std::max(last_layer, h.layer);
-  }
+  RETURN_IF_ERROR(CheckScoresInput(kWhat, tokens, n_positions));
+  ASSIGN_OR_RETURN(int last_layer, CheckScoresHeads(kWhat, heads));
   if (next_token_probs != nullptr) {
     if (probs_vocab <= 0 || probs_vocab > dims_.n_vocab) {
       return absl::InvalidArgumentError(absl::StrCat("CrossAttentionScores: probabilities over ",
@@ -44,12 +96,6 @@ absl::StatusOr<std::vector<float>> WhisperModel::CrossAttentionScores(
                                                      " tokens"));
     }
     last_layer = dims_.n_decoder_layers - 1;
-  }
-  for (int32_t token : tokens) {
-    if (token < 0 || token >= dims_.n_vocab) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("token id ", token, " is outside the vocabulary"));
-    }
   }
   const int32_t zero = 0, length = static_cast<int32_t>(t);
   ASSIGN_OR_RETURN(const Tensor token_ids, Upload(backend_, {1, t}, DType::kI32, tokens.data()));
@@ -82,30 +128,11 @@ absl::StatusOr<std::vector<float>> WhisperModel::CrossAttentionScores(
                        encoded.cross_k_[static_cast<size_t>(i)].Reshape({dims_.n_audio_ctx, d}));
       ASSIGN_OR_RETURN(keys, keys.Slice(0, n_positions));
       ASSIGN_OR_RETURN(const std::vector<float> k, DownloadFloats(backend_, keys));
-      // Each head's keys transposed ([head_dim, positions]), so that a token row's scores are
-      // head_dim passes over contiguous positions (vectorised) instead of a dot product per
-      // position; every score still sums its head_dim products in the order e = 0, 1, ...
-      std::vector<float> keys_t(static_cast<size_t>(head_dim * n_positions));
+      std::vector<float> keys_t;
       for (size_t n = 0; n < heads.size(); ++n) {
         if (heads[n].layer != i) continue;
-        const int64_t offset = heads[n].head * head_dim;
-        for (int64_t col = 0; col < n_positions; ++col) {
-          for (int64_t e = 0; e < head_dim; ++e) {
-            keys_t[static_cast<size_t>(e * n_positions + col)] = k[col * d + offset + e];
-          }
-        }
-        float* out = scores.data() + n * static_cast<size_t>(t * n_positions);
-        for (int64_t row = 0; row < t; ++row) {
-          const float* qr = q.data() + row * d + offset;
-          float* dots = out + row * n_positions;
-          std::fill(dots, dots + n_positions, 0.0f);
-          for (int64_t e = 0; e < head_dim; ++e) {
-            const float qe = qr[e];
-            const float* ke = keys_t.data() + e * n_positions;
-            for (int64_t col = 0; col < n_positions; ++col) dots[col] += qe * ke[col];
-          }
-          for (int64_t col = 0; col < n_positions; ++col) dots[col] *= attention_scale_;
-        }
+        HeadScores(q.data(), t, k.data(), n_positions, d, heads[n].head * head_dim, head_dim,
+                   attention_scale_, keys_t, scores.data() + n * static_cast<size_t>(t * n_positions));
       }
     }
     if (i == last_layer && next_token_probs == nullptr) break;
@@ -130,6 +157,104 @@ absl::StatusOr<std::vector<float>> WhisperModel::CrossAttentionScores(
       (*next_token_probs)[static_cast<size_t>(row)] =
           static_cast<float>(std::exp(static_cast<double>(l[next] - max)) / sum);
     }
+  }
+  return scores;
+}
+
+absl::StatusOr<std::vector<std::vector<float>>> WhisperModel::CrossAttentionScoresBatch(
+    absl::Span<const ScoresRequest> requests, absl::Span<const AttentionHead> heads,
+    const DecoderState& encoded) const {
+  constexpr const char* kWhat = "CrossAttentionScoresBatch";
+  const int64_t d = dims_.d_model;
+  if (requests.empty()) return std::vector<std::vector<float>>{};
+  ASSIGN_OR_RETURN(const int last_layer, CheckScoresHeads(kWhat, heads));
+  int rows = 0;
+  int64_t t_max = 0;
+  std::vector<bool> taken(static_cast<size_t>(encoded.batch_size()), false);
+  for (const ScoresRequest& r : requests) {
+    if (r.row < 0 || r.row >= encoded.batch_size() || taken[static_cast<size_t>(r.row)]) {
+      return absl::InvalidArgumentError(absl::StrCat(kWhat, ": row ", r.row, " of a state of ",
+                                                     encoded.batch_size(),
+                                                     " rows (each row at most once)"));
+    }
+    taken[static_cast<size_t>(r.row)] = true;
+    RETURN_IF_ERROR(CheckScoresInput(kWhat, r.tokens, r.n_positions));
+    rows = std::max(rows, r.row + 1);
+    t_max = std::max(t_max, static_cast<int64_t>(r.tokens.size()));
+  }
+  ASSIGN_OR_RETURN(const std::unique_ptr<DecoderState> state, encoded.Rows(0, rows));
+  // Each request's tokens at the start of its row; the padding (and the rows nobody asked for)
+  // repeat a valid id. Every row's keys are [0, t_max) and the attention is causal, so a real
+  // token never sees the padding after it.
+  std::vector<int32_t> ids(static_cast<size_t>(rows * t_max), requests.front().tokens.front());
+  for (const ScoresRequest& r : requests) {
+    std::copy(r.tokens.begin(), r.tokens.end(), ids.begin() + r.row * t_max);
+  }
+  const std::vector<int32_t> starts(static_cast<size_t>(rows), 0);
+  const std::vector<int32_t> lengths_host(static_cast<size_t>(rows), static_cast<int32_t>(t_max));
+  ASSIGN_OR_RETURN(const Tensor token_ids, Upload(backend_, {rows, t_max}, DType::kI32, ids.data()));
+  ASSIGN_OR_RETURN(const Tensor positions, Upload(backend_, {rows}, DType::kI32, starts.data()));
+  ASSIGN_OR_RETURN(const Tensor lengths,
+                   Upload(backend_, {rows}, DType::kI32, lengths_host.data()));
+  ASSIGN_OR_RETURN(const Tensor x, backend_.Allocate({rows, t_max, d}, DType::kF32));
+  ASSIGN_OR_RETURN(const Tensor scratch, backend_.Allocate({rows, t_max, d}, DType::kF32));
+  ASSIGN_OR_RETURN(const Tensor self_k, backend_.Allocate({rows, t_max, d}, DType::kF32));
+  ASSIGN_OR_RETURN(const Tensor self_v, backend_.Allocate({rows, t_max, d}, DType::kF32));
+  ASSIGN_OR_RETURN(const Workspace ws, NewWorkspace(x.shape()));
+  RETURN_IF_ERROR(backend_.Embed(token_ids, positions, token_embedding_, decoder_positions_, x));
+
+  const int64_t head_dim = d / dims_.n_heads;
+  int64_t total_positions = 0;
+  std::vector<std::vector<float>> scores(requests.size());
+  for (size_t k = 0; k < requests.size(); ++k) {
+    scores[k].resize(heads.size() * requests[k].tokens.size() *
+                     static_cast<size_t>(requests[k].n_positions));
+    total_positions += requests[k].n_positions;
+  }
+  std::vector<float> keys_t;
+  for (int i = 0; i <= last_layer; ++i) {
+    const DecoderLayer& layer = decoder_layers_[static_cast<size_t>(i)];
+    RETURN_IF_ERROR(RunAttention(layer.self_attention, x, self_k, self_v, &positions, &lengths,
+                                 /*causal=*/true, scratch, ws));
+    const bool wanted = std::any_of(heads.begin(), heads.end(),
+                                    [i](const AttentionHead& h) { return h.layer == i; });
+    if (wanted) {
+      const AttentionWeights& w = layer.cross_attention;
+      RETURN_IF_ERROR(backend_.LayerNorm(x, w.norm_gamma, w.norm_beta, 1e-5f, ws.h));
+      RETURN_IF_ERROR(backend_.Linear(ws.h, w.q_w, &w.q_b, Activation::kNone, ws.q));
+      // The keys of every request's audio positions, packed on the device (copies queued behind
+      // the pass) so that one download brings them all.
+      const Tensor& cache = state->cross_k_[static_cast<size_t>(i)];
+      ASSIGN_OR_RETURN(const Tensor packed, backend_.Allocate({total_positions, d}, cache.dtype()));
+      int64_t at = 0;
+      for (const ScoresRequest& r : requests) {
+        ASSIGN_OR_RETURN(Tensor src, cache.Slice(r.row, r.row + 1));
+        ASSIGN_OR_RETURN(src, src.Reshape({dims_.n_audio_ctx, d}));
+        ASSIGN_OR_RETURN(src, src.Slice(0, r.n_positions));
+        ASSIGN_OR_RETURN(const Tensor dst, packed.Slice(at, at + r.n_positions));
+        RETURN_IF_ERROR(backend_.Copy(src, dst));
+        at += r.n_positions;
+      }
+      ASSIGN_OR_RETURN(const std::vector<float> q, Download<float>(backend_, ws.q));
+      ASSIGN_OR_RETURN(const std::vector<float> keys, DownloadFloats(backend_, packed));
+      at = 0;
+      for (size_t k = 0; k < requests.size(); ++k) {
+        const ScoresRequest& r = requests[k];
+        const int64_t t = static_cast<int64_t>(r.tokens.size()), n = r.n_positions;
+        for (size_t h = 0; h < heads.size(); ++h) {
+          if (heads[h].layer != i) continue;
+          HeadScores(q.data() + r.row * t_max * d, t, keys.data() + at * d, n, d,
+                     heads[h].head * head_dim, head_dim, attention_scale_, keys_t,
+                     scores[k].data() + h * static_cast<size_t>(t * n));
+        }
+        at += n;
+      }
+    }
+    if (i == last_layer) break;
+    RETURN_IF_ERROR(RunAttention(layer.cross_attention, x, state->cross_k_[static_cast<size_t>(i)],
+                                 state->cross_v_[static_cast<size_t>(i)], nullptr, nullptr,
+                                 /*causal=*/false, scratch, ws));
+    RETURN_IF_ERROR(RunFeedForward(layer.ffn, x, ws));
   }
   return scores;
 }

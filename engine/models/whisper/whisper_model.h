@@ -54,6 +54,14 @@ struct AttentionHead {
   int head = 0;
 };
 
+// One row of WhisperModel::CrossAttentionScoresBatch: a teacher-forced token sequence against the
+// window encoded into row `row` of the state, over its encoder positions [0, n_positions).
+struct ScoresRequest {
+  int row = 0;
+  absl::Span<const int32_t> tokens;
+  int n_positions = 0;
+};
+
 struct WhisperModelOptions {
   // Element type the large projection weights are kept in on the device. f32 doubles the memory
   // of the f16 file but lets the CPU backend use BLAS; f16 halves weight traffic. Values are the
@@ -294,6 +302,14 @@ class WhisperModel {
       absl::Span<const int32_t> tokens, absl::Span<const AttentionHead> heads, int n_positions,
       const DecoderState& encoded, std::vector<float>* next_token_probs = nullptr,
       int probs_vocab = 0) const;
+  // CrossAttentionScores for several rows of `encoded` in one decoder pass (rows 0 .. the
+  // highest requested row, token sequences padded to the longest; the rows nobody asked for are
+  // computed and dropped): element k is request k's [heads.size(), T_k, n_positions_k]. The same
+  // arithmetic as one call per row, each row's in batched kernels (rounding may differ where a
+  // backend's GEMM does with the row count). Rows distinct. Reads only the state's cross K/V.
+  absl::StatusOr<std::vector<std::vector<float>>> CrossAttentionScoresBatch(
+      absl::Span<const ScoresRequest> requests, absl::Span<const AttentionHead> heads,
+      const DecoderState& encoded) const;
 
  private:
   struct AttentionWeights {
@@ -344,6 +360,12 @@ class WhisperModel {
   absl::Status RunEncoderAttentionPlanes(const EncoderLayer& layer, const Tensor& x,
                                          const EncoderBuffers& buffers) const;
   absl::Status ProjectCross(const Tensor& encoded, DecoderState& state) const;
+  // The checks of the alignment passes: `what` names the caller in errors. CheckScoresHeads
+  // returns the deepest head's layer.
+  absl::StatusOr<int> CheckScoresHeads(const char* what,
+                                       absl::Span<const AttentionHead> heads) const;
+  absl::Status CheckScoresInput(const char* what, absl::Span<const int32_t> tokens,
+                                int n_positions) const;
   // cross_kv_w_ / cross_kv_b_ from the decoder layers' loaded cross K/V weights (which become
   // views of them); nothing where 2 × layers exceeds Backend::kMaxLinearPlanes.
   absl::Status StackCrossProjections();

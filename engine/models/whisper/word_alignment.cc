@@ -357,53 +357,42 @@ std::vector<int> TokenStartsFromScores(absl::Span<const float> scores, int heads
   return starts;
 }
 
-absl::StatusOr<std::vector<int>> WordAligner::TokenStarts(absl::Span<const int> text_tokens,
-                                                          size_t audio_samples,
-                                                          const DecoderState& encoded,
-                                                          std::vector<float>* token_probs) const {
+absl::StatusOr<WordAligner::Sequence> WordAligner::SequenceFor(absl::Span<const int> text_tokens,
+                                                               size_t audio_samples) const {
   const SpecialTokens& special = vocabulary_.special();
   const WhisperDims& dims = model_.dims();
+  Sequence seq;
   // The positions that hold audio: the second convolution halves the mel frames.
   const size_t mel_frames =
       std::min<size_t>(static_cast<size_t>(dims.n_frames()), audio_samples / kSamplesPerMelFrame);
-  const int n_positions = static_cast<int>(mel_frames / 2);
-  if (n_positions <= 0) {
+  seq.n_positions = static_cast<int>(mel_frames / 2);
+  if (seq.n_positions <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("word alignment: ", audio_samples, " samples are shorter than 20 ms"));
   }
-  std::vector<int32_t> tokens;
-  for (int t : vocabulary_.SotSequence()) tokens.push_back(t);
-  tokens.push_back(special.no_timestamps);
-  const int first_row = static_cast<int>(tokens.size()) - 1;  // predicts the first text token
+  for (int t : vocabulary_.SotSequence()) seq.tokens.push_back(t);
+  seq.tokens.push_back(special.no_timestamps);
+  seq.first_row = static_cast<int>(seq.tokens.size()) - 1;  // predicts the first text token
   for (int t : text_tokens) {
     if (t < 0 || t >= special.eot) {
       return absl::InvalidArgumentError(
           absl::StrCat("word alignment: token ", t, " is not a text token"));
     }
-    tokens.push_back(t);
+    seq.tokens.push_back(t);
   }
-  tokens.push_back(special.eot);
-  const int n_tokens = static_cast<int>(tokens.size());
-  std::vector<float> next_probs;
-  ASSIGN_OR_RETURN(
-      const std::vector<float> scores,
-      model_.CrossAttentionScores(tokens, heads_, n_positions, encoded,
-                                  token_probs != nullptr ? &next_probs : nullptr, special.eot));
-  if (token_probs != nullptr) {
-    // Position first_row + k predicts text token k.
-    const auto first = next_probs.begin() + first_row;
-    token_probs->assign(first, first + static_cast<std::ptrdiff_t>(text_tokens.size()));
-  }
-
-  return TokenStartsFromScores(scores, static_cast<int>(heads_.size()), n_tokens, n_positions,
-                               first_row, static_cast<int>(text_tokens.size()) + 1);
+  seq.tokens.push_back(special.eot);
+  return seq;
 }
 
-absl::StatusOr<std::vector<TimedWord>> WordAligner::Align(absl::Span<const int> text_tokens,
-                                                          size_t audio_samples,
-                                                          const DecoderState& encoded) const {
-  if (text_tokens.empty()) return std::vector<TimedWord>{};
-  ASSIGN_OR_RETURN(const std::vector<int> starts, TokenStarts(text_tokens, audio_samples, encoded));
+std::vector<int> WordAligner::StartsOf(const Sequence& seq, absl::Span<const float> scores,
+                                       size_t text_tokens) const {
+  return TokenStartsFromScores(scores, static_cast<int>(heads_.size()),
+                               static_cast<int>(seq.tokens.size()), seq.n_positions,
+                               seq.first_row, static_cast<int>(text_tokens) + 1);
+}
+
+std::vector<TimedWord> WordAligner::WordsOf(absl::Span<const int> text_tokens,
+                                            const std::vector<int>& starts) const {
   std::vector<TimedWord> words = SplitWords(vocabulary_, text_tokens);
   for (TimedWord& w : words) {
     w.start_ms = starts[static_cast<size_t>(w.token_begin)] * kMsPerAudioPosition;
@@ -411,6 +400,74 @@ absl::StatusOr<std::vector<TimedWord>> WordAligner::Align(absl::Span<const int> 
   }
   PostProcessWords(words);
   return words;
+}
+
+absl::StatusOr<std::vector<int>> WordAligner::TokenStarts(absl::Span<const int> text_tokens,
+                                                          size_t audio_samples,
+                                                          const DecoderState& encoded,
+                                                          std::vector<float>* token_probs) const {
+  ASSIGN_OR_RETURN(const Sequence seq, SequenceFor(text_tokens, audio_samples));
+  std::vector<float> next_probs;
+  ASSIGN_OR_RETURN(const std::vector<float> scores,
+                   model_.CrossAttentionScores(seq.tokens, heads_, seq.n_positions, encoded,
+                                               token_probs != nullptr ? &next_probs : nullptr,
+                                               vocabulary_.special().eot));
+  if (token_probs != nullptr) {
+    // Position first_row + k predicts text token k.
+    const auto first = next_probs.begin() + seq.first_row;
+    token_probs->assign(first, first + static_cast<std::ptrdiff_t>(text_tokens.size()));
+  }
+  return StartsOf(seq, scores, text_tokens.size());
+}
+
+absl::StatusOr<std::vector<TimedWord>> WordAligner::Align(absl::Span<const int> text_tokens,
+                                                          size_t audio_samples,
+                                                          const DecoderState& encoded) const {
+  if (text_tokens.empty()) return std::vector<TimedWord>{};
+  ASSIGN_OR_RETURN(const std::vector<int> starts, TokenStarts(text_tokens, audio_samples, encoded));
+  return WordsOf(text_tokens, starts);
+}
+
+std::vector<absl::StatusOr<std::vector<TimedWord>>> WordAligner::AlignBatch(
+    absl::Span<const AlignRequest> requests, const DecoderState& batch,
+    const ForEachFn& for_each) const {
+  std::vector<absl::StatusOr<std::vector<TimedWord>>> out(requests.size(),
+                                                          std::vector<TimedWord>{});
+  // Requests that cannot be aligned fail alone; the others share one decoder pass.
+  std::vector<Sequence> seqs(requests.size());
+  std::vector<size_t> index;  // of the requests in the pass
+  std::vector<ScoresRequest> pass;
+  for (size_t k = 0; k < requests.size(); ++k) {
+    const AlignRequest& r = requests[k];
+    if (r.text_tokens.empty()) continue;  // nothing to time
+    absl::StatusOr<Sequence> seq = SequenceFor(r.text_tokens, r.audio_samples);
+    if (!seq.ok()) {
+      out[k] = seq.status();
+      continue;
+    }
+    seqs[k] = std::move(*seq);
+    index.push_back(k);
+    pass.push_back({.row = r.row, .tokens = seqs[k].tokens, .n_positions = seqs[k].n_positions});
+  }
+  if (pass.empty()) return out;
+  absl::StatusOr<std::vector<std::vector<float>>> scores =
+      model_.CrossAttentionScoresBatch(pass, heads_, batch);
+  if (!scores.ok()) {
+    for (size_t k : index) out[k] = scores.status();
+    return out;
+  }
+  // The host half (softmax, filters, DTW) of each request is independent of the others.
+  auto finish = [&](size_t j) {
+    const size_t k = index[j];
+    const std::vector<int> starts = StartsOf(seqs[k], (*scores)[j], requests[k].text_tokens.size());
+    out[k] = WordsOf(requests[k].text_tokens, starts);
+  };
+  if (for_each != nullptr) {
+    for_each(index.size(), finish);
+  } else {
+    for (size_t j = 0; j < index.size(); ++j) finish(j);
+  }
+  return out;
 }
 
 }  // namespace waav::whisper

@@ -15,6 +15,7 @@
 //      an over-long first word after a pause shortened.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -119,9 +120,40 @@ class WordAligner {
                                                size_t audio_samples,
                                                const DecoderState& encoded) const;
 
+  // Align for several finished rows of one batch state at once: one decoder pass for all of
+  // them (WhisperModel::CrossAttentionScoresBatch), then each row's host half, through
+  // `for_each(n, fn)` (fn(0) .. fn(n − 1), in any order or in parallel; null: in turn). Element
+  // k is request k's words, or its own error (a token that is not text, audio under 20 ms);
+  // an error of the shared pass is every request's. The same words as Align row by row, up to
+  // the rounding of the backend's batched GEMMs.
+  struct AlignRequest {
+    int row = 0;  // of `batch`
+    absl::Span<const int> text_tokens;
+    size_t audio_samples = 0;
+  };
+  using ForEachFn = std::function<void(size_t n, const std::function<void(size_t)>& fn)>;
+  std::vector<absl::StatusOr<std::vector<TimedWord>>> AlignBatch(
+      absl::Span<const AlignRequest> requests, const DecoderState& batch,
+      const ForEachFn& for_each = nullptr) const;
+
   const std::vector<AttentionHead>& heads() const { return heads_; }
 
  private:
+  // The teacher-forced sequence of a text: <|startoftranscript|> ... <|notimestamps|> text
+  // <|endoftext|>, the row that predicts the first text token, and the encoder positions that
+  // hold `audio_samples` of audio.
+  struct Sequence {
+    std::vector<int32_t> tokens;
+    int first_row = 0;
+    int n_positions = 0;
+  };
+  absl::StatusOr<Sequence> SequenceFor(absl::Span<const int> text_tokens,
+                                       size_t audio_samples) const;
+  std::vector<int> StartsOf(const Sequence& seq, absl::Span<const float> scores,
+                            size_t text_tokens) const;
+  std::vector<TimedWord> WordsOf(absl::Span<const int> text_tokens,
+                                 const std::vector<int>& starts) const;
+
   const WhisperModel& model_;
   const Vocabulary& vocabulary_;
   std::vector<AttentionHead> heads_;

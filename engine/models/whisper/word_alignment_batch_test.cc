@@ -1,0 +1,138 @@
+// WordAligner::AlignBatch against Align row by row (CPU backend, real tiny.en, real speech): the
+// windows of jfk.wav and LJ Speech clips encoded into rows of one decoder pool (not in order, a
+// row left out), each decoded greedily, then aligned one row at a time and all at once. Also
+// what fails alone (a token that is not text, audio under 20 ms) and what fails the call.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "engine/audio/resampler.h"
+#include "engine/frontend/log_mel.h"
+#include "engine/models/whisper/decoder_pool.h"
+#include "engine/models/whisper/greedy_decoder.h"
+#include "engine/models/whisper/transcriber.h"
+#include "engine/models/whisper/word_alignment.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "tests/support/test_env.h"
+
+namespace waav::whisper {
+namespace {
+
+// The window as UtteranceDecoder::Prepare builds it: log-mel zero-padded to n_frames.
+std::vector<float> Window(const frontend::LogMel& log_mel, const std::vector<float>& samples,
+                          int n_frames) {
+  const frontend::LogMel::Features f = log_mel.Compute(samples);
+  const int frames = std::min(n_frames, f.n_frames - 1);
+  std::vector<float> mel(static_cast<size_t>(f.n_mels) * n_frames, 0.0f);
+  for (int m = 0; m < f.n_mels; ++m) {
+    std::copy(f.data.begin() + static_cast<std::ptrdiff_t>(m) * f.n_frames,
+              f.data.begin() + static_cast<std::ptrdiff_t>(m) * f.n_frames + frames,
+              mel.begin() + static_cast<std::ptrdiff_t>(m) * n_frames);
+  }
+  return mel;
+}
+
+TEST(WordAlignmentBatchTest, BatchEqualsRowByRow) {
+  const auto model_dir = testing::TinyEnModelDir();
+  if (!model_dir) GTEST_SKIP() << "models/whisper-tiny.en absent: run scripts/setup";
+  std::vector<std::string> paths;
+  for (const std::string name : {"jfk.wav", "ljspeech/LJ001-0001.wav", "ljspeech/LJ001-0002.wav"}) {
+    if (auto path = testing::SpeechFile(name)) paths.push_back(*path);
+  }
+  if (paths.empty()) GTEST_SKIP() << "no speech clips in WAAV_SHARED_DATA/speech";
+
+  std::unique_ptr<Backend> backend = CreateCpuBackend({.num_threads = 2});
+  auto transcriber = Transcriber::Load(*model_dir, *backend);
+  ASSERT_TRUE(transcriber.ok()) << transcriber.status();
+  const WhisperModel& model = (*transcriber)->model();
+  const Vocabulary& vocabulary = (*transcriber)->vocabulary();
+  auto aligner = WordAligner::Create(model, vocabulary, *model_dir);
+  ASSERT_TRUE(aligner.ok()) << aligner.status();
+  // Clip c in row rows[c], out of order; row 1 stays empty (zeroed), so the pass also runs a
+  // row nobody asked for.
+  constexpr int n_rows = 4;
+  const std::vector<int> rows = {3, 0, 2};
+  auto pool = DecoderStatePool::Create(model, n_rows);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  const frontend::LogMel log_mel;
+  std::vector<std::vector<int>> texts;
+  std::vector<size_t> samples;
+  std::vector<WordAligner::AlignRequest> requests;
+  std::vector<std::vector<TimedWord>> one_by_one;
+  for (size_t c = 0; c < paths.size(); ++c) {
+    SCOPED_TRACE(paths[c]);
+    auto audio = audio::LoadAudio16k(paths[c]);
+    ASSERT_TRUE(audio.ok()) << audio.status();
+    DecoderState& row = (*pool)->Row(rows[c]);
+    ASSERT_TRUE(model.Encode(Window(log_mel, audio->samples, model.dims().n_frames()), row).ok());
+    std::vector<int> prompt = vocabulary.SotSequence();
+    prompt.push_back(vocabulary.special().no_timestamps);
+    auto decoded = DecodeGreedy(model, vocabulary, prompt, GreedyOptions{}, row);
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    ASSERT_FALSE(decoded->tokens.empty());
+    texts.push_back(decoded->tokens);
+    samples.push_back(audio->samples.size());
+    auto words = (*aligner)->Align(decoded->tokens, audio->samples.size(), row);
+    ASSERT_TRUE(words.ok()) << words.status();
+    one_by_one.push_back(std::move(*words));
+  }
+  for (size_t c = 0; c < paths.size(); ++c) {
+    requests.push_back({.row = rows[c], .text_tokens = texts[c], .audio_samples = samples[c]});
+  }
+  // Serial, and through a for_each that runs the host halves in reverse order.
+  int calls = 0;
+  const WordAligner::ForEachFn reverse = [&](size_t n, const std::function<void(size_t)>& fn) {
+    ++calls;
+    for (size_t j = n; j-- > 0;) fn(j);
+  };
+  for (const WordAligner::ForEachFn& for_each : {WordAligner::ForEachFn(), reverse}) {
+    const auto batch = (*aligner)->AlignBatch(requests, (*pool)->ForRows(n_rows), for_each);
+    ASSERT_EQ(batch.size(), paths.size());
+    for (size_t c = 0; c < paths.size(); ++c) {
+      SCOPED_TRACE(paths[c]);
+      ASSERT_TRUE(batch[c].ok()) << batch[c].status();
+      ASSERT_EQ(batch[c]->size(), one_by_one[c].size());
+      for (size_t w = 0; w < one_by_one[c].size(); ++w) {
+        EXPECT_EQ((*batch[c])[w].text, one_by_one[c][w].text);
+        EXPECT_EQ((*batch[c])[w].start_ms, one_by_one[c][w].start_ms) << one_by_one[c][w].text;
+        EXPECT_EQ((*batch[c])[w].end_ms, one_by_one[c][w].end_ms) << one_by_one[c][w].text;
+      }
+    }
+  }
+  EXPECT_EQ(calls, 1);
+
+  // A request that cannot be aligned fails alone; an empty text gets no words.
+  const std::vector<int> not_text = {vocabulary.special().eot};
+  const std::vector<int> none;
+  std::vector<WordAligner::AlignRequest> mixed = requests;
+  mixed.push_back({.row = 1, .text_tokens = not_text, .audio_samples = 16000});
+  mixed[1].audio_samples = 100;  // under 20 ms of audio
+  std::vector<WordAligner::AlignRequest> with_empty = {
+      {.row = 1, .text_tokens = none, .audio_samples = 16000}};
+  const auto partial = (*aligner)->AlignBatch(mixed, (*pool)->ForRows(n_rows));
+  ASSERT_EQ(partial.size(), mixed.size());
+  EXPECT_TRUE(partial[0].ok()) << partial[0].status();
+  EXPECT_EQ(partial[1].status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(partial[3].status().code(), absl::StatusCode::kInvalidArgument);
+  if (partial[0].ok()) {
+    EXPECT_EQ(partial[0]->size(), one_by_one[0].size());
+  }
+  const auto empty = (*aligner)->AlignBatch(with_empty, (*pool)->ForRows(n_rows));
+  ASSERT_EQ(empty.size(), 1u);
+  ASSERT_TRUE(empty[0].ok());
+  EXPECT_TRUE(empty[0]->empty());
+  // Rows outside the state, or twice, fail every request of the call.
+  std::vector<WordAligner::AlignRequest> twice = {requests[0], requests[0]};
+  for (const auto& result : (*aligner)->AlignBatch(twice, (*pool)->ForRows(n_rows))) {
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  std::vector<WordAligner::AlignRequest> outside = {requests[0]};
+  outside[0].row = n_rows;
+  const auto out_of_range = (*aligner)->AlignBatch(outside, (*pool)->ForRows(n_rows));
+  EXPECT_EQ(out_of_range[0].status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(out_of_range[0].status().message()).find("row"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace waav::whisper
