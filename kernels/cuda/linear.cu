@@ -227,6 +227,16 @@ unsigned GridFor(const LaunchContext& ctx, int64_t items) {
 // Whether element offsets below `n` (plus a grid's stride) fit 32-bit arithmetic.
 bool Fits32(int64_t n) { return n < (int64_t{1} << 31); }
 
+// v += the four biases at `bias` (16-byte aligned); nothing for a null bias.
+__device__ __forceinline__ void AddBias4(float4& v, const float* bias) {
+  if (bias == nullptr) return;
+  const float4 b = *reinterpret_cast<const float4*>(bias);
+  v.x += b.x;
+  v.y += b.y;
+  v.z += b.z;
+  v.w += b.w;
+}
+
 __global__ void ToHalfKernel(const float* x, int64_t n, __half* out) {
   WaitForPreviousKernel();
   AllowNextKernel();
@@ -255,13 +265,7 @@ __global__ void EpilogueToHalfKernel(const float* in, Index rows, Index cols, co
   const Index stride = Index{gridDim.x} * blockDim.x;
   for (Index q = blockIdx.x * Index{blockDim.x} + threadIdx.x; q < quads; q += stride) {
     float4 v = reinterpret_cast<const float4*>(in)[q];
-    if (bias != nullptr) {
-      const float4 b = *reinterpret_cast<const float4*>(bias + (q * 4) % cols);
-      v.x += b.x;
-      v.y += b.y;
-      v.z += b.z;
-      v.w += b.w;
-    }
+    AddBias4(v, bias != nullptr ? bias + (q * 4) % cols : nullptr);
     __half2* o = reinterpret_cast<__half2*>(out + q * 4);
     o[0] = __floats2half2_rn(ApplyEpilogue(v.x, act), ApplyEpilogue(v.y, act));
     o[1] = __floats2half2_rn(ApplyEpilogue(v.z, act), ApplyEpilogue(v.w, act));
@@ -313,13 +317,7 @@ __global__ void EpiloguePlanes4Kernel(const float* in, Index rows, Index cols, I
   for (Index q = blockIdx.x * Index{blockDim.x} + threadIdx.x; q < quads; q += stride) {
     const Index r = q / row_quads, c = (q - r * row_quads) * 4;
     float4 v = *reinterpret_cast<const float4*>(src + r * cols + c);
-    if (b != nullptr) {
-      const float4 bv = *reinterpret_cast<const float4*>(b + c);
-      v.x += bv.x;
-      v.y += bv.y;
-      v.z += bv.z;
-      v.w += bv.w;
-    }
+    AddBias4(v, b != nullptr ? b + c : nullptr);
     T* o = dst + q * 4;
     if constexpr (sizeof(T) == 2) {
       __half2* o2 = reinterpret_cast<__half2*>(o);
@@ -377,13 +375,7 @@ __global__ void Epilogue4Kernel(float* y, Index rows, Index cols, const float* b
   const Index stride = Index{gridDim.x} * blockDim.x;
   for (Index q = blockIdx.x * Index{blockDim.x} + threadIdx.x; q < quads; q += stride) {
     float4 v = zero_input ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : reinterpret_cast<float4*>(y)[q];
-    if (bias != nullptr) {
-      const float4 b = *reinterpret_cast<const float4*>(bias + (q * 4) % cols);
-      v.x += b.x;
-      v.y += b.y;
-      v.z += b.z;
-      v.w += b.w;
-    }
+    AddBias4(v, bias != nullptr ? bias + (q * 4) % cols : nullptr);
     reinterpret_cast<float4*>(y)[q] = make_float4(ApplyEpilogue(v.x, act), ApplyEpilogue(v.y, act),
                                                   ApplyEpilogue(v.z, act), ApplyEpilogue(v.w, act));
   }

@@ -81,93 +81,40 @@ absl::Status WhisperModel::CheckScoresInput(const char* what, absl::Span<const i
 absl::StatusOr<std::vector<float>> WhisperModel::CrossAttentionScores(
     absl::Span<const int32_t> tokens, absl::Span<const AttentionHead> heads, int n_positions,
     const DecoderState& encoded, std::vector<float>* next_token_probs, int probs_vocab) const {
-  constexpr const char* kWhat = "CrossAttentionScores";
-  const int64_t t = static_cast<int64_t>(tokens.size()), d = dims_.d_model;
   if (encoded.batch_size() != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "CrossAttentionScores: a decoder state of batch 1 is needed, not ", encoded.batch_size()));
   }
-  RETURN_IF_ERROR(CheckScoresInput(kWhat, tokens, n_positions));
-  ASSIGN_OR_RETURN(int last_layer, CheckScoresHeads(kWhat, heads));
-  if (next_token_probs != nullptr) {
-    if (probs_vocab <= 0 || probs_vocab > dims_.n_vocab) {
-      return absl::InvalidArgumentError(absl::StrCat("CrossAttentionScores: probabilities over ",
-                                                     probs_vocab, " of ", dims_.n_vocab,
-                                                     " tokens"));
-    }
-    last_layer = dims_.n_decoder_layers - 1;
-  }
-  const int32_t zero = 0, length = static_cast<int32_t>(t);
-  ASSIGN_OR_RETURN(const Tensor token_ids, Upload(backend_, {1, t}, DType::kI32, tokens.data()));
-  ASSIGN_OR_RETURN(const Tensor positions, Upload(backend_, {1}, DType::kI32, &zero));
-  ASSIGN_OR_RETURN(const Tensor lengths, Upload(backend_, {1}, DType::kI32, &length));
-  ASSIGN_OR_RETURN(const Tensor x, backend_.Allocate({1, t, d}, DType::kF32));
-  ASSIGN_OR_RETURN(const Tensor scratch, backend_.Allocate({1, t, d}, DType::kF32));
-  // This pass's own self-attention keys/values: every layer writes all T rows before reading.
-  ASSIGN_OR_RETURN(const Tensor self_k, backend_.Allocate({1, t, d}, DType::kF32));
-  ASSIGN_OR_RETURN(const Tensor self_v, backend_.Allocate({1, t, d}, DType::kF32));
-  ASSIGN_OR_RETURN(const Workspace ws, NewWorkspace(x.shape()));
-  RETURN_IF_ERROR(backend_.Embed(token_ids, positions, token_embedding_, decoder_positions_, x));
-
-  const int64_t head_dim = d / dims_.n_heads;
-  std::vector<float> scores(heads.size() * static_cast<size_t>(t * n_positions));
-  for (int i = 0; i <= last_layer; ++i) {
-    const DecoderLayer& layer = decoder_layers_[static_cast<size_t>(i)];
-    RETURN_IF_ERROR(RunAttention(layer.self_attention, x, self_k, self_v, &positions, &lengths,
-                                 /*causal=*/true, scratch, ws));
-    const bool wanted = std::any_of(heads.begin(), heads.end(),
-                                    [i](const AttentionHead& h) { return h.layer == i; });
-    if (wanted) {
-      // The cross-attention queries as RunAttention computes them, and the keys of the
-      // positions that hold audio; the few heads' scores are small enough for the host.
-      const AttentionWeights& w = layer.cross_attention;
-      RETURN_IF_ERROR(backend_.LayerNorm(x, w.norm_gamma, w.norm_beta, 1e-5f, ws.h));
-      RETURN_IF_ERROR(backend_.Linear(ws.h, w.q_w, &w.q_b, Activation::kNone, ws.q));
-      ASSIGN_OR_RETURN(const std::vector<float> q, Download<float>(backend_, ws.q));
-      ASSIGN_OR_RETURN(Tensor keys,
-                       encoded.cross_k_[static_cast<size_t>(i)].Reshape({dims_.n_audio_ctx, d}));
-      ASSIGN_OR_RETURN(keys, keys.Slice(0, n_positions));
-      ASSIGN_OR_RETURN(const std::vector<float> k, DownloadFloats(backend_, keys));
-      std::vector<float> keys_t;
-      for (size_t n = 0; n < heads.size(); ++n) {
-        if (heads[n].layer != i) continue;
-        HeadScores(q.data(), t, k.data(), n_positions, d, heads[n].head * head_dim, head_dim,
-                   attention_scale_, keys_t, scores.data() + n * static_cast<size_t>(t * n_positions));
-      }
-    }
-    if (i == last_layer && next_token_probs == nullptr) break;
-    RETURN_IF_ERROR(RunAttention(layer.cross_attention, x, encoded.cross_k_[i], encoded.cross_v_[i],
-                                 nullptr, nullptr, /*causal=*/false, scratch, ws));
-    RETURN_IF_ERROR(RunFeedForward(layer.ffn, x, ws));
-  }
-  if (next_token_probs != nullptr) {
-    RETURN_IF_ERROR(backend_.LayerNorm(x, decoder_norm_gamma_, decoder_norm_beta_, 1e-5f, x));
-    ASSIGN_OR_RETURN(const Tensor rows, x.Reshape({t, d}));
-    ASSIGN_OR_RETURN(const Tensor logits, backend_.Allocate({t, dims_.n_vocab}, DType::kF32));
-    RETURN_IF_ERROR(backend_.Linear(rows, token_embedding_, nullptr, Activation::kNone, logits));
-    ASSIGN_OR_RETURN(const std::vector<float> host, Download<float>(backend_, logits));
-    next_token_probs->assign(static_cast<size_t>(t - 1), 0.0f);
-    for (int64_t row = 0; row + 1 < t; ++row) {
-      const int32_t next = tokens[static_cast<size_t>(row + 1)];
-      if (next >= probs_vocab) continue;
-      const float* l = host.data() + row * dims_.n_vocab;
-      const float max = *std::max_element(l, l + probs_vocab);
-      double sum = 0;
-      for (int v = 0; v < probs_vocab; ++v) sum += std::exp(static_cast<double>(l[v] - max));
-      (*next_token_probs)[static_cast<size_t>(row)] =
-          static_cast<float>(std::exp(static_cast<double>(l[next] - max)) / sum);
-    }
-  }
-  return scores;
+  const ScoresRequest request{.row = 0, .tokens = tokens, .n_positions = n_positions};
+  std::vector<std::vector<float>> probs;
+  ASSIGN_OR_RETURN(std::vector<std::vector<float>> scores,
+                   ScoresPass("CrossAttentionScores", {&request, 1}, heads, encoded,
+                              next_token_probs != nullptr ? &probs : nullptr, probs_vocab));
+  if (next_token_probs != nullptr) *next_token_probs = std::move(probs.front());
+  return std::move(scores.front());
 }
 
 absl::StatusOr<std::vector<std::vector<float>>> WhisperModel::CrossAttentionScoresBatch(
     absl::Span<const ScoresRequest> requests, absl::Span<const AttentionHead> heads,
     const DecoderState& encoded) const {
-  constexpr const char* kWhat = "CrossAttentionScoresBatch";
+  return ScoresPass("CrossAttentionScoresBatch", requests, heads, encoded, nullptr, 0);
+}
+
+absl::StatusOr<std::vector<std::vector<float>>> WhisperModel::ScoresPass(
+    const char* what, absl::Span<const ScoresRequest> requests,
+    absl::Span<const AttentionHead> heads, const DecoderState& encoded,
+    std::vector<std::vector<float>>* next_token_probs, int probs_vocab) const {
+  const char* const kWhat = what;
   const int64_t d = dims_.d_model;
   if (requests.empty()) return std::vector<std::vector<float>>{};
-  ASSIGN_OR_RETURN(const int last_layer, CheckScoresHeads(kWhat, heads));
+  ASSIGN_OR_RETURN(int last_layer, CheckScoresHeads(kWhat, heads));
+  if (next_token_probs != nullptr) {
+    if (probs_vocab <= 0 || probs_vocab > dims_.n_vocab) {
+      return absl::InvalidArgumentError(absl::StrCat(kWhat, ": probabilities over ", probs_vocab,
+                                                     " of ", dims_.n_vocab, " tokens"));
+    }
+    last_layer = dims_.n_decoder_layers - 1;
+  }
   int rows = 0;
   int64_t t_max = 0;
   std::vector<bool> taken(static_cast<size_t>(encoded.batch_size()), false);
@@ -250,11 +197,38 @@ absl::StatusOr<std::vector<std::vector<float>>> WhisperModel::CrossAttentionScor
         at += n;
       }
     }
-    if (i == last_layer) break;
+    if (i == last_layer && next_token_probs == nullptr) break;
     RETURN_IF_ERROR(RunAttention(layer.cross_attention, x, state->cross_k_[static_cast<size_t>(i)],
                                  state->cross_v_[static_cast<size_t>(i)], nullptr, nullptr,
                                  /*causal=*/false, scratch, ws));
     RETURN_IF_ERROR(RunFeedForward(layer.ffn, x, ws));
+  }
+  if (next_token_probs != nullptr) {
+    // Each request's position i < T − 1: the probability of its token i + 1 under a softmax
+    // of position i's logits over [0, probs_vocab).
+    RETURN_IF_ERROR(backend_.LayerNorm(x, decoder_norm_gamma_, decoder_norm_beta_, 1e-5f, x));
+    ASSIGN_OR_RETURN(const Tensor flat, x.Reshape({rows * t_max, d}));
+    ASSIGN_OR_RETURN(const Tensor logits,
+                     backend_.Allocate({rows * t_max, dims_.n_vocab}, DType::kF32));
+    RETURN_IF_ERROR(backend_.Linear(flat, token_embedding_, nullptr, Activation::kNone, logits));
+    ASSIGN_OR_RETURN(const std::vector<float> host, Download<float>(backend_, logits));
+    next_token_probs->assign(requests.size(), {});
+    for (size_t k = 0; k < requests.size(); ++k) {
+      const ScoresRequest& r = requests[k];
+      const int64_t t = static_cast<int64_t>(r.tokens.size());
+      std::vector<float>& probs = (*next_token_probs)[k];
+      probs.assign(static_cast<size_t>(t - 1), 0.0f);
+      for (int64_t pos = 0; pos + 1 < t; ++pos) {
+        const int32_t next = r.tokens[static_cast<size_t>(pos + 1)];
+        if (next >= probs_vocab) continue;
+        const float* l = host.data() + (r.row * t_max + pos) * dims_.n_vocab;
+        const float max = *std::max_element(l, l + probs_vocab);
+        double sum = 0;
+        for (int v = 0; v < probs_vocab; ++v) sum += std::exp(static_cast<double>(l[v] - max));
+        probs[static_cast<size_t>(pos)] =
+            static_cast<float>(std::exp(static_cast<double>(l[next] - max)) / sum);
+      }
+    }
   }
   return scores;
 }

@@ -366,6 +366,12 @@ class WhisperModel {
                                        absl::Span<const AttentionHead> heads) const;
   absl::Status CheckScoresInput(const char* what, absl::Span<const int32_t> tokens,
                                 int n_positions) const;
+  // The pass behind CrossAttentionScores (one request) and CrossAttentionScoresBatch; with
+  // `next_token_probs`, every layer and the logits too, one probability vector per request.
+  absl::StatusOr<std::vector<std::vector<float>>> ScoresPass(
+      const char* what, absl::Span<const ScoresRequest> requests,
+      absl::Span<const AttentionHead> heads, const DecoderState& encoded,
+      std::vector<std::vector<float>>* next_token_probs, int probs_vocab) const;
   // cross_kv_w_ / cross_kv_b_ from the decoder layers' loaded cross K/V weights (which become
   // views of them); nothing where 2 × layers exceeds Backend::kMaxLinearPlanes.
   absl::Status StackCrossProjections();
