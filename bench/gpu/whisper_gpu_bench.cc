@@ -173,7 +173,8 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
     RETURN_IF_ERROR(backend->CopyFromHost(mel.data(), mel.size() * 4, buffers->mel()));
     // The pass alone (what PyTorch's anchor times as "encoder pass") and the pass with every
     // decoder layer's cross-attention K/V projected into the state (what a new window costs).
-    for (whisper::DecoderState* into : {static_cast<whisper::DecoderState*>(nullptr), state.get()}) {
+    for (whisper::DecoderState* into :
+         {static_cast<whisper::DecoderState*>(nullptr), state.get()}) {
       std::unique_ptr<Graph> graph;
       std::function<absl::Status()> run = [&] { return model->EncodeOnDevice(*buffers, into); };
       if (variant.capture) {

@@ -168,7 +168,8 @@ absl::StatusOr<LinearDims> ValidateLinearPlanes(DeviceKind device, const Tensor&
   for (int64_t i = 0; i < p; ++i) {
     const Tensor& y = planes[static_cast<size_t>(i)];
     const std::string name = absl::StrCat("plane ", i);
-    RETURN_IF_ERROR(CheckTensor(device, kOp, name.c_str(), y, half_activations ? acts : f32, -1, 1));
+    RETURN_IF_ERROR(
+        CheckTensor(device, kOp, name.c_str(), y, half_activations ? acts : f32, -1, 1));
     if (y.dtype() != planes[0].dtype() || y.dim(-1) != c || y.numel() != m * c) {
       return Invalid(kOp, absl::StrCat(name, " ", y.Describe(), " must hold ", m, " rows of ", c,
                                        " (rows of x, weight rows / planes) of plane 0's dtype"));

@@ -65,7 +65,8 @@ TEST_F(OpChecksTest, LinearPlanesRefusesBadPlanes) {
   const Tensor w17 = Make({17, 8});
   std::vector<Tensor> many;
   for (int p = 0; p < Backend::kMaxLinearPlanes + 1; ++p) many.push_back(Make({10, 1}));
-  const absl::Status status = ValidateLinearPlanes(DeviceKind::kCpu, x, w17, nullptr, many).status();
+  const absl::Status status =
+      ValidateLinearPlanes(DeviceKind::kCpu, x, w17, nullptr, many).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_TRUE(ValidateLinearPlanes(DeviceKind::kCpu, x, weight, &bias, {a, b, c}).ok());
   // Tensors of another device.

@@ -718,13 +718,15 @@ class StreamingEngine::Impl {
     if (!deferred.empty()) {
       std::vector<std::vector<int>> texts;
       for (const Deferred& d : deferred) {
-        texts.push_back(rows[static_cast<size_t>(d.row)].stream->decoder.FinalTextTokens(d.decoded));
+        texts.push_back(
+            rows[static_cast<size_t>(d.row)].stream->decoder.FinalTextTokens(d.decoded));
       }
       std::vector<whisper::WordAligner::AlignRequest> requests;
       for (size_t k = 0; k < deferred.size(); ++k) {
-        requests.push_back({.row = deferred[k].row,
-                            .text_tokens = texts[k],
-                            .audio_samples = rows[static_cast<size_t>(deferred[k].row)].job.audio.size()});
+        requests.push_back(
+            {.row = deferred[k].row,
+             .text_tokens = texts[k],
+             .audio_samples = rows[static_cast<size_t>(deferred[k].row)].job.audio.size()});
       }
       // Each final's host half (softmax, filters, DTW) on the window-preparation threads.
       const whisper::WordAligner::ForEachFn for_each =

@@ -136,7 +136,8 @@ __global__ void __launch_bounds__(kKeys)
           float4 kv[kBatch];
 #pragma unroll
           for (int u = 0; u < kBatch; ++u) {
-            kv[u] = (d0 + u) * 4 < D ? Load4(kr + (d0 + u) * 4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            kv[u] =
+                (d0 + u) * 4 < D ? Load4(kr + (d0 + u) * 4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
           }
 #pragma unroll
           for (int u = 0; u < kBatch; ++u) {
@@ -381,7 +382,7 @@ cudaError_t LaunchSplitTyped(const LaunchContext& ctx, const AttentionArgs& a, c
 
 template <int kMaxD, typename KV>
 cudaError_t LaunchSplitKv(const LaunchContext& ctx, const AttentionArgs& a, const SplitPlan& p,
-                           float* partials, int* counters) {
+                          float* partials, int* counters) {
   const void* k = sizeof(KV) == 2 ? a.k16 : a.k;
   const void* v = sizeof(KV) == 2 ? a.v16 : a.v;
   const uintptr_t align = sizeof(KV) * 4 - 1;  // one vector load of 4 elements

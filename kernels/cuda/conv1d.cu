@@ -26,9 +26,9 @@ __global__ void Im2colKernel(const float* x, Im2colShape s, T* col) {
     const Index c = e / kernel_size, j = e - c * kernel_size;
     // Signed: the first output steps reach before the start (padding).
     const int64_t in_t = static_cast<int64_t>(t) * s.stride - s.padding + static_cast<int64_t>(j);
-    const float v =
-        (in_t >= 0 && in_t < s.time) ? x[(b * time + static_cast<Index>(in_t)) * in_channels + c]
-                                     : 0.0f;
+    const float v = (in_t >= 0 && in_t < s.time)
+                        ? x[(b * time + static_cast<Index>(in_t)) * in_channels + c]
+                        : 0.0f;
     if constexpr (sizeof(T) == 2) {
       col[i] = __float2half_rn(v);
     } else {

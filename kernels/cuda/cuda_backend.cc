@@ -237,9 +237,9 @@ class CudaBackend final : public Backend, public CudaExtensions {
   // the bias and writing the planes (f16 or f32).
   absl::Status LinearPlanes(const Tensor& x, const Tensor& weight, const Tensor* bias,
                             absl::Span<const Tensor> planes) override {
-    ASSIGN_OR_RETURN(const checks::LinearDims d,
-                     checks::ValidateLinearPlanes(kGpuKind, x, weight, bias, planes,
-                                                  options_.half_activations));
+    ASSIGN_OR_RETURN(
+        const checks::LinearDims d,
+        checks::ValidateLinearPlanes(kGpuKind, x, weight, bias, planes, options_.half_activations));
     static_assert(kMaxLinearPlanes <= cuda::kMaxPlaneOutputs);
     const bool w_f16 = weight.dtype() == DType::kF16;
     const bool x_f16 = x.dtype() == DType::kF16, y_f16 = planes[0].dtype() == DType::kF16;
@@ -257,8 +257,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
     std::vector<Tensor> held(planes.begin(), planes.end());
     Sign({static_cast<int64_t>(SigOp::kLinear), d.m, d.n, d.k, w_f16, b.defined(),
           static_cast<int64_t>(planes.size()), static_cast<int64_t>(plan.path), x_f16, y_f16, -1});
-    return Submit([state = state_, ctx = Ctx(), x, weight, b, held = std::move(held), out, d,
-                   w_f16, plan, temp_bytes, x_bytes, x_direct, y_f16, plane_cols, scratch]() {
+    return Submit([state = state_, ctx = Ctx(), x, weight, b, held = std::move(held), out, d, w_f16,
+                   plan, temp_bytes, x_bytes, x_direct, y_f16, plane_cols, scratch]() {
       char* base = static_cast<char*>(scratch.data());
       auto* gemm_out = reinterpret_cast<float*>(base);
       const float* x32 = static_cast<const float*>(x.data());
@@ -268,8 +268,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
             GpuStatus("LinearPlanes", cuda::LaunchToFloat(ctx, x.data(), d.m * d.k, converted)));
         x32 = converted;
       }
-      cuda::GemmProblem p{x32, d.m, d.k, weight.data(), w_f16, d.n, nullptr, cuda::Epilogue::kNone,
-                          gemm_out};
+      cuda::GemmProblem p{
+          x32, d.m, d.k, weight.data(), w_f16, d.n, nullptr, cuda::Epilogue::kNone, gemm_out};
       p.x_f16 = x_direct;
       RETURN_IF_ERROR(
           cuda::RunGemm(state->gemm, ctx, plan, p,
@@ -412,8 +412,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
       if (!direct) {
         const cuda::Im2colShape shape{s.batch,    s.time,   s.in_channels, s.kernel_size,
                                       s.out_time, s.stride, s.padding};
-        RETURN_IF_ERROR(GpuStatus("Conv1d im2col", cuda::LaunchIm2col(ctx, x.data_as<float>(),
-                                                                      shape, base, col_f16)));
+        RETURN_IF_ERROR(GpuStatus(
+            "Conv1d im2col", cuda::LaunchIm2col(ctx, x.data_as<float>(), shape, base, col_f16)));
         col = reinterpret_cast<const float*>(base);
       }
       cuda::GemmProblem p{col,

@@ -5,8 +5,9 @@
 //
 // Tolerances, relative L2 error ‖gpu − cpu‖ / ‖cpu‖ (outputs poisoned with NaN before each call):
 //  * exact f32 paths: 1e-5. That is every kernel but the two below, with f32 or f16 weights
-//    (f16 widened exactly), in both math modes: the skinny GEMM (<= skinny_max_rows rows), the tiled GEMM,
-//    split-KV attention, layer norm, elementwise, embed, log-softmax; WriteRows is bit-exact.
+//    (f16 widened exactly), in both math modes: the skinny GEMM (<= skinny_max_rows rows), the
+//    tiled GEMM, split-KV attention, layer norm, elementwise, embed, log-softmax; WriteRows is
+//    bit-exact.
 //  * CudaMath::kAccurate GEMMs through cuBLAS: 2e-5 (f32 weights: SGEMM without TF32; f16 weights:
 //    activations as hi + lo f16 halves, 22 significant bits).
 //  * CudaMath::kFast GEMMs of more rows: 3e-3 (activations rounded to f16, or TF32 for
@@ -387,11 +388,10 @@ TEST_P(CudaParityTest, LinearPlanesMatchesCpuLinear) {
     bool separate;  // each plane its own allocation (as the decoder's cross K/V caches)
   };
   int variant = 0;
-  for (const Case c :
-       {Case{1500, 384, 384, 3, true, false}, Case{3000, 384, 384, 3, true, false},
-        Case{1500, 384, 384, 3, false, false}, Case{1500, 384, 384, 8, false, true},
-        Case{40, 37, 6, 3, true, true}, Case{33, 24, 5, 2, false, false},
-        Case{7, 16, 8, 4, false, true}, Case{5, 8, 4, 16, false, true}}) {
+  for (const Case c : {Case{1500, 384, 384, 3, true, false}, Case{3000, 384, 384, 3, true, false},
+                       Case{1500, 384, 384, 3, false, false}, Case{1500, 384, 384, 8, false, true},
+                       Case{40, 37, 6, 3, true, true}, Case{33, 24, 5, 2, false, false},
+                       Case{7, 16, 8, 4, false, true}, Case{5, 8, 4, 16, false, true}}) {
     for (DType dtype : {DType::kF16, DType::kF32}) {
       const bool half = c.half && half_activations_;
       const bool with_bias = ++variant % 3 != 0;
@@ -419,8 +419,8 @@ TEST_P(CudaParityTest, LinearPlanesMatchesCpuLinear) {
       ASSERT_TRUE(
           cpu_->Linear(x.cpu, weight.cpu, with_bias ? &bias.cpu : nullptr, Activation::kNone, y.cpu)
               .ok());
-      const absl::Status status = gpu_->LinearPlanes(
-          half ? x16 : x.gpu, weight.gpu, with_bias ? &bias.gpu : nullptr, planes);
+      const absl::Status status = gpu_->LinearPlanes(half ? x16 : x.gpu, weight.gpu,
+                                                     with_bias ? &bias.gpu : nullptr, planes);
       ASSERT_TRUE(status.ok()) << status;
       // The CPU's [M, P·C]: plane p is its columns [p·C, p·C + C).
       const std::vector<float> flat = Cpu(y.cpu);
@@ -432,10 +432,10 @@ TEST_P(CudaParityTest, LinearPlanesMatchesCpuLinear) {
             want[static_cast<size_t>(r * c.c + j)] = flat[static_cast<size_t>(r * n + p * c.c + j)];
           }
         }
-        EXPECT_TRUE(Close(absl::StrCat(what, " plane ", p),
-                          half ? GpuHalf(planes[static_cast<size_t>(p)])
-                               : Gpu(planes[static_cast<size_t>(p)]),
-                          want, tolerance));
+        EXPECT_TRUE(Close(
+            absl::StrCat(what, " plane ", p),
+            half ? GpuHalf(planes[static_cast<size_t>(p)]) : Gpu(planes[static_cast<size_t>(p)]),
+            want, tolerance));
       }
     }
   }
@@ -467,8 +467,9 @@ TEST_P(CudaParityTest, LinearPlanesMatchesCpuLinear) {
   EXPECT_EQ(code({three[0], three[1], x.gpu.Reshape({8, 4}).value()}), kInvalid);
   EXPECT_EQ(code({three[0], three[1], Tensor()}), kInvalid);
   EXPECT_TRUE(gpu_->LinearPlanes(x.gpu, weight.gpu, nullptr, three).ok());
-  EXPECT_EQ(cpu_->LinearPlanes(x.cpu, weight.cpu, nullptr, PlanesOf(Poisoned({3, 4, 4}).cpu)).code(),
-            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(
+      cpu_->LinearPlanes(x.cpu, weight.cpu, nullptr, PlanesOf(Poisoned({3, 4, 4}).cpu)).code(),
+      absl::StatusCode::kUnimplemented);
 }
 
 TEST_P(CudaParityTest, AttentionWithHalfInputsMatchesCpu) {
@@ -574,21 +575,21 @@ TEST_P(CudaParityTest, AttentionOverHalfKvCacheMatchesCpu) {
     int64_t batch, q_len, kv_len, heads, head_dim;
     bool causal, lengths;
   };
-  for (const Case c : {Case{1, 1, 1500, 6, 64, false, false},  // cross-attention step
-                       Case{8, 1, 1500, 6, 64, false, false}, Case{64, 1, 1500, 6, 64, false, false},
-                       Case{3, 7, 1500, 6, 64, false, false},  // prompt over the cross cache
-                       Case{4, 1, 448, 6, 64, true, true},     // a self cache in f16
-                       Case{2, 5, 33, 3, 24, true, true},      // odd heads: 8-byte loads
-                       Case{2, 4, 30, 2, 6, false, true}}) {   // scalar path (D % 4 != 0)
-    const std::string what =
-        absl::StrCat("Attention f32 q, f16 k, v B=", c.batch, " Tq=", c.q_len, " Tk=", c.kv_len,
-                     " H=", c.heads, " D=", c.head_dim, c.causal ? " causal" : "",
-                     c.lengths ? " lengths" : "");
+  for (const Case c :
+       {Case{1, 1, 1500, 6, 64, false, false},  // cross-attention step
+        Case{8, 1, 1500, 6, 64, false, false}, Case{64, 1, 1500, 6, 64, false, false},
+        Case{3, 7, 1500, 6, 64, false, false},  // prompt over the cross cache
+        Case{4, 1, 448, 6, 64, true, true},     // a self cache in f16
+        Case{2, 5, 33, 3, 24, true, true},      // odd heads: 8-byte loads
+        Case{2, 4, 30, 2, 6, false, true}}) {   // scalar path (D % 4 != 0)
+    const std::string what = absl::StrCat("Attention f32 q, f16 k, v B=", c.batch, " Tq=", c.q_len,
+                                          " Tk=", c.kv_len, " H=", c.heads, " D=", c.head_dim,
+                                          c.causal ? " causal" : "", c.lengths ? " lengths" : "");
     SCOPED_TRACE(what);
     const int64_t width = c.heads * c.head_dim;
     std::vector<float> kv = Random(c.batch * c.kv_len * width, -2.0f, 2.0f);
     std::vector<float> vv = Random(c.batch * c.kv_len * width);
-    const Tensor key16 = HalfGpu({c.batch, c.kv_len, width}, kv);  // rounds kv and vv: the CPU
+    const Tensor key16 = HalfGpu({c.batch, c.kv_len, width}, kv);    // rounds kv and vv: the CPU
     const Tensor value16 = HalfGpu({c.batch, c.kv_len, width}, vv);  // sees the same values
     const Pair query = F32({c.batch, c.q_len, width}, Random(c.batch * c.q_len * width, -2, 2));
     const Pair k = F32({c.batch, c.kv_len, width}, kv);

@@ -305,7 +305,8 @@ __global__ void EpiloguePlanesKernel(const float* in, Index rows, Index cols, In
 // elements): float4 in, four f16 or f32 out.
 template <typename T, typename Index>
 __global__ void EpiloguePlanes4Kernel(const float* in, Index rows, Index cols, Index plane_cols,
-                                      const float* bias, const WAAV_GRID_CONSTANT PlaneOutputs out) {
+                                      const float* bias,
+                                      const WAAV_GRID_CONSTANT PlaneOutputs out) {
   WaitForPreviousKernel();
   AllowNextKernel();
   const Index plane = blockIdx.y;

@@ -65,9 +65,8 @@ absl::Status WhisperModel::CheckScoresInput(const char* what, absl::Span<const i
         absl::StrCat(what, ": ", t, " tokens (1 to ", dims_.n_text_ctx, ")"));
   }
   if (n_positions <= 0 || n_positions > dims_.n_audio_ctx) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", n_positions,
-                                                   " encoder positions (1 to ", dims_.n_audio_ctx,
-                                                   ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", n_positions, " encoder positions (1 to ", dims_.n_audio_ctx, ")"));
   }
   for (int32_t token : tokens) {
     if (token < 0 || token >= dims_.n_vocab) {
@@ -139,7 +138,8 @@ absl::StatusOr<std::vector<std::vector<float>>> WhisperModel::ScoresPass(
   }
   const std::vector<int32_t> starts(static_cast<size_t>(rows), 0);
   const std::vector<int32_t> lengths_host(static_cast<size_t>(rows), static_cast<int32_t>(t_max));
-  ASSIGN_OR_RETURN(const Tensor token_ids, Upload(backend_, {rows, t_max}, DType::kI32, ids.data()));
+  ASSIGN_OR_RETURN(const Tensor token_ids,
+                   Upload(backend_, {rows, t_max}, DType::kI32, ids.data()));
   ASSIGN_OR_RETURN(const Tensor positions, Upload(backend_, {rows}, DType::kI32, starts.data()));
   ASSIGN_OR_RETURN(const Tensor lengths,
                    Upload(backend_, {rows}, DType::kI32, lengths_host.data()));

@@ -387,8 +387,8 @@ absl::StatusOr<WordAligner::Sequence> WordAligner::SequenceFor(absl::Span<const 
 std::vector<int> WordAligner::StartsOf(const Sequence& seq, absl::Span<const float> scores,
                                        size_t text_tokens) const {
   return TokenStartsFromScores(scores, static_cast<int>(heads_.size()),
-                               static_cast<int>(seq.tokens.size()), seq.n_positions,
-                               seq.first_row, static_cast<int>(text_tokens) + 1);
+                               static_cast<int>(seq.tokens.size()), seq.n_positions, seq.first_row,
+                               static_cast<int>(text_tokens) + 1);
 }
 
 std::vector<TimedWord> WordAligner::WordsOf(absl::Span<const int> text_tokens,
