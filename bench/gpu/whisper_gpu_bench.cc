@@ -533,6 +533,9 @@ int Main(int argc, char** argv) {
       false);
   variants.back().stacked_cross = false;
   variants.back().options.half_conv_columns = false;
+  // HalfGemm's 32 x 64 tiles only (before the narrow tiles for few rows).
+  add("fast, CUDA graph + PDL, no narrow HalfGemm tiles", CudaMath::kFast, true, true, false);
+  variants.back().options.half_gemm_narrow_tiles = false;
   // The switch from the skinny kernel to HalfGemm / cuBLAS (default: above 8 rows) moved.
   for (int rows : {16, 32, 64}) {
     add(absl::StrCat("fast, CUDA graph + PDL, skinny <= ", rows, " rows"), CudaMath::kFast, true,

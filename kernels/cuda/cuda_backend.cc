@@ -941,7 +941,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const CudaBackendOp
 #endif
   RETURN_IF_ERROR(GpuStatus("HalfGemm shared memory", cuda::PrepareHalfGemm()));
   RETURN_IF_ERROR(GpuStatus("flash attention shared memory", cuda::PrepareFlashAttention2()));
-  state->gemm = {state->blas.get(), options.math, options.skinny_max_rows, options.use_half_gemm};
+  state->gemm = {state->blas.get(), options.math, options.skinny_max_rows, options.use_half_gemm,
+                 options.half_gemm_narrow_tiles};
   const bool pdl = options.use_pdl && WAAV_GPU_HAS_PDL && props.major >= 9;
   state->ctx = {state->graphs->stream, pdl, state->error_device, props.multiProcessorCount,
                 std::max(0, options.pdl_max_blocks_per_sm)};

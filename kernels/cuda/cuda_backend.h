@@ -84,6 +84,9 @@ struct CudaBackendOptions {
   // took 553 us with the skinny kernel and 467 us with HalfGemm on an H100 (batches 8 and 32
   // unchanged; docs/benchmarks.md, "Skinny GEMMs up to 8 rows"). Default: 8.
   int skinny_max_rows = 8;
+  // HalfGemm with 32 x 32 tiles where 32 x 64 ones would leave multiprocessors idle (a decoder
+  // step's GEMMs of tens of rows). Default: true.
+  bool half_gemm_narrow_tiles = true;
   // kFast, f16 weights, more than skinny_max_rows rows: our HalfGemm kernel (f32 → f16 in the
   // loader, bias, activation and residual fused; Conv1d as an implicit GEMM) instead of
   // conversion + cuBLAS + epilogue, within the limits below. Default: true, for N, K <= 384

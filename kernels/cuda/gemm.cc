@@ -72,6 +72,7 @@ absl::Status RunGemm(const GemmConfig& config, const LaunchContext& ctx, const G
     case GemmPath::kHalfMma: {
       HalfGemmArgs args{p.x, p.w, p.bias, p.y, p.m, p.n, p.k, p.act, p.conv};
       args.residual = p.residual;
+      args.narrow_tiles = config.half_gemm_narrow_tiles;
       return LaunchStatus("Linear", LaunchHalfGemm(ctx, args));
     }
     default:

@@ -21,6 +21,7 @@ struct GemmConfig {
   CudaMath math = CudaMath::kFast;
   int skinny_max_rows = 16;
   bool use_half_gemm = false;  // kFast, f16 weights, many rows: HalfGemm (half_gemm.cuh)
+  bool half_gemm_narrow_tiles = true;  // HalfGemmArgs::narrow_tiles
 };
 
 enum class GemmPath : uint8_t {

@@ -306,6 +306,7 @@ cudaError_t PrepareHalfGemm() {
   cudaError_t err = AllowSmem<64, 128, 3>();
   if (err == cudaSuccess) err = AllowSmem<64, 64, 3>();
   if (err == cudaSuccess) err = AllowSmem<32, 64, 4>();
+  if (err == cudaSuccess) err = AllowSmem<32, 32, 4>();
   return err;
 #else
   return cudaSuccess;
@@ -336,7 +337,12 @@ cudaError_t LaunchHalfGemm(const LaunchContext& ctx, const HalfGemmArgs& a) {
   };
   if (blocks(64, 128) >= wanted) return LaunchTiled<64, 128, 3>(ctx, p, conv);
   if (blocks(64, 64) >= wanted) return LaunchTiled<64, 64, 3>(ctx, p, conv);
-  return LaunchTiled<32, 64, 4>(ctx, p, conv);
+  // A decoder step's GEMMs (tens of rows, N = 384: 12 blocks of 32 x 64) leave most
+  // multiprocessors idle; narrower tiles double the blocks.
+  if (!a.narrow_tiles || blocks(32, 64) >= int64_t{ctx.sm_count}) {
+    return LaunchTiled<32, 64, 4>(ctx, p, conv);
+  }
+  return LaunchTiled<32, 32, 4>(ctx, p, conv);
 #else
   (void)ctx;
   (void)a;

@@ -33,6 +33,8 @@ struct HalfGemmArgs {
   Epilogue act;
   const ConvGather* conv;           // null: dense A
   const float* residual = nullptr;  // [M, N] added after the activation, or null; may be y
+  // Few-row GEMMs (fewer 32 x 64 tiles than multiprocessors): 32 x 32 tiles, twice the blocks.
+  bool narrow_tiles = true;
 };
 
 // Whether HalfGemm handles these shapes and addresses (CUDA build with mma.sync; K and N
