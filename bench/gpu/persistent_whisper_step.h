@@ -63,6 +63,16 @@ class PersistentWhisperDecoder {
   // f32 [B]: its log-softmax value; f32 [B]: log Σ exp over the tokens not suppressed.
   const Tensor& best_logprob() const { return best_logprob_; }
   const Tensor& logsumexp() const { return logsumexp_; }
+  // Whether Step() runs the cluster step (kernels/cuda/cluster_decoder.cuh) for the prepared
+  // batch and options; false before Prepare().
+  // The cluster step's timeline after a step with profile_mode kProfileTimeline.
+  absl::StatusOr<std::vector<int64_t>> ReadTimeline() {
+    if (step_ == nullptr) return absl::FailedPreconditionError("ReadTimeline before Prepare");
+    return step_->ReadTimeline();
+  }
+  bool UsesClusterStep() const {
+    return step_ != nullptr && step_->UsesClusterStep(batch_, options_.f16_cross);
+  }
 
  private:
   PersistentWhisperDecoder(Backend& backend, CudaExtensions& ext, WhisperDecoderWeights weights)

@@ -30,6 +30,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cuda/cluster_decoder.cuh"
 #include "tests/support/random_whisper.h"
 #include "tests/support/test_env.h"
 
@@ -51,11 +52,12 @@ struct StepCase {
   bool block_attention;
   bool fuse_ffn = false;
   bool fuse_self_out = false;
+  bool cluster = false;  // the cluster step (kernels/cuda/cluster_decoder.cuh); f16 cross only
 };
 void PrintTo(const StepCase& c, std::ostream* os) {
   *os << (c.f16_cross ? "f16" : "f32") << " cross, "
       << (c.block_attention ? "block attention" : "warp items") << (c.fuse_ffn ? ", fused FFN" : "")
-      << (c.fuse_self_out ? ", fused self-attention" : "");
+      << (c.fuse_self_out ? ", fused self-attention" : "") << (c.cluster ? ", cluster step" : "");
 }
 
 class PersistentStepTest : public ::testing::TestWithParam<StepCase> {};
@@ -122,8 +124,13 @@ TEST_P(PersistentStepTest, MatchesCpuDecodeStep) {
     step_options.tuning.block_attention = GetParam().block_attention;
     step_options.tuning.fuse_ffn = GetParam().fuse_ffn;
     step_options.tuning.fuse_self_out = GetParam().fuse_self_out;
+    step_options.tuning.cluster = GetParam().cluster;
     ASSERT_TRUE((*persistent)->Prepare(**gpu_state, step_options).ok());
     ASSERT_TRUE((*persistent)->RefreshCross(**gpu_state).ok());
+    if (GetParam().cluster && !(*persistent)->UsesClusterStep()) {
+      GTEST_SKIP() << "the cluster step does not run on this device (clusters of "
+                   << cuda::kClusterDecoderBlocks << " blocks, sm_90): not tested";
+    }
 
     constexpr int kSteps = 5;
     std::vector<int32_t> start(static_cast<size_t>(batch));
@@ -222,9 +229,9 @@ TEST_P(PersistentStepTest, MatchesCpuDecodeStep) {
                 << " cross" << (GetParam().block_attention ? "" : ", warp items")
                 << (GetParam().fuse_ffn ? ", fused FFN" : "")
                 << (GetParam().fuse_self_out ? ", fused self-attention + out-proj" : "")
-                << ", step " << step << (suppress ? " (suppressed argmax)" : "")
-                << ": logits relative L2 error " << error << " (tolerance " << logits_tolerance
-                << ")\n";
+                << (GetParam().cluster ? ", cluster step" : "") << ", step " << step
+                << (suppress ? " (suppressed argmax)" : "") << ": logits relative L2 error "
+                << error << " (tolerance " << logits_tolerance << ")\n";
       EXPECT_LE(error, logits_tolerance);
       for (size_t b = 0; b < tokens.size(); ++b) {
         const float* w = want->data() + b * d.n_vocab;
@@ -285,8 +292,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(StepCase{false, true}, StepCase{true, true}, StepCase{true, false},
                       StepCase{false, false}, StepCase{true, true, true},
                       StepCase{false, true, true}, StepCase{true, true, false, true},
-                      StepCase{true, true, true, true}, StepCase{false, true, true, true}),
+                      StepCase{true, true, true, true}, StepCase{false, true, true, true},
+                      StepCase{true, true, false, false, true}),
     [](const ::testing::TestParamInfo<StepCase>& info) {
+      if (info.param.cluster) return std::string("ClusterStepF16Cross");
       if (!info.param.block_attention) {
         return std::string(info.param.f16_cross ? "WarpItemsF16" : "WarpItemsF32");
       }

@@ -134,6 +134,66 @@ std::vector<int> ParseList(const char* text) {
   return out;
 }
 
+// The cluster step's timeline (kProfileTimeline): first every block's globaltimer at the end of
+// each of its phases (per phase of layers 0 and 1: the spread between the first and the last
+// block and which came last), then block 0's clock64() at its start and at each phase's start
+// and end: per phase the wait for its inputs (the previous end to this start) and its work
+// (start to end), in cycles; then the launches' globaltimer stamps.
+void PrintClusterTimeline(const std::vector<int64_t>& all, int batch) {
+  constexpr int kBlocks = 16, kPerBlock = 36, kMain = 80;
+  std::string spread;
+  for (int i = 0; i < 16; ++i) {
+    int64_t first = INT64_MAX, last = INT64_MIN;
+    int last_block = -1;
+    for (int b = 0; b < kBlocks; ++b) {
+      const int64_t t = all[static_cast<size_t>(b * kPerBlock + i)];
+      first = std::min(first, t);
+      if (t > last) {
+        last = t;
+        last_block = b;
+      }
+    }
+    spread += absl::StrFormat(" %lld(b%d)", static_cast<long long>(last - first), last_block);
+  }
+  std::cout << "timeline B=" << batch << " phase-end spread ns (last block), layers 0-1:" << spread
+            << "\n";
+  const std::vector<int64_t> stamps(all.end() - kMain, all.end());
+  static const char* const kPhases[] = {"qkv",   "self", "out",  "cq",
+                                        "cross", "cout", "ffn1", "ffn2"};
+  int64_t work = 0, waits = 0;
+  std::string line;
+  const size_t phases = (stamps.size() - 8 - 1) / 2;
+  for (size_t i = 0; i < phases; ++i) {
+    const int64_t before = stamps[2 * i], begin = stamps[2 * i + 1], end = stamps[2 * i + 2];
+    if (begin <= 0 || end < begin || before <= 0 || begin < before) break;
+    line += absl::StrFormat(" %s %lld+%lld", kPhases[i % 8], static_cast<long long>(begin - before),
+                            static_cast<long long>(end - begin));
+    work += end - begin;
+    waits += begin - before;
+    if (i % 8 == 7) {
+      std::cout << "timeline B=" << batch << " layer " << i / 8 << " (wait+work cycles):" << line
+                << "\n";
+      line.clear();
+    }
+  }
+  std::cout << "timeline B=" << batch << ": " << work << " cycles of work, " << waits
+            << " cycles waiting for inputs" << line << "\n";
+  // globaltimer stamps (ns) after the phases': layers start, end; logits start, waited, done.
+  const size_t g = stamps.size() - 8;
+  const int64_t t0 = stamps[g];
+  std::cout << absl::StrFormat(
+                   "timeline B=%d (ns from the layers' start): layers end %lld, logits block 0 "
+                   "start %lld, wait returned %lld, normed %lld, staged columns %lld, "
+                   "columns done %lld",
+                   batch, static_cast<long long>(stamps[g + 1] - t0),
+                   static_cast<long long>(stamps[g + 2] - t0),
+                   static_cast<long long>(stamps[g + 3] - t0),
+                   static_cast<long long>(stamps[g + 5] - t0),
+                   static_cast<long long>(stamps[g + 6] - t0),
+                   static_cast<long long>(stamps[g + 4] - t0))
+            << std::endl;
+}
+
 absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& variant, bool quick,
                           std::vector<Row>* rows) {
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateCudaBackend(variant.options));
@@ -231,6 +291,10 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
       RETURN_IF_ERROR(persistent->Prepare(*state, variant.persistent_options));
       RETURN_IF_ERROR(persistent->RefreshCross(*state));
       RETURN_IF_ERROR(backend->Synchronize());
+      if (variant.persistent_options.tuning.cluster && !persistent->UsesClusterStep()) {
+        std::cout << "note: " << variant.name << ", batch " << batch
+                  << ": the cluster step does not run here; the cooperative kernel ran\n";
+      }
       run = [&] { return persistent->Step(*state); };
     }
     if (variant.capture) {
@@ -247,6 +311,10 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
                                  row.variant, batch, row.per_item_us, row.round_trip_us,
                                  graph ? absl::StrCat(graph->num_nodes(), " calls") : "")
               << std::endl;
+    if (persistent && variant.persistent_options.tuning.profile_mode == cuda::kProfileTimeline) {
+      ASSIGN_OR_RETURN(const std::vector<int64_t> stamps, persistent->ReadTimeline());
+      PrintClusterTimeline(stamps, batch);
+    }
   }
   return absl::OkStatus();
 }
@@ -547,8 +615,32 @@ int Main(int argc, char** argv) {
                             const std::function<void(bench::PersistentStepOptions&)>& set) {
     add("persistent, " + name, CudaMath::kFast, true, capture, false);
     variants.back().persistent = true;
+    variants.back().persistent_options.tuning.cluster = false;  // the cooperative kernel's rows
     set(variants.back().persistent_options);
   };
+  // The cluster step (kernels/cuda/cluster_decoder.cuh): one cluster of 16 blocks per row, the
+  // logits in a second launch (the engine's default where the device takes it).
+  auto cluster = [](bench::PersistentStepOptions& o) { o.tuning.cluster = true; };
+  add_persistent("cluster step, f16 cross, CUDA graph", true, cluster);
+  add_persistent("cluster step, f16 cross, direct launch", false, cluster);
+  add_persistent("cluster step, argmax only (no logits out)", true, [&](auto& o) {
+    cluster(o);
+    o.write_logits = false;
+  });
+  // Attribution of the cluster step (timing only, outputs wrong): one part left out each.
+  const std::pair<const char*, int> cluster_profiles[] = {
+      {"layers only (no logits launch)", cuda::kProfileNoLogits},
+      {"cluster barriers only", cuda::kProfileBarriersOnly},
+      {"no attention", cuda::kProfileNoAttention},
+      {"no weight loads", cuda::kProfileNoWeights},
+      {"timeline", cuda::kProfileTimeline},
+      {"logits launch only", cuda::kProfileLogitsOnly}};
+  for (const auto& [what, mode] : cluster_profiles) {
+    add_persistent(absl::StrCat("cluster step, profile: ", what), true, [&, mode](auto& o) {
+      cluster(o);
+      o.tuning.profile_mode = mode;
+    });
+  }
   // The default: block attention, split barriers, fused FFN and fused self-attention +
   // out-proj. The variants below change one knob each ("no fusions": the configuration that
   // the knobs after it were first measured on, bench/gpu/persistent_notes.md).
@@ -615,6 +707,7 @@ int Main(int argc, char** argv) {
   });
   // The default again, for the run-to-run spread within one call.
   add_persistent("f16 cross, CUDA graph (repeat)", true, [](auto&) {});
+  add_persistent("cluster step, f16 cross, CUDA graph (repeat)", true, cluster);
   std::erase_if(variants, [&](const BackendVariant& v) {
     if (g_encoder_only && (v.fused || v.persistent || v.name.find("skinny") != std::string::npos)) {
       return true;

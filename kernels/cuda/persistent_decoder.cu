@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "kernels/cuda/cluster_decoder.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/persistent_decoder.cuh"
 #include "kernels/cuda/persistent_decoder_attention.cuh"
@@ -38,39 +39,6 @@ namespace waav::cuda {
 using namespace persistent_detail;  // NOLINT(google-build-using-namespace): its own parts
 
 namespace {
-
-// ---- Logits reduction -------------------------------------------------------------------------
-struct Best {
-  float m;    // running max
-  float s;    // Σ exp(v − m)
-  int index;  // argmax (lowest index on ties), INT_MAX when none
-};
-
-__device__ __forceinline__ Best Merge(Best a, Best b) {
-  Best out;
-  out.m = fmaxf(a.m, b.m);
-  if (out.m == -INFINITY) {
-    out.s = 0.0f;
-  } else {
-    out.s = a.s * expf(a.m - out.m) + b.s * expf(b.m - out.m);
-  }
-  if (a.m > b.m) {
-    out.index = a.index;
-  } else if (b.m > a.m) {
-    out.index = b.index;
-  } else {
-    out.index = min(a.index, b.index);
-  }
-  return out;
-}
-
-__device__ __forceinline__ Best ShuffleXor(const Best& b, int mask) {
-  Best o;
-  o.m = __shfl_xor_sync(kFullMask, b.m, mask);
-  o.s = __shfl_xor_sync(kFullMask, b.s, mask);
-  o.index = __shfl_xor_sync(kFullMask, b.index, mask);
-  return o;
-}
 
 // ---- The kernel -------------------------------------------------------------------------------
 template <int MaxB, typename Cross>
@@ -386,53 +354,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       return;
     }
     Best best{-INFINITY, 0.0f, INT_MAX};  // of row (lane % 16) on the lanes where that is < B
-    Gemv<kD, MaxB>(p.token_embedding, nullptr, p.vocab, xs, first, [&](int r, int col, float v) {
-      if (r >= rows.batch) return;
-      if (p.logits != nullptr) p.logits[static_cast<size_t>(r) * p.vocab + col] = v;
-      if (p.suppress_bits != nullptr && ((p.suppress_bits[col >> 5] >> (col & 31)) & 1u)) return;
-      if (!(v == v)) return;  // NaN
-      if (v > best.m) {
-        best.s = best.s * expf(best.m - v) + 1.0f;
-        best.m = v;
-        best.index = col;
-      } else {
-        best.s += expf(v - best.m);
-        if (v == best.m && col < best.index) best.index = col;
-      }
-    });
-    // Lanes r and r + 16 hold row r (two column groups per warp).
-    best = Merge(best, ShuffleXor(best, 16));
-    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-    if (lane < MaxB) warp_best[warp][lane] = best;
-    __syncthreads();
-    if (warp == 0 && lane < rows.batch) {
-      Best b = warp_best[0][lane];
-      for (int i = 1; i < kWarps; ++i) b = Merge(b, warp_best[i][lane]);
-      float* st = stats + (static_cast<size_t>(blockIdx.x) * kPersistentMaxBatch + lane) * 4;
-      st[0] = b.m;
-      st[1] = b.s;
-      st[2] = __int_as_float(b.index);
-      __threadfence();
-    }
-    if (FinishLaunch(p.sync, &last_block)) {
-      __threadfence();
-      if (warp < rows.batch) {
-        const int r = warp;
-        Best b{-INFINITY, 0.0f, INT_MAX};
-        for (unsigned blk = lane; blk < gridDim.x; blk += kWarp) {
-          const float* st = stats + (static_cast<size_t>(blk) * kPersistentMaxBatch + r) * 4;
-          b = Merge(b, Best{__ldcg(st), __ldcg(st + 1), __float_as_int(__ldcg(st + 2))});
-        }
-#pragma unroll
-        for (int o = kWarp / 2; o > 0; o /= 2) b = Merge(b, ShuffleXor(b, o));
-        if (lane == 0) {
-          const float lse = b.m + logf(b.s);
-          if (p.best_token != nullptr) p.best_token[r] = b.index == INT_MAX ? -1 : b.index;
-          if (p.best_logprob != nullptr) p.best_logprob[r] = b.m - lse;
-          if (p.logsumexp != nullptr) p.logsumexp[r] = lse;
-        }
-      }
-    }
+    Gemv<kD, MaxB>(p.token_embedding, nullptr, p.vocab, xs, first,
+                   [&](int r, int col, float v) { TakeLogit(p, rows.batch, r, col, v, best); });
+    FinishLogits<MaxB>(p, rows.batch, best, stats, warp_best, &last_block);
   }
 }
 
@@ -498,6 +422,9 @@ cudaError_t LaunchPersistentDecoder(const LaunchContext& ctx, const PersistentDe
       (!p.block_attention &&
        MaxSplits(p.audio_ctx, p.text_ctx, p.cross_split_keys, p.self_split_keys) > kMaxSplits)) {
     return cudaErrorInvalidValue;
+  }
+  if (p.cluster && ClusterDecoderAvailable(p)) {
+    return LaunchClusterDecoder(ctx, p);
   }
   if (p.batch == 1) return LaunchForBatch<1>(ctx, p);
   if (p.batch == 2) return LaunchForBatch<2>(ctx, p);

@@ -117,6 +117,11 @@ struct PersistentDecoderParams {
   bool fuse_self_out = true;
   bool prefetch = true;           // L2 prefetch of the next layer's weights and cross K/V
   int logits_prefetch_layer = 3;  // prefetch the logits weights from this layer's start (-1: never)
+  // The cluster step (cluster_decoder.cuh: one thread-block cluster per row, no grid barriers,
+  // the logits in a second launch) where it runs: f16 cross K/V, a device with clusters of 16
+  // and enough shared memory (ClusterDecoderAvailable); otherwise, and for the profile modes
+  // other than kProfileNoLogits, the cooperative kernel.
+  bool cluster = false;
   unsigned long long* error_word = nullptr;  // set by the launcher from the context
   // For timing only (outputs are wrong): kProfile* below, 0 for the real step.
   int profile_mode = 0;
@@ -127,6 +132,19 @@ struct PersistentDecoderParams {
 inline constexpr int kProfileBarriersOnly = 1;  // only the grid barriers of a step
 inline constexpr int kProfileNoAttention = 2;   // skip the self- and cross-attention phases
 inline constexpr int kProfileNoLogits = 3;      // skip the logits GEMV and its reduction
+// The cluster step only (cluster_decoder.cuh): the GEMVs' weights not loaded (zeros: the cost
+// of fetching them).
+inline constexpr int kProfileNoWeights = 5;
+// The cluster step with its blocks recording when their phases end (globaltimer), block 0 also
+// clock64() when each phase starts (its inputs arrived) and ends, then globaltimer stamps of the
+// two launches (cluster_decoder.cu): kClusterTimelineStamps int64 values in the last floats of
+// the workspace (PersistentDecoderStep::ReadTimeline; batches of up to 4 rows, where the
+// logits' per-block partials stay clear of them).
+inline constexpr int kProfileTimeline = 6;
+// The stamps: 16 blocks x 36 globaltimer values at their phases' ends, then 80 of block 0.
+inline constexpr int kClusterTimelineStamps = 16 * 36 + 80;
+// The cluster step's logits launch alone (its layers' launch returns at once).
+inline constexpr int kProfileLogitsOnly = 7;
 
 // Floats of workspace the step needs for `batch` rows on a grid of `max_blocks` blocks (the launch
 // uses one block per multiprocessor: LaunchContext::sm_count).

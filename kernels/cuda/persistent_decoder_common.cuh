@@ -281,6 +281,101 @@ __device__ __forceinline__ void Gemv(const __half* w, const float* bias, int n, 
   }
 }
 
+// ---- Logits: argmax (suppression) and log-sum-exp reduced on the device
+// --------------------------
+struct Best {
+  float m;    // running max
+  float s;    // Σ exp(v − m)
+  int index;  // argmax (lowest index on ties), INT_MAX when none
+};
+
+__device__ __forceinline__ Best Merge(Best a, Best b) {
+  Best out;
+  out.m = fmaxf(a.m, b.m);
+  if (out.m == -INFINITY) {
+    out.s = 0.0f;
+  } else {
+    out.s = a.s * expf(a.m - out.m) + b.s * expf(b.m - out.m);
+  }
+  if (a.m > b.m) {
+    out.index = a.index;
+  } else if (b.m > a.m) {
+    out.index = b.index;
+  } else {
+    out.index = min(a.index, b.index);
+  }
+  return out;
+}
+
+__device__ __forceinline__ Best ShuffleXor(const Best& b, int mask) {
+  Best o;
+  o.m = __shfl_xor_sync(kFullMask, b.m, mask);
+  o.s = __shfl_xor_sync(kFullMask, b.s, mask);
+  o.index = __shfl_xor_sync(kFullMask, b.index, mask);
+  return o;
+}
+
+// Lane epilogue of the logits GEMV: column `col` of row `r` is `v`. Writes the raw logit when
+// asked and folds it into the lane's running max / argmax / Σexp unless suppressed or NaN. The
+// suppression bits are p.suppress_bits, or `bits` (a copy of words word0 .. in shared memory).
+__device__ __forceinline__ void TakeLogit(const PersistentDecoderParams& p, int batch, int r,
+                                          int col, float v, Best& best,
+                                          const uint32_t* bits = nullptr, int word0 = 0) {
+  if (r >= batch) return;
+  if (p.logits != nullptr) p.logits[static_cast<size_t>(r) * p.vocab + col] = v;
+  const uint32_t* words = bits != nullptr ? bits : p.suppress_bits;
+  if (words != nullptr && ((words[(col >> 5) - word0] >> (col & 31)) & 1u)) return;
+  if (!(v == v)) return;  // NaN
+  if (v > best.m) {
+    best.s = best.s * expf(best.m - v) + 1.0f;
+    best.m = v;
+    best.index = col;
+  } else {
+    best.s += expf(v - best.m);
+    if (v == best.m && col < best.index) best.index = col;
+  }
+}
+
+// After a block's last logits column: its lanes' partials merged per row into stats[block][row],
+// and the last block of the launch to get here merges every block's (best token, its log-softmax
+// value, log-sum-exp). Lanes r and r + 16 hold row r (two column groups per warp). Every thread
+// of every block calls it; it also resets the launch's sync words (FinishLaunch).
+template <int MaxB>
+__device__ void FinishLogits(const PersistentDecoderParams& p, int batch, Best best, float* stats,
+                             Best (&warp_best)[kWarps][MaxB], bool* last_block) {
+  best = Merge(best, ShuffleXor(best, 16));
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  if (lane < MaxB) warp_best[warp][lane] = best;
+  __syncthreads();
+  if (warp == 0 && lane < batch) {
+    Best b = warp_best[0][lane];
+    for (int i = 1; i < kWarps; ++i) b = Merge(b, warp_best[i][lane]);
+    float* st = stats + (static_cast<size_t>(blockIdx.x) * kPersistentMaxBatch + lane) * 4;
+    st[0] = b.m;
+    st[1] = b.s;
+    st[2] = __int_as_float(b.index);
+    __threadfence();
+  }
+  if (!FinishLaunch(p.sync, last_block)) return;
+  __threadfence();
+  if (warp < batch) {
+    const int r = warp;
+    Best b{-INFINITY, 0.0f, INT_MAX};
+    for (unsigned blk = lane; blk < gridDim.x; blk += kWarp) {
+      const float* st = stats + (static_cast<size_t>(blk) * kPersistentMaxBatch + r) * 4;
+      b = Merge(b, Best{__ldcg(st), __ldcg(st + 1), __float_as_int(__ldcg(st + 2))});
+    }
+#pragma unroll
+    for (int o = kWarp / 2; o > 0; o /= 2) b = Merge(b, ShuffleXor(b, o));
+    if (lane == 0) {
+      const float lse = b.m + logf(b.s);
+      if (p.best_token != nullptr) p.best_token[r] = b.index == INT_MAX ? -1 : b.index;
+      if (p.best_logprob != nullptr) p.best_logprob[r] = b.m - lse;
+      if (p.logsumexp != nullptr) p.logsumexp[r] = lse;
+    }
+  }
+}
+
 // ---- Row inputs into shared memory ------------------------------------------------------------
 struct Rows {
   int batch;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/runtime/status.h"
+#include "kernels/cuda/cluster_decoder.cuh"
 #include "kernels/cuda/gpu.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/persistent_decoder.cuh"
@@ -111,6 +112,26 @@ absl::StatusOr<std::unique_ptr<PersistentDecoderStep>> PersistentDecoderStep::Cr
 
 absl::Status PersistentDecoderStep::Run(const DecoderStepIo& io) { return RunWith(io, {}); }
 
+absl::StatusOr<std::vector<int64_t>> PersistentDecoderStep::ReadTimeline() {
+  const int64_t floats = 2 * kClusterTimelineStamps;
+  ASSIGN_OR_RETURN(const Tensor tail,
+                   workspace_.Slice(workspace_.numel() - floats, workspace_.numel()));
+  RETURN_IF_ERROR(backend_.Synchronize());
+  std::vector<int64_t> stamps(kClusterTimelineStamps);
+  RETURN_IF_ERROR(backend_.CopyToHost(tail, stamps.data(), stamps.size() * sizeof(int64_t)));
+  return stamps;
+}
+
+bool PersistentDecoderStep::UsesClusterStep(int batch, bool f16_cross) const {
+  PersistentDecoderParams p;
+  p.batch = batch;
+  p.n_layers = dims_.n_layers;
+  p.text_ctx = dims_.n_positions;
+  p.audio_ctx = dims_.n_source;
+  p.cross_f16 = f16_cross;
+  return tuning_.cluster && ClusterDecoderAvailable(p);
+}
+
 absl::Status PersistentDecoderStep::RunWith(const DecoderStepIo& io, const Extras& extras) {
   RETURN_IF_ERROR(CheckDecoderStepIo(dims_, max_batch(), io));
   const int batch = static_cast<int>(io.positions.dim(0));
@@ -209,6 +230,7 @@ absl::Status PersistentDecoderStep::RunWith(const DecoderStepIo& io, const Extra
   p.prefetch_kv_tiles = t.prefetch_kv_tiles;
   p.logits_prefetch_layer = t.logits_prefetch_layer;
   p.profile_mode = t.profile_mode;
+  p.cluster = t.cluster;
   return ext_.LaunchRaw(
       "PersistentDecoderStep",
       [p](const LaunchContext& ctx) { return static_cast<int>(LaunchPersistentDecoder(ctx, p)); },
@@ -216,7 +238,8 @@ absl::Status PersistentDecoderStep::RunWith(const DecoderStepIo& io, const Extra
       {batch, p.n_layers, p.cross_f16, p.prefetch, p.cross_split_keys, p.self_split_keys,
        p.logits_prefetch_layer, p.logits != nullptr, p.suppress_bits != nullptr,
        p.best_token != nullptr, p.best_logprob != nullptr, p.logsumexp != nullptr, p.profile_mode,
-       p.block_attention, p.prefetch_kv_tiles, p.split_barrier, p.fuse_ffn, p.fuse_self_out});
+       p.block_attention, p.prefetch_kv_tiles, p.split_barrier, p.fuse_ffn, p.fuse_self_out,
+       p.cluster});
 }
 
 }  // namespace waav::cuda

@@ -22,6 +22,9 @@ namespace waav::cuda {
 // so that the benchmark can show each one's gain; the defaults are the measured best
 // (docs/benchmarks.md).
 struct PersistentStepTuning {
+  // The cluster step (kernels/cuda/cluster_decoder.cuh) where the device and the cross K/V's
+  // element type (f16) allow it; the cooperative kernel with the knobs below otherwise.
+  bool cluster = true;
   // Grid barriers in two halves with the next phase's constant loads between (arrive, load,
   // wait).
   bool split_barrier = true;
@@ -76,6 +79,15 @@ class PersistentDecoderStep final : public PreparedDecoderStep {
   };
   // Run with the extras; io.cross_k/v may be f16 (half the bytes of the largest read).
   absl::Status RunWith(const DecoderStepIo& io, const Extras& extras);
+
+  // Whether Run takes the cluster step for `batch` rows with f16 (or f32) cross K/V on this
+  // device (tuning.cluster and ClusterDecoderAvailable), for the benchmark's labels.
+  bool UsesClusterStep(int batch, bool f16_cross) const;
+
+  // After a step with tuning.profile_mode == kProfileTimeline (cluster step): block 0's clock64()
+  // stamps (kClusterTimelineStamps: kernel start, then each phase's start and end; unused ones
+  // as they were). Synchronises.
+  absl::StatusOr<std::vector<int64_t>> ReadTimeline();
 
  private:
   PersistentDecoderStep(Backend& backend, CudaExtensions& ext) : backend_(backend), ext_(ext) {}

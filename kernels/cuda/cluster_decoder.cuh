@@ -1,0 +1,41 @@
+// The cluster decoder step: the persistent step's work (persistent_decoder.cuh, the same
+// parameters and outputs) without grid-wide barriers. Two launches per step:
+//
+//  * Layers: one thread-block cluster per batch row (ClusterSize() blocks, one per
+//    multiprocessor). Every block of a cluster keeps the row's residual stream, its LayerNorm'ed
+//    copy and the step's activations in its own shared memory; each GEMV's output columns are
+//    split over the cluster's blocks, and each block stores its results into every block's
+//    shared memory (distributed shared memory) before a cluster barrier. Attention splits the
+//    keys over the blocks, all six heads per block, and merges the blocks' partials the same
+//    way. Eight cluster barriers per layer, no atomics (the sums have a fixed order), and the
+//    rows' clusters never wait for each other. Each block copies its share of the layer's cross
+//    K/V (f16) into shared memory at the start of the layer, so that the copy overlaps the
+//    phases before the cross-attention.
+//  * Logits: the final LayerNorm and the tied-embedding GEMV over every multiprocessor, with
+//    argmax (suppression), log-sum-exp and the optional raw logits as in the persistent step.
+//    It is launched with programmatic dependent launch: its blocks start on the
+//    multiprocessors the layers leave idle and copy their share of the 40 MB embedding into
+//    shared memory and registers before they wait for the layers' output.
+//
+// CUDA only (sm_90 clusters); under HIP the launcher reports cudaErrorNotSupported.
+#pragma once
+
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/persistent_decoder.cuh"
+
+namespace waav::cuda {
+
+// Blocks per cluster of the layers' launch (16: Hopper's largest, a non-portable size).
+inline constexpr int kClusterDecoderBlocks = 16;
+
+// Whether the cluster step runs p's shapes on the current device: f16 cross K/V, the block's
+// share of them fits in shared memory, and a cluster of kClusterDecoderBlocks blocks can be
+// resident. Host function (queries the device once per shape).
+bool ClusterDecoderAvailable(const PersistentDecoderParams& p);
+
+// One decoder step as the two launches above on ctx.stream (capturable). Reports and outputs as
+// LaunchPersistentDecoder. cudaErrorNotSupported when !ClusterDecoderAvailable(p).
+// p.profile_mode == kProfileNoLogits leaves out the logits launch (timing).
+cudaError_t LaunchClusterDecoder(const LaunchContext& ctx, const PersistentDecoderParams& p);
+
+}  // namespace waav::cuda

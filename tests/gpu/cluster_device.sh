@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The cluster decoder step's device run (kernels/cuda/cluster_decoder.cuh), staged by
+# tests/gpu/stage_device.sh with WAAV_STAGE_TARGETS="whisper_gpu_bench persistent_whisper_step_test
+# whisper_fused_step_cuda_test" and WAAV_STAGE_SCRIPTS=tests/gpu/cluster_device.sh. Timings first
+# on an idle GPU: the cluster step and the cooperative persistent kernel (its default and its
+# layers-only / argmax-only rows), the engine's step (batches 1, 8, 64, 256), then the PyTorch
+# anchor; then the tests: the cluster and the default persistent step against the CPU, the
+# engine's fused step against its op-by-op step, and compute-sanitizer (memcheck, then racecheck)
+# over the cluster case. Results under $OUT: bench.tsv, bench.log, torch.tsv, torch.log,
+# tests.log, summary.txt.
+#   bash .device/cluster/cluster_device.sh     (CLUSTER_BUDGET_S: the whole run, default 420)
+set -uo pipefail
+scripts=$(cd "$(dirname "$0")" && pwd)
+here=/tmp/waav-cluster
+rm -rf "$here" && mkdir -p "$here" && tar -C "$here" -xJf "$scripts/payload.tar.xz" || exit 1
+out=${OUT:-/tmp/waav-cluster-out}
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+device=$(nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader 2>&1)
+budget=${CLUSTER_BUDGET_S:-420}
+left() { local l=$(( budget - SECONDS )); echo $(( l < 5 ? 5 : (l > $1 ? $1 : l) )); }
+variants="persistent, f16 cross, CUDA graph;persistent, cluster step, f16 cross, CUDA graph"
+variants="$variants;persistent, cluster step, f16 cross, direct launch"
+variants="$variants;persistent, cluster step, argmax only (no logits out)"
+variants="$variants;persistent, cluster step, profile: layers only (no logits launch)"
+variants="$variants;persistent, profile: no logits phase"
+variants="$variants;fast, CUDA graph + PDL, engine fused step"
+variants="$variants;persistent, f16 cross, CUDA graph (repeat)"
+variants="$variants;persistent, cluster step, f16 cross, CUDA graph (repeat)"
+# The parity test first: a cluster step that hangs or fails shows before the timings.
+timeout "$(left 60)" "$here/bin/persistent_whisper_step_test" \
+  --gtest_filter='*ClusterStep*:*F16CrossFusedFfnFusedSelf' > "$out/tests.log" 2>&1
+echo "persistent_whisper_step_test rc=$?" >> "$out/tests.log"
+timeout "$(left 150)" "$here/bin/whisper_gpu_bench" --no-ops --encoder-batches none \
+  --only "$variants" --out "$out/bench.tsv" > "$out/bench.log" 2>&1
+bench_rc=$?
+PYTHONUNBUFFERED=1 timeout "$(left 60)" python3 "$scripts/torch_whisper_anchor.py" \
+  --encoder-batches none --out "$out/torch.tsv" > "$out/torch.log" 2>&1
+torch_rc=$?
+{
+  timeout "$(left 40)" "$here/bin/whisper_fused_step_cuda_test"
+  echo "whisper_fused_step_cuda_test rc=$?"
+  if command -v compute-sanitizer > /dev/null; then
+    timeout "$(left 90)" compute-sanitizer --tool memcheck --error-exitcode 9 \
+      "$here/bin/persistent_whisper_step_test" --gtest_filter='*ClusterStep*'
+    echo "memcheck rc=$?"
+    timeout "$(left 90)" compute-sanitizer --tool racecheck --error-exitcode 9 \
+      "$here/bin/persistent_whisper_step_test" --gtest_filter='*ClusterStep*'
+    echo "racecheck rc=$?"
+  fi
+} >> "$out/tests.log" 2>&1
+{
+  echo "$device"
+  echo "bench rc=$bench_rc torch rc=$torch_rc"
+  grep -E " rc=|^\[  (PASSED|FAILED) |^\[  FAILED  \]|Failure|ERROR SUMMARY|SKIPPED|not tested" \
+    "$out/tests.log" | head -40
+  grep -E "parity: .*cluster step.*step 0|parity: .*step 4" "$out/tests.log" | head -12
+  echo "-- waav"
+  grep -v "^#" "$out/bench.log"
+  echo "-- torch"
+  cat "$out/torch.log"
+} > "$out/summary.txt" 2>&1
+cat "$out/summary.txt"
