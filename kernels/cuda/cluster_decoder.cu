@@ -69,6 +69,11 @@ int StageKeys(int audio_ctx) { return (audio_ctx + kC - 1) / kC; }
 // both, alternately.
 __device__ __forceinline__ void ClusterArrive() { __cluster_barrier_arrive(); }
 __device__ __forceinline__ void ClusterWait() { __cluster_barrier_wait(); }
+// An arrival that orders nothing (no GPU-scope fence: the release form compiles to
+// MEMBAR.ALL.GPU, a round trip to L2 on every arrival).
+__device__ __forceinline__ void ClusterArriveRelaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
 
 // Asynchronous copies (cp.async) in groups.
 __device__ __forceinline__ void CopyAsyncCommit() {
@@ -584,6 +589,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       BarrierExpectBytes(&events[e], EventBytes(e));
     }
     BarrierInit(&stage_bar);
+  }
+  // Launched early (programmatic dependent launch): everything above and the model's constants
+  // may be touched before this, the step's inputs and the cross K/V only after.
+  WaitForPreviousKernel();
+  if (threadIdx.x == 0) {
     const int token = p.tokens[row], position = p.positions[row], length = p.lengths[row];
     const bool token_ok = token >= 0 && token < p.vocab;
     const bool position_ok = position >= 0 && position < p.text_ctx;
@@ -652,9 +662,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     x_s[c] = __half2float(p.token_embedding[static_cast<size_t>(row_token) * kD + c]) +
              p.position_table[static_cast<size_t>(position) * kD + c];
   }
-  // Every block of the cluster has started and armed its events before any stores into
-  // another's shared memory.
-  ClusterArrive();
+  // Every block of the cluster has started and armed its events (fence.mbarrier_init) before
+  // any stores into another's shared memory.
+  ClusterArriveRelaxed();
   ClusterWait();
   if (barriers_only) {  // the cost of the cluster barriers the exchange replaced
     for (int i = 0; i < 8 * p.n_layers; ++i) {
@@ -775,6 +785,64 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+// Columns cols[0..N) of the tied embedding for rows < MaxB of xs, weights in w (one lane group's
+// share each, no bias): N independent chains whose inputs are read once; epi(r, col, value) on
+// lane r of the group for the columns below `end`. Every lane of the warp must call it.
+template <int MaxB, int N, typename Epi>
+__device__ __forceinline__ void GemvColumns(const WeightRegs<kD> (&w)[N], const int (&cols)[N],
+                                            int end, const float* xs, Epi&& epi) {
+  using G = Geom<kD>;
+  const int sub = threadIdx.x % kWarp % G::kLanes;
+  float acc[N][MaxB];
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+#pragma unroll
+    for (int r = 0; r < MaxB; ++r) acc[n][r] = 0.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < G::kPerLane; ++j) {
+    const int k0 = (sub + j * G::kLanes) * 8;
+    float wf[N][8];
+#pragma unroll
+    for (int n = 0; n < N; ++n) Widen8(w[n].v[j], wf[n]);
+#pragma unroll
+    for (int r = 0; r < MaxB; ++r) {
+      const float4 a = *reinterpret_cast<const float4*>(xs + r * kD + k0);
+      const float4 b = *reinterpret_cast<const float4*>(xs + r * kD + k0 + 4);
+#pragma unroll
+      for (int n = 0; n < N; ++n) {
+        float s = acc[n][r];
+        s = fmaf(wf[n][0], a.x, s);
+        s = fmaf(wf[n][1], a.y, s);
+        s = fmaf(wf[n][2], a.z, s);
+        s = fmaf(wf[n][3], a.w, s);
+        s = fmaf(wf[n][4], b.x, s);
+        s = fmaf(wf[n][5], b.y, s);
+        s = fmaf(wf[n][6], b.z, s);
+        s = fmaf(wf[n][7], b.w, s);
+        acc[n][r] = s;
+      }
+    }
+  }
+#pragma unroll
+  for (int o = G::kLanes / 2; o > 0; o /= 2) {
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+#pragma unroll
+      for (int r = 0; r < MaxB; ++r) acc[n][r] += __shfl_xor_sync(kFullMask, acc[n][r], o);
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    if (cols[n] < end) {
+#pragma unroll
+      for (int r = 0; r < MaxB; ++r) {
+        if (sub == r) epi(r, cols[n], acc[n][r]);
+      }
+    }
+  }
+}
+
 // ---- The logits' kernel -------------------------------------------------------------------
 // Block b: columns [b · per_block, (b + 1) · per_block) of the tied embedding; the first `staged`
 // of them copied into shared memory and the next LogitsRegPasses() passes loaded into registers
@@ -784,6 +852,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     ClusterLogitsKernel(const __grid_constant__ PersistentDecoderParams p, float* x_final,
                         float* stats, int per_block, int staged) {
   using G = Geom<kD>;
+  AllowNextKernel();  // the next step's layers may start their prologue
   long long* const stamps = TimelineStamps(p);
   if (stamps != nullptr) stamps[kStampLogitsStart] = GlobalNs();
   extern __shared__ float4 smem_raw[];
@@ -831,24 +900,33 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto epi = [&](int r, int col, float v) {
     TakeLogit(p, p.batch, r, col, v, best, bits, bits_word0);
   };
-  for (int first = warp * G::kCols; c0 + first < staged_end; first += kWarps * G::kCols) {
-    const int local = first + group;
-    WeightRegs<kD> wr;
-    wr.bias = 0.0f;
+  // Staged columns, kSlots passes at a time (independent chains, the rows' inputs read once).
+  constexpr int kSlots = MaxB <= 2 ? 4 : 2;
+  constexpr int kPass = kWarps * G::kCols;  // columns per pass of the block
+  for (int first = warp * G::kCols; c0 + first < staged_end; first += kSlots * kPass) {
+    WeightRegs<kD> w[kSlots];
+    int cols[kSlots];
 #pragma unroll
-    for (int j = 0; j < G::kPerLane; ++j) {
-      wr.v[j] = c0 + local < staged_end
-                    ? *reinterpret_cast<const uint4*>(wstage + static_cast<size_t>(local) * kD +
-                                                      (sub + j * G::kLanes) * 8)
-                    : make_uint4(0, 0, 0, 0);
+    for (int n = 0; n < kSlots; ++n) {
+      const int local = first + n * kPass + group;
+      cols[n] = c0 + local;
+      w[n].bias = 0.0f;
+#pragma unroll
+      for (int j = 0; j < G::kPerLane; ++j) {
+        w[n].v[j] = cols[n] < staged_end
+                        ? *reinterpret_cast<const uint4*>(wstage + static_cast<size_t>(local) * kD +
+                                                          (sub + j * G::kLanes) * 8)
+                        : make_uint4(0, 0, 0, 0);
+      }
     }
-    GemvColumn<kD, MaxB>(wr, c0 + local, staged_end, xs, epi);
+    GemvColumns<MaxB, kSlots>(w, cols, staged_end, xs, epi);
   }
   if (stamps != nullptr) stamps[kStampLogitsStaged] = GlobalNs();
+  {
+    int cols[kPasses];
 #pragma unroll
-  for (int i = 0; i < kPasses; ++i) {
-    const int first = staged_end + (i * kWarps + warp) * G::kCols;
-    if (first < c1) GemvColumn<kD, MaxB>(regs[i], first + group, c1, xs, epi);
+    for (int i = 0; i < kPasses; ++i) cols[i] = staged_end + (i * kWarps + warp) * G::kCols + group;
+    if (staged_end + warp * G::kCols < c1) GemvColumns<MaxB, kPasses>(regs, cols, c1, xs, epi);
   }
   for (int first = staged_end + (kPasses * kWarps + warp) * G::kCols; first < c1;
        first += kWarps * G::kCols) {
@@ -904,8 +982,9 @@ cudaError_t LaunchLogits(const LaunchContext& ctx, const PersistentDecoderParams
   return cudaLaunchKernelEx(&config, kernel, p, x_final, stats, per_block, staged);
 }
 
+// `attribute`: room for two (the cluster's shape; with `pdl`, programmatic serialization).
 cudaLaunchConfig_t LayersConfig(int batch, size_t smem, cudaStream_t stream,
-                                cudaLaunchAttribute* attribute) {
+                                cudaLaunchAttribute* attribute, bool pdl = false) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(batch * kC));
   config.blockDim = dim3(kThreads);
@@ -915,8 +994,10 @@ cudaLaunchConfig_t LayersConfig(int batch, size_t smem, cudaStream_t stream,
   attribute[0].val.clusterDim.x = kC;
   attribute[0].val.clusterDim.y = 1;
   attribute[0].val.clusterDim.z = 1;
+  attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[1].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
-  config.numAttrs = 1;
+  config.numAttrs = pdl ? 2 : 1;
   return config;
 }
 
@@ -968,9 +1049,9 @@ cudaError_t LaunchClusterDecoder(const LaunchContext& ctx, const PersistentDecod
   float* x_final = p.workspace + lay.x;
   float* stats = p.workspace + lay.stats;
   const int stage_keys = StageKeys(p.audio_ctx);
-  cudaLaunchAttribute attribute[1];
+  cudaLaunchAttribute attribute[2];
   const cudaLaunchConfig_t config =
-      LayersConfig(p.batch, LayerSmemBytes(stage_keys), ctx.stream, attribute);
+      LayersConfig(p.batch, LayerSmemBytes(stage_keys), ctx.stream, attribute, /*pdl=*/true);
   cudaError_t err = cudaLaunchKernelEx(&config, ClusterLayersKernel, params, x_final, stage_keys);
   if (err != cudaSuccess || p.profile_mode == kProfileNoLogits) return err;
   const int optin = OptInSharedBytes();
