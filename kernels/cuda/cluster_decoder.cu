@@ -229,51 +229,49 @@ __device__ __forceinline__ void LoadSlice(const __half* w, const float* bias, in
   }
 }
 
-// One column pass of a lane group: W[col] · xs + bias, on every lane of the group (butterfly
-// sum over the group). Every lane of the warp must call it (shuffles).
-template <int K>
-__device__ __forceinline__ float ColumnValue(const WeightRegs<K>& wr, const float* xs) {
-  using G = Geom<K>;
-  const int sub = threadIdx.x % kWarp % G::kLanes;
-  float acc0 = 0.0f, acc1 = 0.0f;
-#pragma unroll
-  for (int j = 0; j < G::kPerLane; ++j) {
-    const int k0 = (sub + j * G::kLanes) * 8;
-    const __half2* h = reinterpret_cast<const __half2*>(&wr.v[j]);
-    const float2 w0 = __half22float2(h[0]), w1 = __half22float2(h[1]);
-    const float2 w2 = __half22float2(h[2]), w3 = __half22float2(h[3]);
-    const float4 a = *reinterpret_cast<const float4*>(xs + k0);
-    const float4 b = *reinterpret_cast<const float4*>(xs + k0 + 4);
-    acc0 = fmaf(w0.x, a.x, acc0);
-    acc1 = fmaf(w0.y, a.y, acc1);
-    acc0 = fmaf(w1.x, a.z, acc0);
-    acc1 = fmaf(w1.y, a.w, acc1);
-    acc0 = fmaf(w2.x, b.x, acc0);
-    acc1 = fmaf(w2.y, b.y, acc1);
-    acc0 = fmaf(w3.x, b.z, acc0);
-    acc1 = fmaf(w3.y, b.w, acc1);
-  }
-  float acc = acc0 + acc1;
-#pragma unroll
-  for (int o = G::kLanes / 2; o > 0; o /= 2) acc += __shfl_xor_sync(kFullMask, acc, o);
-  return acc + wr.bias;
-}
-
 // epi(col, value, sub) on every lane of each column's group (value includes the bias; sub: the
-// lane's index in the group).
+// lane's index in the group). The passes run as independent chains (their inputs read once).
 template <int K, int Cols, typename Epi>
 __device__ __forceinline__ void RunSlice(const Slice<K, Cols>& s, int col0, const float* xs,
                                          Epi&& epi) {
   using G = Geom<K>;
+  constexpr int kPasses = Slice<K, Cols>::kPasses;
   const int warp = threadIdx.x / kWarp, group = threadIdx.x % kWarp / G::kLanes;
   const int sub = threadIdx.x % kWarp % G::kLanes;
+  float acc[kPasses];
 #pragma unroll
-  for (int i = 0; i < Slice<K, Cols>::kPasses; ++i) {
-    const int first = (i * kWarps + warp) * G::kCols;
-    if (first < Cols) {  // warp-uniform
-      const float v = ColumnValue<K>(s.pass[i], xs);
-      if (first + group < Cols) epi(col0 + first + group, v, sub);
+  for (int i = 0; i < kPasses; ++i) acc[i] = 0.0f;
+#pragma unroll
+  for (int j = 0; j < G::kPerLane; ++j) {
+    const int k0 = (sub + j * G::kLanes) * 8;
+    const float4 a = *reinterpret_cast<const float4*>(xs + k0);
+    const float4 b = *reinterpret_cast<const float4*>(xs + k0 + 4);
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const __half2* h = reinterpret_cast<const __half2*>(&s.pass[i].v[j]);
+      const float2 w0 = __half22float2(h[0]), w1 = __half22float2(h[1]);
+      const float2 w2 = __half22float2(h[2]), w3 = __half22float2(h[3]);
+      float v = acc[i];
+      v = fmaf(w0.x, a.x, v);
+      v = fmaf(w0.y, a.y, v);
+      v = fmaf(w1.x, a.z, v);
+      v = fmaf(w1.y, a.w, v);
+      v = fmaf(w2.x, b.x, v);
+      v = fmaf(w2.y, b.y, v);
+      v = fmaf(w3.x, b.z, v);
+      v = fmaf(w3.y, b.w, v);
+      acc[i] = v;
     }
+  }
+#pragma unroll
+  for (int o = G::kLanes / 2; o > 0; o /= 2) {
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) acc[i] += __shfl_xor_sync(kFullMask, acc[i], o);
+  }
+#pragma unroll
+  for (int i = 0; i < kPasses; ++i) {
+    const int first = (i * kWarps + warp) * G::kCols;
+    if (first + group < Cols) epi(col0 + first + group, acc[i] + s.pass[i].bias, sub);
   }
 }
 
@@ -590,6 +588,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     BarrierInit(&stage_bar);
   }
+  // A layer's LayerNorm vectors (cp.async, one group), issued while the previous layer's
+  // FFN runs (after its LN3 read the last ones).
+  auto stage_norms = [&](int layer) {
+    const PersistentDecoderLayer& w = p.layers[layer];
+    for (int i = threadIdx.x; i < 6 * kD / 4; i += kThreads) {
+      const int which = i / (kD / 4), piece = i % (kD / 4);
+      const float* src = which == 0   ? w.ln1_g
+                         : which == 1 ? w.ln1_b
+                         : which == 2 ? w.ln2_g
+                         : which == 3 ? w.ln2_b
+                         : which == 4 ? w.ln3_g
+                                      : w.ln3_b;
+      gpu::CopyAsync16(norms + which * kD + 4 * piece, src + 4 * piece);
+    }
+    CopyAsyncCommit();
+  };
+  if (!barriers_only) stage_norms(0);  // model constants: before the wait
   // Launched early (programmatic dependent launch): everything above and the model's constants
   // may be touched before this, the step's inputs and the cross K/V only after.
   WaitForPreviousKernel();
@@ -627,22 +642,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (ends != nullptr && phase_end < kArrivalStamps) ends[phase_end] = GlobalNs();
     ++phase_end;
   };
-  // A layer's LayerNorm vectors (cp.async, one group), issued while the previous layer's
-  // FFN runs (after its LN3 read the last ones).
-  auto stage_norms = [&](int layer) {
-    const PersistentDecoderLayer& w = p.layers[layer];
-    for (int i = threadIdx.x; i < 6 * kD / 4; i += kThreads) {
-      const int which = i / (kD / 4), piece = i % (kD / 4);
-      const float* src = which == 0   ? w.ln1_g
-                         : which == 1 ? w.ln1_b
-                         : which == 2 ? w.ln2_g
-                         : which == 3 ? w.ln2_b
-                         : which == 4 ? w.ln3_g
-                                      : w.ln3_b;
-      gpu::CopyAsync16(norms + which * kD + 4 * piece, src + 4 * piece);
-    }
-    CopyAsyncCommit();
-  };
   // A layer's cross K/V rows of this block: two bulk copies completing phase `layer & 1` of
   // stage_bar, issued as soon as the previous layer's cross-attention has read the stage.
   auto stage_cross = [&](int layer) {
@@ -654,10 +653,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     BulkCopy(stage_k, static_cast<const __half*>(p.cross_k[layer]) + offset, bytes, &stage_bar);
     BulkCopy(stage_v, static_cast<const __half*>(p.cross_v[layer]) + offset, bytes, &stage_bar);
   };
-  if (!barriers_only) {
-    stage_norms(0);
-    stage_cross(0);
-  }
+  if (!barriers_only) stage_cross(0);
   for (int c = threadIdx.x; c < kD; c += kThreads) {
     x_s[c] = __half2float(p.token_embedding[static_cast<size_t>(row_token) * kD + c]) +
              p.position_table[static_cast<size_t>(position) * kD + c];
