@@ -893,8 +893,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   NormRows<MaxB>(p, rows, x_final, norm, false, xs);  // ends with a block barrier
   if (stamps != nullptr) stamps[kStampLogitsNormed] = GlobalNs();
   Best best{-INFINITY, 0.0f, INT_MAX};
+  // Without the greedy outputs (the engine reads the logits and chooses itself) only the
+  // logits are written: no running max / Σexp and no reduction across blocks.
+  const bool reduce =
+      p.best_token != nullptr || p.best_logprob != nullptr || p.logsumexp != nullptr;
   auto epi = [&](int r, int col, float v) {
-    TakeLogit(p, p.batch, r, col, v, best, bits, bits_word0);
+    if (reduce) {
+      TakeLogit(p, p.batch, r, col, v, best, bits, bits_word0);
+    } else if (r < p.batch && p.logits != nullptr) {
+      p.logits[static_cast<size_t>(r) * p.vocab + col] = v;
+    }
   };
   // Staged columns, kSlots passes at a time (independent chains, the rows' inputs read once).
   constexpr int kSlots = MaxB <= 2 ? 4 : 2;
@@ -931,7 +939,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     GemvColumn<kD, MaxB>(wr, first + group, c1, xs, epi);
   }
   if (stamps != nullptr) stamps[kStampLogitsDone] = GlobalNs();
-  FinishLogits<MaxB>(p, p.batch, best, stats, warp_best, &last_block);
+  if (reduce) FinishLogits<MaxB>(p, p.batch, best, stats, warp_best, &last_block);
 }
 
 int OptInSharedBytes() {
