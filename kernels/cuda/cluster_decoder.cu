@@ -1,19 +1,22 @@
 // The cluster decoder step (cluster_decoder.cuh): the layers as one thread-block cluster per
 // batch row, the logits as a second launch that loads its weights while the layers run.
 //
-// Layers, per block of a cluster (rank b of kC = 16) and layer, eight phases, each ended by a
-// cluster barrier in two halves (arrive, then the next phase's weights into registers, then
-// wait):
+// Layers, per block of a cluster (rank b of kC = 16) and layer, eight phases; each starts when
+// its inputs have arrived (the mbarrier of that exchange completes), its weights loaded into
+// registers just before:
 //
-//   LN1 + QKV columns [72 b, 72 b + 72) (K, V also into the self cache) | self-attention over keys
-//   [L b / 16, L (b + 1) / 16), all heads | merge + out-proj columns [24 b, +24) + residual |
-//   LN2 + cross-Q columns | cross-attention over this block's ~94 of the 1500 cross keys (copied
-//   into shared memory at the start of the layer) | merge + cross out-proj + residual |
-//   LN3 + FFN1 + GELU columns [96 b, +96) | FFN2 columns [24 b, +24) + residual.
+//   LN1 + QKV columns [72 b, 72 b + 72) (this block's K, V kept for the self caches) |
+//   self-attention over keys [L b / 16, L (b + 1) / 16), all heads | merge + out-proj columns
+//   [24 b, +24) + residual | LN2 + cross-Q columns | cross-attention over this block's ~94 of
+//   the 1500 cross keys (bulk-copied into shared memory a layer ahead) | merge + cross out-proj
+//   + residual | LN3 + FFN1 + GELU columns [96 b, +96) | FFN2 columns [24 b, +24) + residual.
 //
-// Every value a phase produces is stored into the shared memory of all 16 blocks (mapped
-// addresses of distributed shared memory), so each block holds the row's residual stream,
-// Q/K/V, FFN hidden units and attention partials, and computes its LayerNorms itself.
+// Every value a phase produces is stored into the shared memory of all 16 blocks with st.async
+// (distributed shared memory, counted on the receiver's mbarrier of that exchange), so each
+// block holds the row's residual stream, Q/K/V, FFN hidden units and attention partials, and
+// computes its LayerNorms itself. No buffer is overwritten before every block has read it: a
+// block sends a phase's values only after it has received every block's values of the phase
+// before, and each buffer is written again at least two exchanges after it was read.
 // Attention: one warp per key (a lane holds 4 (f32) or 8 (f16) dims of a head), online softmax
 // per warp, the block's 16 warps merged into one partial (o, m, l) per head, the cluster's 16
 // partials merged by every block. The new position's K/V come from shared memory.
@@ -1014,9 +1017,12 @@ bool ClusterDecoderAvailable(const PersistentDecoderParams& p) {
   }
   // Per stage size, once: the kernel's attributes (the non-portable cluster size, its dynamic
   // shared memory) and whether one cluster of it fits on the device.
-  static std::atomic<int> cached_keys{-1}, cached_clusters{0};
+  // (Keyed by device and stage size: the attributes are per device.)
+  static std::atomic<int> cached_keys{-1}, cached_device{-1}, cached_clusters{0};
   const int keys = StageKeys(p.audio_ctx);
-  if (cached_keys.load() != keys) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  if (cached_keys.load() != keys || cached_device.load() != device) {
     const size_t smem = LayerSmemBytes(keys);
     const void* kernel = reinterpret_cast<const void*>(ClusterLayersKernel);
     cudaFuncAttributes attributes = {};
@@ -1037,6 +1043,7 @@ bool ClusterDecoderAvailable(const PersistentDecoderParams& p) {
     (void)cudaGetLastError();  // a refusal above is an answer, not an error of the next launch
     cached_clusters.store(clusters);
     cached_keys.store(keys);
+    cached_device.store(device);
   }
   return cached_clusters.load() >= 1;
 }

@@ -1,18 +1,19 @@
 // The cluster decoder step: the persistent step's work (persistent_decoder.cuh, the same
 // parameters and outputs) without grid-wide barriers. Two launches per step:
 //
-//  * Layers: one thread-block cluster per batch row (ClusterSize() blocks, one per
+//  * Layers: one thread-block cluster of kClusterDecoderBlocks blocks per batch row (one per
 //    multiprocessor). Every block of a cluster keeps the row's residual stream, its LayerNorm'ed
 //    copy and the step's activations in its own shared memory; each GEMV's output columns are
 //    split over the cluster's blocks, and each block stores its results into every block's
-//    shared memory (distributed shared memory) before a cluster barrier. Attention splits the
-//    keys over the blocks, all six heads per block, and merges the blocks' partials the same
-//    way. Eight cluster barriers per layer, no atomics (the sums have a fixed order), and the
-//    rows' clusters never wait for each other. Each block copies its share of the layer's cross
-//    K/V (f16) into shared memory at the start of the layer, so that the copy overlaps the
-//    phases before the cross-attention.
+//    shared memory (st.async into distributed shared memory, counted on the receiver's
+//    mbarrier: no cluster barrier between phases). Attention splits the keys over the blocks,
+//    all six heads per block, and merges the blocks' partials the same way. Eight exchanges
+//    per layer, no atomics (the sums have a fixed order), and the rows' clusters never wait for
+//    each other. Each block bulk-copies its share of the next layer's cross K/V (f16) into
+//    shared memory as soon as the current layer's cross-attention has read the last.
 //  * Logits: the final LayerNorm and the tied-embedding GEMV over every multiprocessor, with
-//    argmax (suppression), log-sum-exp and the optional raw logits as in the persistent step.
+//    argmax (suppression), log-sum-exp and the optional raw logits as in the persistent step
+//    (the reduction only when one of its outputs is asked for).
 //    It is launched with programmatic dependent launch: its blocks start on the
 //    multiprocessors the layers leave idle and copy their share of the 40 MB embedding into
 //    shared memory and registers before they wait for the layers' output.

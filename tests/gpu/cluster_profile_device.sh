@@ -41,6 +41,6 @@ for kernel in Layers Logits; do
     --only "persistent, cluster step, f16 cross, direct launch" > "$out/ncu_${kernel,,}.csv" 2>&1
   echo "ncu $kernel rc=$?" >> "$out/bench.log"
   python3 "$scripts/ncu_source_top.py" "$out/ncu_${kernel,,}.csv" 45 > "$out/ncu_${kernel,,}.txt" 2>&1
-  head -c 3000 "$out/ncu_${kernel,,}.csv" >> "$out/ncu_${kernel,,}.txt"; rm -f "$out/ncu_${kernel,,}.csv"
+  rm -f "$out/ncu_${kernel,,}.csv"
 done
 cat "$out/bench.log"
