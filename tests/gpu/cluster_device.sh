@@ -28,11 +28,15 @@ variants="$variants;persistent, profile: no logits phase"
 variants="$variants;fast, CUDA graph + PDL, engine fused step"
 variants="$variants;persistent, f16 cross, CUDA graph (repeat)"
 variants="$variants;persistent, cluster step, f16 cross, CUDA graph (repeat)"
+# CLUSTER_EXTRA_VARIANTS: more bench variants (";"-separated exact names), e.g. the unfused and
+# fused steps, so that one call shows every variant; CLUSTER_BENCH_S: the bench's time limit.
+variants="$variants${CLUSTER_EXTRA_VARIANTS:+;$CLUSTER_EXTRA_VARIANTS}"
 # The parity test first: a cluster step that hangs or fails shows before the timings.
 timeout "$(left 60)" "$here/bin/persistent_whisper_step_test" \
   --gtest_filter='*ClusterStep*:*F16CrossFusedFfnFusedSelf' > "$out/tests.log" 2>&1
 echo "persistent_whisper_step_test rc=$?" >> "$out/tests.log"
-timeout "$(left 150)" "$here/bin/whisper_gpu_bench" --no-ops --encoder-batches none \
+timeout "$(left "${CLUSTER_BENCH_S:-150}")" "$here/bin/whisper_gpu_bench" --no-ops \
+  --encoder-batches none \
   --only "$variants" --out "$out/bench.tsv" > "$out/bench.log" 2>&1
 bench_rc=$?
 PYTHONUNBUFFERED=1 timeout "$(left 60)" python3 "$scripts/torch_whisper_anchor.py" \
