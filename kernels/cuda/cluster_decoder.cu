@@ -676,6 +676,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     const PersistentDecoderLayer& w = p.layers[layer];
     float* kc = p.self_k[layer] + static_cast<size_t>(row) * p.text_ctx * kD;
     float* vc = p.self_v[layer] + static_cast<size_t>(row) * p.text_ctx * kD;
+    // The cluster's attention partials (exchange `in`) merged, times this block's columns of
+    // the output projection, added to the residual stream (exchange `out`).
+    auto merge_project = [&](const __half* wo, const float* bo, int in, int out) {
+      Slice<kD, kDCols> s;
+      LoadSlice(wo, bo, rank * kDCols, s, weights);
+      wait(in, layer);
+      MergeCluster(cpart, merge_weights, xn);
+      RunSlice(s, rank * kDCols, xn, [&](int col, float v, int sub) {
+        Broadcast(x_s + col, x_s[col] + v, sub, &events[out]);
+      });
+      done();
+    };
     // -- LN1 + QKV (this block's K/V columns kept for the self caches).
     {
       Slice<kD, kQkvCols> s;
@@ -704,16 +716,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     PushBlockPartial(wpart, cpart, mine, merge_weights, rank, &events[kEvSelf]);
     done();
     // -- Merge + output projection + residual.
-    {
-      Slice<kD, kDCols> s;
-      LoadSlice(w.out_w, w.out_b, rank * kDCols, s, weights);
-      wait(kEvSelf, layer);
-      MergeCluster(cpart, merge_weights, xn);
-      RunSlice(s, rank * kDCols, xn, [&](int col, float v, int sub) {
-        Broadcast(x_s + col, x_s[col] + v, sub, &events[kEvOut]);
-      });
-      done();
-    }
+    merge_project(w.out_w, w.out_b, kEvSelf, kEvOut);
     // -- LN2 + cross-attention query.
     {
       Slice<kD, kDCols> s;
@@ -733,16 +736,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     PushBlockPartial(wpart, cpart, mine, merge_weights, rank, &events[kEvCross]);
     done();
     // -- Merge + cross output projection + residual.
-    {
-      Slice<kD, kDCols> s;
-      LoadSlice(w.cout_w, w.cout_b, rank * kDCols, s, weights);
-      wait(kEvCross, layer);
-      MergeCluster(cpart, merge_weights, xn);
-      RunSlice(s, rank * kDCols, xn, [&](int col, float v, int sub) {
-        Broadcast(x_s + col, x_s[col] + v, sub, &events[kEvCout]);
-      });
-      done();
-    }
+    merge_project(w.cout_w, w.cout_b, kEvCross, kEvCout);
     // -- LN3 + FFN1 + GELU.
     {
       Slice<kD, kFfCols> s;
@@ -976,17 +970,11 @@ cudaError_t LaunchLogits(const LaunchContext& ctx, const PersistentDecoderParams
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem));
   if (err != cudaSuccess) return err;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(grid));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = ctx.stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, p, x_final, stats, per_block, staged);
+  LaunchContext early = ctx;  // always with PDL: the overlap with the layers is the point
+  early.pdl = true;
+  early.pdl_max_blocks_per_sm = std::max(early.pdl_max_blocks_per_sm, 1);
+  return Launch(early, kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads), smem, p, x_final,
+                stats, per_block, staged);
 }
 
 // `attribute`: room for two (the cluster's shape; with `pdl`, programmatic serialization).
