@@ -43,13 +43,7 @@ __device__ __forceinline__ float4 Load4(const __half* p) {
 template <typename KV>
 __device__ __forceinline__ void WidenRow16(const uint4& raw, float* out) {
   if constexpr (sizeof(KV) == 2) {
-    const __half2* h = reinterpret_cast<const __half2*>(&raw);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = __half22float2(h[i]);
-      out[2 * i] = f.x;
-      out[2 * i + 1] = f.y;
-    }
+    WidenHalves8(raw, out);
   } else {
     out[0] = __uint_as_float(raw.x);
     out[1] = __uint_as_float(raw.y);

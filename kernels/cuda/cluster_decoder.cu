@@ -377,16 +377,6 @@ __device__ void SelfAttentionWarps(const float* kc, const float* vc, int k0, int
   }
 }
 
-__device__ __forceinline__ void Widen8(const uint4& raw, float* out) {
-  const __half2* h = reinterpret_cast<const __half2*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __half22float2(h[i]);
-    out[2 * i] = f.x;
-    out[2 * i + 1] = f.y;
-  }
-}
-
 // Cross-attention over n_keys f16 rows in shared memory: a partial per (warp, head) into wpart.
 // Lane l holds dims 8 l (head l / 8) and, for l < 16, dims 256 + 8 l (head 4 + l / 8). A warp
 // scores kKeyChunk keys before one softmax update (one rescale of o per chunk, not per key).
@@ -419,10 +409,10 @@ __device__ void CrossAttentionWarps(const __half* sk, const __half* sv, int n_ke
         va[c] = vr[lane];
         vb[c] = has_b ? vr[32 + lane] : zero;
         float kf[8];
-        Widen8(ka, kf);
+        WidenHalves8(ka, kf);
 #pragma unroll
         for (int i = 0; i < 8; ++i) sa[c] = fmaf(qa[i], kf[i], sa[c]);
-        Widen8(kb, kf);
+        WidenHalves8(kb, kf);
 #pragma unroll
         for (int i = 0; i < 8; ++i) sb[c] = fmaf(qb[i], kf[i], sb[c]);
       }
@@ -458,10 +448,10 @@ __device__ void CrossAttentionWarps(const __half* sk, const __half* sv, int n_ke
         la += pa;
         lb += pb;
         float vf[8];
-        Widen8(va[c], vf);
+        WidenHalves8(va[c], vf);
 #pragma unroll
         for (int i = 0; i < 8; ++i) oa[i] = fmaf(pa, vf[i], oa[i]);
-        Widen8(vb[c], vf);
+        WidenHalves8(vb[c], vf);
 #pragma unroll
         for (int i = 0; i < 8; ++i) ob[i] = fmaf(pb, vf[i], ob[i]);
       }
@@ -797,7 +787,7 @@ __device__ __forceinline__ void GemvColumns(const WeightRegs<kD> (&w)[N], const 
     const int k0 = (sub + j * G::kLanes) * 8;
     float wf[N][8];
 #pragma unroll
-    for (int n = 0; n < N; ++n) Widen8(w[n].v[j], wf[n]);
+    for (int n = 0; n < N; ++n) WidenHalves8(w[n].v[j], wf[n]);
 #pragma unroll
     for (int r = 0; r < MaxB; ++r) {
       const float4 a = *reinterpret_cast<const float4*>(xs + r * kD + k0);

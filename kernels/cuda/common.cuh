@@ -68,6 +68,17 @@ __device__ __forceinline__ float BlockMax(float v, float* scratch) {
 __device__ __forceinline__ float ToFloat(float v) { return v; }
 __device__ __forceinline__ float ToFloat(__half v) { return __half2float(v); }
 
+// Eight f16 values held raw in 16 bytes, as floats (exact).
+__device__ __forceinline__ void WidenHalves8(const uint4& raw, float* out) {
+  const __half2* h = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(h[i]);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+
 // Eight consecutive weights (f16 or f32) held raw, so that they can be loaded before
 // WaitForPreviousKernel() (weights never depend on the previous kernel) and widened after.
 template <typename W>
@@ -77,15 +88,7 @@ struct Raw8<__half> {
   uint4 v;
   __device__ __forceinline__ void Load(const __half* p) { v = *reinterpret_cast<const uint4*>(p); }
   __device__ __forceinline__ void Zero() { v = make_uint4(0, 0, 0, 0); }
-  __device__ __forceinline__ void Widen(float* out) const {
-    const __half2* h = reinterpret_cast<const __half2*>(&v);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = __half22float2(h[i]);
-      out[2 * i] = f.x;
-      out[2 * i + 1] = f.y;
-    }
-  }
+  __device__ __forceinline__ void Widen(float* out) const { WidenHalves8(v, out); }
 };
 template <>
 struct Raw8<float> {
