@@ -1,0 +1,487 @@
+// The cluster decoder step's device building blocks (cluster_decoder.cu has the kernels and
+// their launchers): the split of the work over a cluster of kC blocks, the exchange between the
+// blocks' shared memory (st.async counted on mbarriers, TMA bulk copies), the timeline stamps
+// of the profile mode, the GEMV over a block's columns, the attention warps and the partials'
+// merges. CUDA only (sm_90 PTX); device code for that one translation unit.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/cluster_decoder.cuh"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/persistent_decoder_common.cuh"
+
+namespace waav::cuda::cluster_detail {
+
+using namespace persistent_detail;  // NOLINT(google-build-using-namespace): shared parts
+
+constexpr int kC = kClusterDecoderBlocks;
+constexpr int kRec = kChunkPartial;  // a head's partial: o[64], m, l, two floats of padding
+constexpr int kQkvCols = 3 * kD / kC;
+constexpr int kDCols = kD / kC;
+constexpr int kFfCols = kFf / kC;
+static_assert(kD % kC == 0 && kFf % kC == 0, "columns split evenly over the cluster");
+
+// ---- Cluster plumbing ---------------------------------------------------------------------
+// Barrier halves: arrive releases this thread's prior writes (shared, distributed shared and
+// global) to the cluster; wait acquires every other thread's. Every thread of the cluster calls
+// both, alternately.
+__device__ __forceinline__ void ClusterArrive() { __cluster_barrier_arrive(); }
+__device__ __forceinline__ void ClusterWait() { __cluster_barrier_wait(); }
+// An arrival that orders nothing (no GPU-scope fence: the release form compiles to
+// MEMBAR.ALL.GPU, a round trip to L2 on every arrival).
+__device__ __forceinline__ void ClusterArriveRelaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+
+// Asynchronous copies (cp.async) in groups.
+__device__ __forceinline__ void CopyAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Bulk copies (Hopper's TMA engine) into this block's shared memory, completed on an mbarrier:
+// one instruction per contiguous range instead of one 16-byte cp.async per thread and piece.
+__device__ __forceinline__ unsigned SharedAddress(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void BarrierInit(unsigned long long* bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(SharedAddress(bar)) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// The next phase of `bar` completes when `bytes` have landed (one thread).
+__device__ __forceinline__ void BarrierExpectBytes(unsigned long long* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(SharedAddress(bar)),
+               "r"(bytes)
+               : "memory");
+}
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared.
+__device__ __forceinline__ void BulkCopy(void* dst, const void* src, unsigned bytes,
+                                         unsigned long long* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(SharedAddress(dst)),
+      "l"(src), "r"(bytes), "r"(SharedAddress(bar))
+      : "memory");
+}
+// Waits until phase `parity` of `bar` has completed (every thread that reads the data).
+__device__ __forceinline__ void BarrierWait(unsigned long long* bar, unsigned parity) {
+  asm volatile(
+      "{\n .reg .pred done;\n wait:\n"
+      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      " @!done bra wait;\n}" ::"r"(SharedAddress(bar)),
+      "r"(parity)
+      : "memory");
+}
+// Orders this thread's earlier generic reads of shared memory before later bulk copies into it.
+__device__ __forceinline__ void FenceProxyAsync() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// Mapped address of `local` (this block's shared memory) in cluster block `rank`. (Computed at
+// each store, volatile asm: hoisted out of the loops, 16 per buffer took the registers the
+// weights need; ptxas spilled 1.6 KB per thread.)
+__device__ __forceinline__ unsigned MapRank(const void* local, unsigned rank) {
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote)
+               : "r"(SharedAddress(local)), "r"(rank));
+  return remote;
+}
+// `v` into `local`'s address in cluster block `rank`, counted on that block's mbarrier `event`
+// (same address in every block) as 4 bytes: st.async, whose completion the consumer observes
+// on its own mbarrier, with no fence or cluster barrier on the producer's side.
+__device__ __forceinline__ void StoreAsync(float* local, float v, unsigned rank,
+                                           unsigned long long* event) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];" ::"r"(
+                   MapRank(local, rank)),
+               "f"(v), "r"(MapRank(event, rank))
+               : "memory");
+}
+// Four floats (16-byte aligned) likewise, 16 bytes.
+__device__ __forceinline__ void StoreAsync4(float* local, float4 v, unsigned rank,
+                                            unsigned long long* event) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, "
+      "[%5];" ::"r"(MapRank(local, rank)),
+      "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(MapRank(event, rank))
+      : "memory");
+}
+
+// A column's value, held by every lane of its group, into every block of the cluster: lane
+// `sub` of the group stores into block `sub` (groups have 16 or 32 lanes).
+__device__ __forceinline__ void Broadcast(float* local, float v, int sub,
+                                          unsigned long long* event) {
+  if (sub < kC) StoreAsync(local, v, static_cast<unsigned>(sub), event);
+}
+
+// The exchanges of a layer: each block's mbarrier per event completes when this many bytes
+// have arrived from the cluster's blocks (itself included).
+enum Event { kEvQkv, kEvSelf, kEvOut, kEvCq, kEvCross, kEvCout, kEvFf1, kEvFf2, kEvents };
+__device__ __forceinline__ unsigned EventBytes(int e) {
+  constexpr unsigned kPartials = kC * kH * kRec * 4;  // every block's merged partials
+  switch (e) {
+    case kEvQkv:
+      return 3 * kD * 4;
+    case kEvSelf:
+    case kEvCross:
+      return kPartials;
+    case kEvFf1:
+      return kFf * 4;
+    default:  // out, cq, cout, ffn2: 384 values
+      return kD * 4;
+  }
+}
+
+// ---- Timeline (profile mode) ----------------------------------------------------------------
+// Stamps [0, kTimelinePhaseStamps): the layers' block 0, clock64() at its start and at each
+// phase's start and end. Then globaltimer (ns, comparable across multiprocessors): the layers'
+// block 0 at its start and end, the logits' block 0 at its start, when its wait for the layers
+// returned, and when its columns were done.
+constexpr int kTimelineMain = 80;  // block 0's stamps, at the end of the workspace
+constexpr int kTimelinePhaseStamps = kTimelineMain - 8;
+// Before them: every block's globaltimer at each of its barrier arrivals (36 per block).
+constexpr int kArrivalStamps = 36;
+static_assert(kClusterTimelineStamps == kC * kArrivalStamps + kTimelineMain, "timeline layout");
+constexpr int kStampLayersStart = kTimelinePhaseStamps, kStampLayersEnd = kStampLayersStart + 1;
+constexpr int kStampLogitsStart = kStampLayersStart + 2, kStampLogitsWaited = kStampLayersStart + 3;
+constexpr int kStampLogitsDone = kStampLayersStart + 4;
+constexpr int kStampLogitsNormed = kStampLayersStart + 5,
+              kStampLogitsStaged = kStampLayersStart + 6;
+// (The memory clobber keeps loads and stores on their side of the stamp.)
+__device__ __forceinline__ long long Clock() {
+  long long t;
+  asm volatile("mov.u64 %0, %%clock64;" : "=l"(t)::"memory");
+  return t;
+}
+__device__ __forceinline__ long long GlobalNs() {
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+  return t;
+}
+__device__ __forceinline__ long long* TimelineStamps(const PersistentDecoderParams& p) {
+  return p.profile_mode == kProfileTimeline && blockIdx.x == 0 && threadIdx.x == 0
+             ? reinterpret_cast<long long*>(p.workspace + p.workspace_floats) - kTimelineMain
+             : nullptr;
+}
+
+// ---- GEMV over this block's columns -------------------------------------------------------
+// Columns [col0, col0 + Cols) of W [n, K]: pass p of warp w takes columns
+// (p · 16 + w) · kCols + group; its weights sit in registers from before the barrier.
+template <int K, int Cols>
+struct Slice {
+  using G = Geom<K>;
+  static constexpr int kPerPass = kWarps * G::kCols;
+  static constexpr int kPasses = (Cols + kPerPass - 1) / kPerPass;
+  WeightRegs<K> pass[kPasses];
+};
+
+// (`load` false: zeros, for a profile mode.)
+template <int K, int Cols>
+__device__ __forceinline__ void LoadSlice(const __half* w, const float* bias, int col0,
+                                          Slice<K, Cols>& s, bool load = true) {
+  using G = Geom<K>;
+  const int warp = threadIdx.x / kWarp, group = threadIdx.x % kWarp / G::kLanes;
+  const int end = load ? col0 + Cols : 0;
+#pragma unroll
+  for (int i = 0; i < Slice<K, Cols>::kPasses; ++i) {
+    LoadWeights<K>(w, bias, end, col0 + (i * kWarps + warp) * G::kCols + group, s.pass[i]);
+  }
+}
+
+// epi(col, value, sub) on every lane of each column's group (value includes the bias; sub: the
+// lane's index in the group). The passes run as independent chains (their inputs read once).
+template <int K, int Cols, typename Epi>
+__device__ __forceinline__ void RunSlice(const Slice<K, Cols>& s, int col0, const float* xs,
+                                         Epi&& epi) {
+  using G = Geom<K>;
+  constexpr int kPasses = Slice<K, Cols>::kPasses;
+  const int warp = threadIdx.x / kWarp, group = threadIdx.x % kWarp / G::kLanes;
+  const int sub = threadIdx.x % kWarp % G::kLanes;
+  float acc[kPasses];
+#pragma unroll
+  for (int i = 0; i < kPasses; ++i) acc[i] = 0.0f;
+#pragma unroll
+  for (int j = 0; j < G::kPerLane; ++j) {
+    const int k0 = (sub + j * G::kLanes) * 8;
+    const float4 a = *reinterpret_cast<const float4*>(xs + k0);
+    const float4 b = *reinterpret_cast<const float4*>(xs + k0 + 4);
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const __half2* h = reinterpret_cast<const __half2*>(&s.pass[i].v[j]);
+      const float2 w0 = __half22float2(h[0]), w1 = __half22float2(h[1]);
+      const float2 w2 = __half22float2(h[2]), w3 = __half22float2(h[3]);
+      float v = acc[i];
+      v = fmaf(w0.x, a.x, v);
+      v = fmaf(w0.y, a.y, v);
+      v = fmaf(w1.x, a.z, v);
+      v = fmaf(w1.y, a.w, v);
+      v = fmaf(w2.x, b.x, v);
+      v = fmaf(w2.y, b.y, v);
+      v = fmaf(w3.x, b.z, v);
+      v = fmaf(w3.y, b.w, v);
+      acc[i] = v;
+    }
+  }
+#pragma unroll
+  for (int o = G::kLanes / 2; o > 0; o /= 2) {
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) acc[i] += __shfl_xor_sync(kFullMask, acc[i], o);
+  }
+#pragma unroll
+  for (int i = 0; i < kPasses; ++i) {
+    const int first = (i * kWarps + warp) * G::kCols;
+    if (first + group < Cols) epi(col0 + first + group, acc[i] + s.pass[i].bias, sub);
+  }
+}
+
+// out[0, 384) = LayerNorm(x) with gain g and bias b (all in shared memory), by warp 0; then a
+// block barrier.
+__device__ __forceinline__ void NormLocal(const float* x, const float* g, const float* b, float eps,
+                                          float* out) {
+  if (threadIdx.x < kWarp) {
+    const int lane = threadIdx.x;
+    float v[kPer];
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      v[i] = x[lane + i * kWarp];
+      sum += v[i];
+    }
+    const float mean = WarpSum(sum) / kD;
+    float squares = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) squares += (v[i] - mean) * (v[i] - mean);
+    const float rstd = 1.0f / sqrtf(WarpSum(squares) / kD + eps);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int c = lane + i * kWarp;
+      out[c] = (v[i] - mean) * rstd * g[c] + b[c];
+    }
+  }
+  __syncthreads();
+}
+
+// ---- Attention ----------------------------------------------------------------------------
+// One online-softmax step of a lane's running (m, l, o[N]) with score s and values v.
+template <int N>
+__device__ __forceinline__ void SoftmaxStep(float s, const float* v, float& m, float& l, float* o) {
+  const float m_new = fmaxf(m, s);
+  const float corr = expf(m - m_new), pr = expf(s - m_new);
+  l = l * corr + pr;
+#pragma unroll
+  for (int i = 0; i < N; ++i) o[i] = o[i] * corr + pr * v[i];
+  m = m_new;
+}
+
+__device__ __forceinline__ void WriteRecord(float* wpart, int head, int dim, const float* o, int n,
+                                            float m, float l, bool leader) {
+  float* rec = wpart + (threadIdx.x / kWarp * kH + head) * kRec;
+  for (int i = 0; i < n; ++i) rec[dim + i] = o[i];
+  if (leader) {
+    rec[kDh] = m;
+    rec[kDh + 1] = l;
+  }
+}
+
+// Self-attention over keys [k0, k1) of f32 caches (global; key `position` from shared memory):
+// a partial per (warp, head) into wpart. Lane l holds dims 4 l + 128 c (head 2 c + l / 16).
+__device__ void SelfAttentionWarps(const float* kc, const float* vc, int k0, int k1, int position,
+                                   const float* q, const float* new_k, const float* new_v,
+                                   float scale, float* wpart) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  float qv[3][4], o[3][4], m[3], l[3];
+#pragma unroll
+  for (int c = 0; c < 3; ++c) {
+    const float4 t = reinterpret_cast<const float4*>(q)[c * kWarp + lane];
+    qv[c][0] = t.x * scale;
+    qv[c][1] = t.y * scale;
+    qv[c][2] = t.z * scale;
+    qv[c][3] = t.w * scale;
+    m[c] = -INFINITY;
+    l[c] = 0.0f;
+    for (int i = 0; i < 4; ++i) o[c][i] = 0.0f;
+  }
+  for (int j = k0 + warp; j < k1; j += kWarps) {
+    float4 kv[3], vv[3];
+    if (j == position) {
+#pragma unroll
+      for (int c = 0; c < 3; ++c) {
+        kv[c] = reinterpret_cast<const float4*>(new_k)[c * kWarp + lane];
+        vv[c] = reinterpret_cast<const float4*>(new_v)[c * kWarp + lane];
+      }
+    } else {
+      const float4* kr = reinterpret_cast<const float4*>(kc + static_cast<size_t>(j) * kD);
+      const float4* vr = reinterpret_cast<const float4*>(vc + static_cast<size_t>(j) * kD);
+#pragma unroll
+      for (int c = 0; c < 3; ++c) {
+        kv[c] = __ldcg(kr + c * kWarp + lane);
+        vv[c] = __ldcg(vr + c * kWarp + lane);
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < 3; ++c) {
+      float s = qv[c][0] * kv[c].x + qv[c][1] * kv[c].y + qv[c][2] * kv[c].z + qv[c][3] * kv[c].w;
+#pragma unroll
+      for (int off = 8; off > 0; off /= 2) s += __shfl_xor_sync(kFullMask, s, off);
+      const float v[4] = {vv[c].x, vv[c].y, vv[c].z, vv[c].w};
+      SoftmaxStep<4>(s, v, m[c], l[c], o[c]);
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < 3; ++c) {
+    WriteRecord(wpart, 2 * c + lane / 16, 4 * (lane % 16), o[c], 4, m[c], l[c], lane % 16 == 0);
+  }
+}
+
+// Cross-attention over n_keys f16 rows in shared memory: a partial per (warp, head) into wpart.
+// Lane l holds dims 8 l (head l / 8) and, for l < 16, dims 256 + 8 l (head 4 + l / 8). A warp
+// scores kKeyChunk keys before one softmax update (one rescale of o per chunk, not per key).
+constexpr int kKeyChunk = 4;
+__device__ void CrossAttentionWarps(const __half* sk, const __half* sv, int n_keys, const float* q,
+                                    float scale, float* wpart) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const bool has_b = lane < 16;
+  float qa[8], qb[8], oa[8], ob[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    qa[i] = q[8 * lane + i] * scale;
+    qb[i] = has_b ? q[256 + 8 * lane + i] * scale : 0.0f;
+    oa[i] = ob[i] = 0.0f;
+  }
+  float ma = -INFINITY, la = 0.0f, mb = -INFINITY, lb = 0.0f;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  for (int base = warp; base < n_keys; base += kWarps * kKeyChunk) {
+    float sa[kKeyChunk], sb[kKeyChunk];
+    uint4 va[kKeyChunk], vb[kKeyChunk];
+#pragma unroll
+    for (int c = 0; c < kKeyChunk; ++c) {
+      const int j = base + c * kWarps;
+      sa[c] = sb[c] = 0.0f;
+      va[c] = vb[c] = zero;
+      if (j < n_keys) {
+        const uint4* kr = reinterpret_cast<const uint4*>(sk + static_cast<size_t>(j) * kD);
+        const uint4* vr = reinterpret_cast<const uint4*>(sv + static_cast<size_t>(j) * kD);
+        const uint4 ka = kr[lane], kb = has_b ? kr[32 + lane] : zero;
+        va[c] = vr[lane];
+        vb[c] = has_b ? vr[32 + lane] : zero;
+        float kf[8];
+        WidenHalves8(ka, kf);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) sa[c] = fmaf(qa[i], kf[i], sa[c]);
+        WidenHalves8(kb, kf);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) sb[c] = fmaf(qb[i], kf[i], sb[c]);
+      }
+    }
+#pragma unroll
+    for (int off = 4; off > 0; off /= 2) {
+#pragma unroll
+      for (int c = 0; c < kKeyChunk; ++c) {
+        sa[c] += __shfl_xor_sync(kFullMask, sa[c], off);
+        sb[c] += __shfl_xor_sync(kFullMask, sb[c], off);
+      }
+    }
+    float na = ma, nb = mb;
+#pragma unroll
+    for (int c = 0; c < kKeyChunk; ++c) {
+      if (base + c * kWarps < n_keys) {
+        na = fmaxf(na, sa[c]);
+        nb = fmaxf(nb, sb[c]);
+      }
+    }
+    const float ca = expf(ma - na), cb = expf(mb - nb);
+    la *= ca;
+    lb *= cb;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      oa[i] *= ca;
+      ob[i] *= cb;
+    }
+#pragma unroll
+    for (int c = 0; c < kKeyChunk; ++c) {
+      if (base + c * kWarps < n_keys) {  // warp-uniform
+        const float pa = expf(sa[c] - na), pb = expf(sb[c] - nb);
+        la += pa;
+        lb += pb;
+        float vf[8];
+        WidenHalves8(va[c], vf);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) oa[i] = fmaf(pa, vf[i], oa[i]);
+        WidenHalves8(vb[c], vf);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) ob[i] = fmaf(pb, vf[i], ob[i]);
+      }
+    }
+    ma = na;
+    mb = nb;
+  }
+  WriteRecord(wpart, lane / 8, 8 * (lane % 8), oa, 8, ma, la, lane % 8 == 0);
+  if (has_b) WriteRecord(wpart, 4 + lane / 8, 8 * (lane % 8), ob, 8, mb, lb, lane % 8 == 0);
+}
+
+// Softmax-merge weights of 16 partials per head: for head h (threads 16 h .. 16 h + 15 of the
+// first 96), weights[h][i] = exp(m_i - M) (/ L when `normalise`), M the largest m_i and L the
+// weighted sum of the l_i; without `normalise` also M and L into `merged`'s record h. Then a
+// block barrier.
+__device__ __forceinline__ void MergeWeights(const float* records, float* weights, bool normalise,
+                                             float* merged) {
+  static_assert(kWarps == 16 && kC == 16, "16 partials per head: 16 lanes each");
+  if (threadIdx.x < 16 * kH) {
+    const int h = threadIdx.x / 16, i = threadIdx.x % 16;
+    const float* rec = records + (i * kH + h) * kRec;
+    const float m_i = rec[kDh];
+    float m = m_i;
+#pragma unroll
+    for (int o = 8; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, o));
+    const float e = m == -INFINITY ? 0.0f : expf(m_i - m);
+    float l = rec[kDh + 1] * e;
+#pragma unroll
+    for (int o = 8; o > 0; o /= 2) l += __shfl_xor_sync(kFullMask, l, o);
+    weights[h * 16 + i] = normalise ? (l > 0.0f ? e / l : 0.0f) : e;
+    if (!normalise && i == 0) {
+      merged[h * kRec + kDh] = m;
+      merged[h * kRec + kDh + 1] = l;
+    }
+  }
+  __syncthreads();
+}
+
+// The block's 16 warp partials per head merged into one (o unnormalised, m, l) in `mine`, then
+// copied into record `rank` of cpart in every block (counted on `event`). Call after a block
+// barrier that follows the warps'. `weights`: 96 floats of scratch.
+__device__ void PushBlockPartial(const float* wpart, float* cpart, float* mine, float* weights,
+                                 int rank, unsigned long long* event) {
+  MergeWeights(wpart, weights, false, mine);
+  if (threadIdx.x < kD) {
+    const int h = threadIdx.x / kDh, d = threadIdx.x % kDh;
+    float o = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      o = fmaf(wpart[(w * kH + h) * kRec + d], weights[h * 16 + w], o);
+    }
+    mine[h * kRec + d] = o;
+  }
+  __syncthreads();
+  constexpr int kPieces = kH * kRec / 4;  // float4 pieces of the block's record
+  float* dst = cpart + rank * kH * kRec;
+  for (int i = threadIdx.x; i < kC * kPieces; i += kThreads) {
+    const int target = i / kPieces, piece = i % kPieces;
+    StoreAsync4(dst + 4 * piece, reinterpret_cast<const float4*>(mine)[piece],
+                static_cast<unsigned>(target), event);
+  }
+}
+
+// att[0, 384) = the cluster's partials merged and normalised; then a block barrier.
+__device__ void MergeCluster(const float* cpart, float* weights, float* att) {
+  MergeWeights(cpart, weights, true, nullptr);
+  if (threadIdx.x < kD) {
+    const int h = threadIdx.x / kDh, d = threadIdx.x % kDh;
+    float o = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kC; ++j) o = fmaf(cpart[(j * kH + h) * kRec + d], weights[h * 16 + j], o);
+    att[threadIdx.x] = o;
+  }
+  __syncthreads();
+}
+
+}  // namespace waav::cuda::cluster_detail
