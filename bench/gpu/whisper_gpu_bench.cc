@@ -627,6 +627,17 @@ int Main(int argc, char** argv) {
     cluster(o);
     o.write_logits = false;
   });
+  // L2 eviction hints (default: the logits' embedding evict-first): none, and also the layers'
+  // weights and cross K/V evict-last.
+  add_persistent("cluster step, no L2 hints", true, [&](auto& o) {
+    cluster(o);
+    o.tuning.l2_hints = 0;
+  });
+  add_persistent("cluster step, L2 hints: logits evict-first, layers evict-last", true,
+                 [&](auto& o) {
+                   cluster(o);
+                   o.tuning.l2_hints = cuda::kL2HintsKeepLayers;
+                 });
   // Attribution of the cluster step (timing only, outputs wrong): one part left out each.
   const std::pair<const char*, int> cluster_profiles[] = {
       {"layers only (no logits launch)", cuda::kProfileNoLogits},

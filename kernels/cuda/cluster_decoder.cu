@@ -90,6 +90,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const bool barriers_only = p.profile_mode == kProfileBarriersOnly;
   const bool attention = p.profile_mode != kProfileNoAttention && !barriers_only;
   const bool weights = p.profile_mode != kProfileNoWeights && !barriers_only;
+  // The layers' weights and cross K/V: evict-last with the "keep" hints (read again next
+  // step), else normal.
+  const uint64_t keep =
+      L2Policy(p.l2_hints >= kL2HintsKeepLayers ? L2Priority::kEvictLast : L2Priority::kNormal);
   // Timeline (profile mode): block 0 stamps each phase's start and end; every block stamps the
   // end of each of its phases (globaltimer).
   long long* const stamps = TimelineStamps(p);
@@ -179,8 +183,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     const unsigned bytes = static_cast<unsigned>((a1 - a0) * kD * 2);
     FenceProxyAsync();
     BarrierExpectBytes(&stage_bar, 2 * bytes);
-    BulkCopy(stage_k, static_cast<const __half*>(p.cross_k[layer]) + offset, bytes, &stage_bar);
-    BulkCopy(stage_v, static_cast<const __half*>(p.cross_v[layer]) + offset, bytes, &stage_bar);
+    BulkCopy(stage_k, static_cast<const __half*>(p.cross_k[layer]) + offset, bytes, &stage_bar,
+             keep);
+    BulkCopy(stage_v, static_cast<const __half*>(p.cross_v[layer]) + offset, bytes, &stage_bar,
+             keep);
   };
   if (!barriers_only) stage_cross(0);
   for (int c = threadIdx.x; c < kD; c += kThreads) {
@@ -206,7 +212,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // the output projection, added to the residual stream (exchange `out`).
     auto merge_project = [&](const __half* wo, const float* bo, int in, int out) {
       Slice<kD, kDCols> s;
-      LoadSlice(wo, bo, rank * kDCols, s, weights);
+      LoadSlice(wo, bo, rank * kDCols, s, keep, weights);
       wait(in, layer);
       MergeCluster(cpart, merge_weights, xn);
       RunSlice(s, rank * kDCols, xn, [&](int col, float v, int sub) {
@@ -217,7 +223,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // -- LN1 + QKV (this block's K/V columns kept for the self caches).
     {
       Slice<kD, kQkvCols> s;
-      LoadSlice(w.qkv_w, w.qkv_b, rank * kQkvCols, s, weights);
+      LoadSlice(w.qkv_w, w.qkv_b, rank * kQkvCols, s, keep, weights);
       gpu::CopyAsyncWaitAll();  // the LayerNorm vectors
       if (layer > 0) {
         wait(kEvFf2, layer - 1);  // the residual stream
@@ -246,7 +252,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // -- LN2 + cross-attention query.
     {
       Slice<kD, kDCols> s;
-      LoadSlice(w.cq_w, w.cq_b, rank * kDCols, s, weights);
+      LoadSlice(w.cq_w, w.cq_b, rank * kDCols, s, keep, weights);
       wait(kEvOut, layer);
       NormLocal(x_s, norms + 2 * kD, norms + 3 * kD, p.eps, xn);
       RunSlice(s, rank * kDCols, xn,
@@ -266,7 +272,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // -- LN3 + FFN1 + GELU.
     {
       Slice<kD, kFfCols> s;
-      LoadSlice(w.ff1_w, w.ff1_b, rank * kFfCols, s, weights);
+      LoadSlice(w.ff1_w, w.ff1_b, rank * kFfCols, s, keep, weights);
       wait(kEvCout, layer);
       NormLocal(x_s, norms + 4 * kD, norms + 5 * kD, p.eps, xn);
       if (layer + 1 < p.n_layers) stage_norms(layer + 1);  // LN3 has read this layer's
@@ -278,7 +284,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // -- FFN2 + residual.
     {
       Slice<kFf, kDCols> s;
-      LoadSlice(w.ff2_w, w.ff2_b, rank * kDCols, s, weights);
+      LoadSlice(w.ff2_w, w.ff2_b, rank * kDCols, s, keep, weights);
       wait(kEvFf1, layer);
       RunSlice(s, rank * kDCols, h_s, [&](int col, float v, int sub) {
         Broadcast(x_s + col, x_s[col] + v, sub, &events[kEvFf2]);
@@ -388,13 +394,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int staged_end = min(c1, c0 + staged);
   const int pieces = (staged_end - c0) * (kD / 8);
   const __half* src = p.token_embedding + static_cast<size_t>(c0) * kD;
-  for (int i = threadIdx.x; i < pieces; i += kThreads)
-    gpu::CopyAsync16(wstage + 8 * i, src + 8 * i);
+  // The embedding is read once per step: evict-first with the hints, so that it does not push
+  // the layers' weights and cross K/V out of L2.
+  const uint64_t stream =
+      L2Policy(p.l2_hints >= kL2HintsStreamLogits ? L2Priority::kEvictFirst : L2Priority::kNormal);
+  for (int i = threadIdx.x; i < pieces; i += kThreads) {
+    CopyAsyncHinted(wstage + 8 * i, src + 8 * i, stream);
+  }
   WeightRegs<kD> regs[kPasses];
 #pragma unroll
   for (int i = 0; i < kPasses; ++i) {
-    LoadWeights<kD>(p.token_embedding, nullptr, c1,
-                    staged_end + (i * kWarps + warp) * G::kCols + group, regs[i]);
+    LoadWeightsHinted<kD>(p.token_embedding, nullptr, c1,
+                          staged_end + (i * kWarps + warp) * G::kCols + group, regs[i], stream);
   }
   const NormRegs norm = LoadNorm<MaxB>(p.final_g, p.final_b);
   // The suppression bits of the block's columns into shared memory (read once per column).
@@ -458,7 +469,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int first = staged_end + (kPasses * kWarps + warp) * G::kCols; first < c1;
        first += kWarps * G::kCols) {
     WeightRegs<kD> wr;
-    LoadWeights<kD>(p.token_embedding, nullptr, c1, first + group, wr);
+    LoadWeightsHinted<kD>(p.token_embedding, nullptr, c1, first + group, wr, stream);
     GemvColumn<kD, MaxB>(wr, first + group, c1, xs, epi);
   }
   if (stamps != nullptr) stamps[kStampLogitsDone] = GlobalNs();

@@ -55,12 +55,13 @@ __device__ __forceinline__ void BarrierExpectBytes(unsigned long long* bar, unsi
                : "memory");
 }
 // `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared.
+// (`policy`: an L2 cache policy, L2Policy below.)
 __device__ __forceinline__ void BulkCopy(void* dst, const void* src, unsigned bytes,
-                                         unsigned long long* bar) {
+                                         unsigned long long* bar, uint64_t policy) {
   asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
-          "r"(SharedAddress(dst)),
-      "l"(src), "r"(bytes), "r"(SharedAddress(bar))
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
+      "[%1], %2, [%3], %4;" ::"r"(SharedAddress(dst)),
+      "l"(src), "r"(bytes), "r"(SharedAddress(bar)), "l"(policy)
       : "memory");
 }
 // Waits until phase `parity` of `bar` has completed (every thread that reads the data).
@@ -164,6 +165,53 @@ __device__ __forceinline__ long long* TimelineStamps(const PersistentDecoderPara
              : nullptr;
 }
 
+// ---- L2 eviction priorities ----------------------------------------------------------------
+// The logits' 40 MB of embedding stream through L2 every step while the layers run; without a
+// hint they push out the layers' 16.5 MB of weights and 9 MB of cross K/V, which the layers then
+// fetch from HBM. A cache policy (createpolicy) marks loads evict-first (streamed once) or
+// evict-last (read again next step); evict_normal is the unhinted behaviour.
+enum class L2Priority { kNormal, kEvictFirst, kEvictLast };
+__device__ __forceinline__ uint64_t L2Policy(L2Priority priority) {
+  uint64_t policy;
+  if (priority == L2Priority::kEvictFirst) {
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  } else if (priority == L2Priority::kEvictLast) {
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+  } else {
+    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy));
+  }
+  return policy;
+}
+// 16 bytes of read-only global memory under `policy` (not kept in L1).
+__device__ __forceinline__ uint4 LoadHinted(const void* src, uint64_t policy) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(src), "l"(policy));
+  return v;
+}
+// cp.async of 16 bytes under `policy`.
+__device__ __forceinline__ void CopyAsyncHinted(void* dst, const void* src, uint64_t policy) {
+  asm volatile(
+      "cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(SharedAddress(dst)),
+      "l"(src), "l"(policy)
+      : "memory");
+}
+// LoadWeights (persistent_decoder_common.cuh) under `policy`.
+template <int K>
+__device__ __forceinline__ void LoadWeightsHinted(const __half* w, const float* bias, int n,
+                                                  int col, WeightRegs<K>& r, uint64_t policy) {
+  using G = Geom<K>;
+  const int sub = threadIdx.x % G::kLanes;
+  r.bias = bias != nullptr && col < n ? bias[col] : 0.0f;
+#pragma unroll
+  for (int j = 0; j < G::kPerLane; ++j) {
+    r.v[j] = col < n
+                 ? LoadHinted(w + static_cast<size_t>(col) * K + (sub + j * G::kLanes) * 8, policy)
+                 : make_uint4(0, 0, 0, 0);
+  }
+}
+
 // ---- GEMV over this block's columns -------------------------------------------------------
 // Columns [col0, col0 + Cols) of W [n, K]: pass p of warp w takes columns
 // (p · 16 + w) · kCols + group; its weights sit in registers from before the barrier.
@@ -175,16 +223,17 @@ struct Slice {
   WeightRegs<K> pass[kPasses];
 };
 
-// (`load` false: zeros, for a profile mode.)
+// (`load` false: zeros, for a profile mode; `policy`: L2Policy.)
 template <int K, int Cols>
 __device__ __forceinline__ void LoadSlice(const __half* w, const float* bias, int col0,
-                                          Slice<K, Cols>& s, bool load = true) {
+                                          Slice<K, Cols>& s, uint64_t policy, bool load = true) {
   using G = Geom<K>;
   const int warp = threadIdx.x / kWarp, group = threadIdx.x % kWarp / G::kLanes;
   const int end = load ? col0 + Cols : 0;
 #pragma unroll
   for (int i = 0; i < Slice<K, Cols>::kPasses; ++i) {
-    LoadWeights<K>(w, bias, end, col0 + (i * kWarps + warp) * G::kCols + group, s.pass[i]);
+    LoadWeightsHinted<K>(w, bias, end, col0 + (i * kWarps + warp) * G::kCols + group, s.pass[i],
+                         policy);
   }
 }
 

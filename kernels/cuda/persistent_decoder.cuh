@@ -122,6 +122,8 @@ struct PersistentDecoderParams {
   // and enough shared memory (ClusterDecoderAvailable); otherwise, and for the profile modes
   // other than kProfileNoLogits, the cooperative kernel.
   bool cluster = false;
+  // The cluster step's L2 eviction priorities: kL2Hints* below (0: none).
+  int l2_hints = 0;
   unsigned long long* error_word = nullptr;  // set by the launcher from the context
   // For timing only (outputs are wrong): kProfile* below, 0 for the real step.
   int profile_mode = 0;
@@ -145,6 +147,11 @@ inline constexpr int kProfileTimeline = 6;
 inline constexpr int kClusterTimelineStamps = 16 * 36 + 80;
 // The cluster step's logits launch alone (its layers' launch returns at once).
 inline constexpr int kProfileLogitsOnly = 7;
+
+// The cluster step's L2 hints: the logits' embedding loads evict-first (streamed once per
+// step); with kL2HintsKeepLayers the layers' weight loads also evict-last.
+inline constexpr int kL2HintsStreamLogits = 1;
+inline constexpr int kL2HintsKeepLayers = 2;
 
 // Floats of workspace the step needs for `batch` rows on a grid of `max_blocks` blocks (the launch
 // uses one block per multiprocessor: LaunchContext::sm_count).

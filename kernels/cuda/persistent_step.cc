@@ -231,15 +231,31 @@ absl::Status PersistentDecoderStep::RunWith(const DecoderStepIo& io, const Extra
   p.logits_prefetch_layer = t.logits_prefetch_layer;
   p.profile_mode = t.profile_mode;
   p.cluster = t.cluster;
+  p.l2_hints = t.l2_hints;
   return ext_.LaunchRaw(
       "PersistentDecoderStep",
       [p](const LaunchContext& ctx) { return static_cast<int>(LaunchPersistentDecoder(ctx, p)); },
       std::move(keep),
-      {batch, p.n_layers, p.cross_f16, p.prefetch, p.cross_split_keys, p.self_split_keys,
-       p.logits_prefetch_layer, p.logits != nullptr, p.suppress_bits != nullptr,
-       p.best_token != nullptr, p.best_logprob != nullptr, p.logsumexp != nullptr, p.profile_mode,
-       p.block_attention, p.prefetch_kv_tiles, p.split_barrier, p.fuse_ffn, p.fuse_self_out,
-       p.cluster});
+      {batch,
+       p.n_layers,
+       p.cross_f16,
+       p.prefetch,
+       p.cross_split_keys,
+       p.self_split_keys,
+       p.logits_prefetch_layer,
+       p.logits != nullptr,
+       p.suppress_bits != nullptr,
+       p.best_token != nullptr,
+       p.best_logprob != nullptr,
+       p.logsumexp != nullptr,
+       p.profile_mode,
+       p.block_attention,
+       p.prefetch_kv_tiles,
+       p.split_barrier,
+       p.fuse_ffn,
+       p.fuse_self_out,
+       p.cluster,
+       p.l2_hints});
 }
 
 }  // namespace waav::cuda

@@ -25,6 +25,9 @@ struct PersistentStepTuning {
   // The cluster step (kernels/cuda/cluster_decoder.cuh) where the device and the cross K/V's
   // element type (f16) allow it; the cooperative kernel with the knobs below otherwise.
   bool cluster = true;
+  // The cluster step's L2 eviction hints (persistent_decoder.cuh, kL2Hints*; 0: none). Default:
+  // the logits' embedding loads evict-first (kL2HintsStreamLogits).
+  int l2_hints = 1;
   // Grid barriers in two halves with the next phase's constant loads between (arrive, load,
   // wait).
   bool split_barrier = true;
