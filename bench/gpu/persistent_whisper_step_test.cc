@@ -52,12 +52,14 @@ struct StepCase {
   bool block_attention;
   bool fuse_ffn = false;
   bool fuse_self_out = false;
-  bool cluster = false;  // the cluster step (kernels/cuda/cluster_decoder.cuh); f16 cross only
+  bool cluster = false;    // the cluster step (kernels/cuda/cluster_decoder.cuh); f16 cross only
+  bool logits_mma = true;  // the cluster step's logits on tensor cores
 };
 void PrintTo(const StepCase& c, std::ostream* os) {
   *os << (c.f16_cross ? "f16" : "f32") << " cross, "
       << (c.block_attention ? "block attention" : "warp items") << (c.fuse_ffn ? ", fused FFN" : "")
-      << (c.fuse_self_out ? ", fused self-attention" : "") << (c.cluster ? ", cluster step" : "");
+      << (c.fuse_self_out ? ", fused self-attention" : "") << (c.cluster ? ", cluster step" : "")
+      << (c.cluster && !c.logits_mma ? ", logits on CUDA cores" : "");
 }
 
 class PersistentStepTest : public ::testing::TestWithParam<StepCase> {};
@@ -125,6 +127,7 @@ TEST_P(PersistentStepTest, MatchesCpuDecodeStep) {
     step_options.tuning.fuse_ffn = GetParam().fuse_ffn;
     step_options.tuning.fuse_self_out = GetParam().fuse_self_out;
     step_options.tuning.cluster = GetParam().cluster;
+    step_options.tuning.logits_mma = GetParam().logits_mma;
     ASSERT_TRUE((*persistent)->Prepare(**gpu_state, step_options).ok());
     ASSERT_TRUE((*persistent)->RefreshCross(**gpu_state).ok());
     if (GetParam().cluster && !(*persistent)->UsesClusterStep()) {
@@ -293,9 +296,13 @@ INSTANTIATE_TEST_SUITE_P(
                       StepCase{false, false}, StepCase{true, true, true},
                       StepCase{false, true, true}, StepCase{true, true, false, true},
                       StepCase{true, true, true, true}, StepCase{false, true, true, true},
-                      StepCase{true, true, false, false, true}),
+                      StepCase{true, true, false, false, true},
+                      StepCase{true, true, false, false, true, false}),
     [](const ::testing::TestParamInfo<StepCase>& info) {
-      if (info.param.cluster) return std::string("ClusterStepF16Cross");
+      if (info.param.cluster) {
+        return std::string(info.param.logits_mma ? "ClusterStepF16Cross"
+                                                 : "ClusterStepCudaCoreLogits");
+      }
       if (!info.param.block_attention) {
         return std::string(info.param.f16_cross ? "WarpItemsF16" : "WarpItemsF32");
       }

@@ -633,6 +633,15 @@ int Main(int argc, char** argv) {
     cluster(o);
     o.tuning.l2_hints = 0;
   });
+  add_persistent("cluster step, logits on CUDA cores", true, [&](auto& o) {
+    cluster(o);
+    o.tuning.logits_mma = false;
+  });
+  add_persistent("cluster step, logits on CUDA cores, argmax only", true, [&](auto& o) {
+    cluster(o);
+    o.tuning.logits_mma = false;
+    o.write_logits = false;
+  });
   add_persistent("cluster step, L2 hints: logits evict-first, layers evict-last", true,
                  [&](auto& o) {
                    cluster(o);

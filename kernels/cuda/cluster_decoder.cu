@@ -369,6 +369,64 @@ __device__ __forceinline__ void GemvColumns(const WeightRegs<kD> (&w)[N], const 
 }
 
 // ---- The logits' kernel -------------------------------------------------------------------
+// Shared memory of the tensor-core logits' A fragments: 24 k-steps x 32 lanes x 4 registers.
+constexpr int kLogitsFragmentBytes = (kD / 16) * kWarp * 16;
+
+// Logits of staged columns [c0, staged_end) (rows swizzled, SwizzledOffset) on tensor cores:
+// D (16 x 8 columns) += A (16 x 16) · B (16 x 8) per k-step, A's row r the batch row r's
+// LayerNorm'ed input rounded to f16 and row r + 8 its rounding error (so each logit is the sum
+// of two rows: as exact as f32 inputs times f16 weights), B the staged embedding rows. Warp w
+// takes the 8-column tiles w, w + 16, ...; lane l writes (or reduces into `best`) row l / 4.
+// `fragments`: kLogitsFragmentBytes of shared memory. Ends with the fragments still in use by
+// other warps (no barrier after).
+__device__ void LogitsMma(const PersistentDecoderParams& p, const float* xs, const __half* wstage,
+                          uint4* fragments, int c0, int staged_end, bool reduce, Best& best,
+                          const uint32_t* bits, int bits_word0) {
+  constexpr int kSteps = kD / 16;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int quad_row = lane / 4, quad_col = lane % 4;
+  // The A fragments of every k-step, once per block: lane l's registers of step k at [k][l].
+  for (int i = threadIdx.x; i < kSteps * kWarp; i += kThreads) {
+    const int step = i / kWarp, l = i % kWarp, r = l / 4;
+    const int d = 16 * step + 2 * (l % 4);
+    float hi[4], lo[4];
+    const float x[4] = {
+        r < p.batch ? xs[r * kD + d] : 0.0f, r < p.batch ? xs[r * kD + d + 1] : 0.0f,
+        r < p.batch ? xs[r * kD + d + 8] : 0.0f, r < p.batch ? xs[r * kD + d + 9] : 0.0f};
+    for (int j = 0; j < 4; ++j) SplitHalf(x[j], hi[j], lo[j]);
+    fragments[i] = make_uint4(mma::PackHalf2(hi[0], hi[1]), mma::PackHalf2(lo[0], lo[1]),
+                              mma::PackHalf2(hi[2], hi[3]), mma::PackHalf2(lo[2], lo[3]));
+  }
+  __syncthreads();
+  const int n_cols = staged_end - c0, tiles = (n_cols + 7) / 8;
+  for (int tile = warp; tile < tiles; tile += kWarps) {
+    // ldmatrix rows: the tile's columns (beyond the staged ones: row 0, results dropped).
+    const int row = 8 * tile + lane % 8 < n_cols ? 8 * tile + lane % 8 : 0;
+    float acc[2][4] = {};  // even and odd k-steps (two independent chains)
+#pragma unroll 4
+    for (int pair = 0; pair < kSteps / 2; ++pair) {
+      uint32_t b[4];
+      mma::LdMatrix4(b, wstage + SwizzledOffset(row, 4 * pair + lane / 8));
+      const uint4 a0 = fragments[(2 * pair) * kWarp + lane];
+      const uint4 a1 = fragments[(2 * pair + 1) * kWarp + lane];
+      const uint32_t fa0[4] = {a0.x, a0.y, a0.z, a0.w}, fa1[4] = {a1.x, a1.y, a1.z, a1.w};
+      mma::Mma16816(acc[0], fa0, b[0], b[1]);
+      mma::Mma16816(acc[1], fa1, b[2], b[3]);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int col = c0 + 8 * tile + 2 * quad_col + i;
+      const float v = acc[0][i] + acc[0][2 + i] + acc[1][i] + acc[1][2 + i];
+      if (col >= staged_end || quad_row >= p.batch) continue;
+      if (reduce) {
+        TakeLogit(p, p.batch, quad_row, col, v, best, bits, bits_word0);
+      } else if (p.logits != nullptr) {
+        p.logits[static_cast<size_t>(quad_row) * p.vocab + col] = v;
+      }
+    }
+  }
+}
+
 // Block b: columns [b · per_block, (b + 1) · per_block) of the tied embedding; the first `staged`
 // of them copied into shared memory and the next LogitsRegPasses() passes loaded into registers
 // before the wait for the layers; the rest (small grids only) loaded after.
@@ -399,7 +457,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint64_t stream =
       L2Policy(p.l2_hints >= kL2HintsStreamLogits ? L2Priority::kEvictFirst : L2Priority::kNormal);
   for (int i = threadIdx.x; i < pieces; i += kThreads) {
-    CopyAsyncHinted(wstage + 8 * i, src + 8 * i, stream);
+    CopyAsyncHinted(wstage + SwizzledOffset(i / kRowChunks, i % kRowChunks), src + 8 * i, stream);
   }
   WeightRegs<kD> regs[kPasses];
 #pragma unroll
@@ -438,10 +496,26 @@ __global__ void __launch_bounds__(kThreads, 1)
       p.logits[static_cast<size_t>(r) * p.vocab + col] = v;
     }
   };
-  // Staged columns, kSlots passes at a time (independent chains, the rows' inputs read once).
+  // Staged columns on tensor cores (LogitsMma), or on the CUDA cores kSlots passes at a time
+  // (independent chains, the rows' inputs read once).
   constexpr int kSlots = MaxB <= 2 ? 4 : 2;
   constexpr int kPass = kWarps * G::kCols;  // columns per pass of the block
-  for (int first = warp * G::kCols; c0 + first < staged_end; first += kSlots * kPass) {
+  if (p.logits_mma) {
+    auto* fragments = reinterpret_cast<uint4*>(wstage + static_cast<size_t>(staged) * kD);
+    Best mma_best{-INFINITY, 0.0f, INT_MAX};
+    LogitsMma(p, xs, wstage, fragments, c0, staged_end, reduce, mma_best, bits, bits_word0);
+    if (reduce) {  // row r's partial into lane r's (FinishLogits' layout)
+      mma_best = Merge(mma_best, ShuffleXor(mma_best, 1));
+      mma_best = Merge(mma_best, ShuffleXor(mma_best, 2));
+      const int from = 4 * (lane % 8);
+      const Best row_best{__shfl_sync(kFullMask, mma_best.m, from),
+                          __shfl_sync(kFullMask, mma_best.s, from),
+                          __shfl_sync(kFullMask, mma_best.index, from)};
+      if (lane < 8) best = Merge(best, row_best);
+    }
+  }
+  for (int first = warp * G::kCols; !p.logits_mma && c0 + first < staged_end;
+       first += kSlots * kPass) {
     WeightRegs<kD> w[kSlots];
     int cols[kSlots];
 #pragma unroll
@@ -451,10 +525,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       w[n].bias = 0.0f;
 #pragma unroll
       for (int j = 0; j < G::kPerLane; ++j) {
-        w[n].v[j] = cols[n] < staged_end
-                        ? *reinterpret_cast<const uint4*>(wstage + static_cast<size_t>(local) * kD +
-                                                          (sub + j * G::kLanes) * 8)
-                        : make_uint4(0, 0, 0, 0);
+        w[n].v[j] = cols[n] < staged_end ? *reinterpret_cast<const uint4*>(
+                                               wstage + SwizzledOffset(local, sub + j * G::kLanes))
+                                         : make_uint4(0, 0, 0, 0);
       }
     }
     GemvColumns<MaxB, kSlots>(w, cols, staged_end, xs, epi);
@@ -500,9 +573,10 @@ cudaError_t LaunchLogits(const LaunchContext& ctx, const PersistentDecoderParams
   const int grid = 4 * idle >= 3 * ctx.sm_count ? idle : ctx.sm_count;
   const int per_block = (p.vocab + grid - 1) / grid;
   const size_t xs_bytes = sizeof(float) * MaxB * kD;
-  const int room = optin - static_cast<int>(xs_bytes) - kLogitsStaticBytes;
+  const int fragment_bytes = p.logits_mma ? kLogitsFragmentBytes : 0;
+  const int room = optin - static_cast<int>(xs_bytes) - kLogitsStaticBytes - fragment_bytes;
   const int staged = std::max(0, std::min(per_block, room / (kD * 2)));
-  const size_t smem = xs_bytes + size_t{2} * staged * kD;
+  const size_t smem = xs_bytes + size_t{2} * staged * kD + fragment_bytes;
   auto* kernel = ClusterLogitsKernel<MaxB>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem));
@@ -582,6 +656,10 @@ cudaError_t LaunchClusterDecoder(const LaunchContext& ctx, const PersistentDecod
   }
   PersistentDecoderParams params = p;
   params.error_word = ctx.error_word;
+  // Tensor-core logits from two rows up: at one row the CUDA cores' four independent chains per
+  // lane group finish sooner (H100: 99.8 against 103.1 us per step; at 8 rows 255.1 against
+  // 232.1, docs/benchmarks.md).
+  params.logits_mma = p.logits_mma && p.batch > 1;
   float* x_final = p.workspace + lay.x;
   float* stats = p.workspace + lay.stats;
   const int stage_keys = StageKeys(p.audio_ctx);

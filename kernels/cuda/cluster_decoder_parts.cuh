@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/cluster_decoder.cuh"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/persistent_decoder_common.cuh"
 
 namespace waav::cuda::cluster_detail {
@@ -210,6 +211,20 @@ __device__ __forceinline__ void LoadWeightsHinted(const __half* w, const float* 
                  ? LoadHinted(w + static_cast<size_t>(col) * K + (sub + j * G::kLanes) * 8, policy)
                  : make_uint4(0, 0, 0, 0);
   }
+}
+
+// ---- Swizzled f16 rows in shared memory ----------------------------------------------------
+// Rows of 384 halves (48 chunks of 16 bytes), chunk c of row r stored at chunk c ^ (r % 8): the
+// 8 rows an ldmatrix reads at one column fall in 8 different bank groups (768-byte rows stored
+// as they are would all hit the same four banks); a row read whole stays conflict-free.
+constexpr int kRowChunks = kD / 8;
+__device__ __forceinline__ int SwizzledOffset(int row, int chunk) {
+  return row * kD + 8 * (chunk ^ (row & 7));
+}
+// x as f16 high and low parts (hi + lo carries ~22 bits of x's mantissa).
+__device__ __forceinline__ void SplitHalf(float x, float& hi, float& lo) {
+  hi = __half2float(__float2half_rn(x));
+  lo = x - hi;
 }
 
 // ---- GEMV over this block's columns -------------------------------------------------------

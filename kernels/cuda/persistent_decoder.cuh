@@ -124,6 +124,9 @@ struct PersistentDecoderParams {
   bool cluster = false;
   // The cluster step's L2 eviction priorities: kL2Hints* below (0: none).
   int l2_hints = 0;
+  // The cluster step's logits of the staged embedding rows on tensor cores (the inputs split
+  // into f16 high and low parts) at two rows or more; false: on the CUDA cores.
+  bool logits_mma = false;
   unsigned long long* error_word = nullptr;  // set by the launcher from the context
   // For timing only (outputs are wrong): kProfile* below, 0 for the real step.
   int profile_mode = 0;

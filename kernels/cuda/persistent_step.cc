@@ -232,6 +232,7 @@ absl::Status PersistentDecoderStep::RunWith(const DecoderStepIo& io, const Extra
   p.profile_mode = t.profile_mode;
   p.cluster = t.cluster;
   p.l2_hints = t.l2_hints;
+  p.logits_mma = t.logits_mma;
   return ext_.LaunchRaw(
       "PersistentDecoderStep",
       [p](const LaunchContext& ctx) { return static_cast<int>(LaunchPersistentDecoder(ctx, p)); },
@@ -255,7 +256,8 @@ absl::Status PersistentDecoderStep::RunWith(const DecoderStepIo& io, const Extra
        p.fuse_ffn,
        p.fuse_self_out,
        p.cluster,
-       p.l2_hints});
+       p.l2_hints,
+       p.logits_mma});
 }
 
 }  // namespace waav::cuda

@@ -28,6 +28,9 @@ struct PersistentStepTuning {
   // The cluster step's L2 eviction hints (persistent_decoder.cuh, kL2Hints*; 0: none). Default:
   // the logits' embedding loads evict-first (kL2HintsStreamLogits).
   int l2_hints = 1;
+  // The cluster step's logits (the staged embedding rows) on tensor cores at two rows or more;
+  // false: on the CUDA cores.
+  bool logits_mma = true;
   // Grid barriers in two halves with the next phase's constant loads between (arrive, load,
   // wait).
   bool split_barrier = true;
