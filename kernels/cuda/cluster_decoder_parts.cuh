@@ -202,15 +202,8 @@ __device__ __forceinline__ void CopyAsyncHinted(void* dst, const void* src, uint
 template <int K>
 __device__ __forceinline__ void LoadWeightsHinted(const __half* w, const float* bias, int n,
                                                   int col, WeightRegs<K>& r, uint64_t policy) {
-  using G = Geom<K>;
-  const int sub = threadIdx.x % G::kLanes;
-  r.bias = bias != nullptr && col < n ? bias[col] : 0.0f;
-#pragma unroll
-  for (int j = 0; j < G::kPerLane; ++j) {
-    r.v[j] = col < n
-                 ? LoadHinted(w + static_cast<size_t>(col) * K + (sub + j * G::kLanes) * 8, policy)
-                 : make_uint4(0, 0, 0, 0);
-  }
+  LoadWeightsWith<K>(w, bias, n, col, r,
+                     [policy](const __half* p) { return LoadHinted(p, policy); });
 }
 
 // ---- Swizzled f16 rows in shared memory ----------------------------------------------------

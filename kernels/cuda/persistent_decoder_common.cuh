@@ -171,18 +171,25 @@ struct WeightRegs {
   float bias;
 };
 
-template <int K>
-__device__ __forceinline__ void LoadWeights(const __half* w, const float* bias, int n, int col,
-                                            WeightRegs<K>& r) {
+// Column `col` of W [n, K] into this lane's registers (zeros past n); `load16(address)` reads
+// each 16-byte piece (a plain load, or one with a cache policy).
+template <int K, typename Load16>
+__device__ __forceinline__ void LoadWeightsWith(const __half* w, const float* bias, int n, int col,
+                                                WeightRegs<K>& r, Load16&& load16) {
   using G = Geom<K>;
   const int sub = threadIdx.x % G::kLanes;
   r.bias = bias != nullptr && col < n ? bias[col] : 0.0f;
 #pragma unroll
   for (int j = 0; j < G::kPerLane; ++j) {
-    r.v[j] = col < n ? *reinterpret_cast<const uint4*>(w + static_cast<size_t>(col) * K +
-                                                       (sub + j * G::kLanes) * 8)
+    r.v[j] = col < n ? load16(w + static_cast<size_t>(col) * K + (sub + j * G::kLanes) * 8)
                      : make_uint4(0, 0, 0, 0);
   }
+}
+template <int K>
+__device__ __forceinline__ void LoadWeights(const __half* w, const float* bias, int n, int col,
+                                            WeightRegs<K>& r) {
+  LoadWeightsWith<K>(w, bias, n, col, r,
+                     [](const __half* p) { return *reinterpret_cast<const uint4*>(p); });
 }
 
 // The column of this lane's group in the first pass.
