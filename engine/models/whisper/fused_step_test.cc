@@ -162,12 +162,13 @@ TEST_P(FusedStepTest, RandomWeightsGreedyEqualsUnfused) {
         }
         // The f16-weight model's encoder runs f16 GEMMs (CudaMath::kFast), so its cross K/V
         // differ from the f32-weight model's by ~1e-3 relative: its logits differ by ~2.6e-5 in
-        // the fused step (H100, docs/benchmarks.md). Op by op at 16 rows, more than the skinny
-        // GEMM takes (8), the step's own GEMMs differ too: x rounded to f16 for the f16 weights
-        // (HalfGemm) and to TF32 for the f32 ones (cuBLAS), 3.4e-4 to 4.6e-4 measured; the tokens
-        // stay equal (asserted below). The same weights (k == 1) stay within the persistent
+        // the fused step (H100, docs/benchmarks.md), up to 1.01e-4 seen over random seeds
+        // (session 7: seed 725752377, batch 8), hence 4e-4. Op by op at 16 rows, more than the
+        // skinny GEMM takes (8), the step's own GEMMs differ too: x rounded to f16 for the f16
+        // weights (HalfGemm) and to TF32 for the f32 ones (cuBLAS), 3.4e-4 to 4.6e-4 measured; the
+        // tokens stay equal (asserted below). The same weights (k == 1) stay within the persistent
         // step's own tolerance.
-        const double tolerance = k == 1 ? 1e-5 : (batch > 8 ? 2e-3 : 1e-4);
+        const double tolerance = k == 1 ? 1e-5 : (batch > 8 ? 2e-3 : 4e-4);
         worst[k - 1] = std::max(worst[k - 1], error);
         EXPECT_LE(error, tolerance) << "step " << step << " (batch " << batch << ") row " << b
                                     << (k == 1 ? " f32" : " f16") << " weights";
