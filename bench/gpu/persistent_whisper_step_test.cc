@@ -54,12 +54,14 @@ struct StepCase {
   bool fuse_self_out = false;
   bool cluster = false;    // the cluster step (kernels/cuda/cluster_decoder.cuh); f16 cross only
   bool logits_mma = true;  // the cluster step's logits on tensor cores
+  int logits_pace_ns = 0;  // its logits loads paced (kernels/cuda/persistent_step.h)
 };
 void PrintTo(const StepCase& c, std::ostream* os) {
   *os << (c.f16_cross ? "f16" : "f32") << " cross, "
       << (c.block_attention ? "block attention" : "warp items") << (c.fuse_ffn ? ", fused FFN" : "")
       << (c.fuse_self_out ? ", fused self-attention" : "") << (c.cluster ? ", cluster step" : "")
-      << (c.cluster && !c.logits_mma ? ", logits on CUDA cores" : "");
+      << (c.cluster && !c.logits_mma ? ", logits on CUDA cores" : "")
+      << (c.logits_pace_ns > 0 ? ", paced logits loads" : "");
 }
 
 class PersistentStepTest : public ::testing::TestWithParam<StepCase> {};
@@ -128,6 +130,7 @@ TEST_P(PersistentStepTest, MatchesCpuDecodeStep) {
     step_options.tuning.fuse_self_out = GetParam().fuse_self_out;
     step_options.tuning.cluster = GetParam().cluster;
     step_options.tuning.logits_mma = GetParam().logits_mma;
+    step_options.tuning.logits_pace_ns = GetParam().logits_pace_ns;
     ASSERT_TRUE((*persistent)->Prepare(**gpu_state, step_options).ok());
     ASSERT_TRUE((*persistent)->RefreshCross(**gpu_state).ok());
     if (GetParam().cluster && !(*persistent)->UsesClusterStep()) {
@@ -297,8 +300,12 @@ INSTANTIATE_TEST_SUITE_P(
                       StepCase{false, true, true}, StepCase{true, true, false, true},
                       StepCase{true, true, true, true}, StepCase{false, true, true, true},
                       StepCase{true, true, false, false, true},
-                      StepCase{true, true, false, false, true, false}),
+                      StepCase{true, true, false, false, true, false},
+                      StepCase{true, true, false, false, true, true, 8000}),
     [](const ::testing::TestParamInfo<StepCase>& info) {
+      if (info.param.cluster && info.param.logits_pace_ns > 0) {
+        return std::string("ClusterStepPacedLogits");
+      }
       if (info.param.cluster) {
         return std::string(info.param.logits_mma ? "ClusterStepF16Cross"
                                                  : "ClusterStepCudaCoreLogits");

@@ -138,9 +138,10 @@ std::vector<int> ParseList(const char* text) {
 // each of its phases (per phase of layers 0 and 1: the spread between the first and the last
 // block and which came last), then block 0's clock64() at its start and at each phase's start
 // and end: per phase the wait for its inputs (the previous end to this start) and its work
-// (start to end), in cycles; then the launches' globaltimer stamps.
+// (start to end), in cycles; then the launches' globaltimer stamps; then per layer the
+// attention phases' insides (cluster_decoder_parts.cuh, kTimelineInner).
 void PrintClusterTimeline(const std::vector<int64_t>& all, int batch) {
-  constexpr int kBlocks = 16, kPerBlock = 36, kMain = 80;
+  constexpr int kBlocks = 16, kPerBlock = 36, kMain = 96, kInner = 16, kGlobal = 8;
   std::string spread;
   for (int i = 0; i < 16; ++i) {
     int64_t first = INT64_MAX, last = INT64_MIN;
@@ -162,7 +163,8 @@ void PrintClusterTimeline(const std::vector<int64_t>& all, int batch) {
                                         "cross", "cout", "ffn1", "ffn2"};
   int64_t work = 0, waits = 0;
   std::string line;
-  const size_t phases = (stamps.size() - 8 - 1) / 2;
+  const size_t g = stamps.size() - kInner - kGlobal;  // the globaltimer stamps
+  const size_t phases = (g - 1) / 2;
   for (size_t i = 0; i < phases; ++i) {
     const int64_t before = stamps[2 * i], begin = stamps[2 * i + 1], end = stamps[2 * i + 2];
     if (begin <= 0 || end < begin || before <= 0 || begin < before) break;
@@ -178,8 +180,22 @@ void PrintClusterTimeline(const std::vector<int64_t>& all, int batch) {
   }
   std::cout << "timeline B=" << batch << ": " << work << " cycles of work, " << waits
             << " cycles waiting for inputs" << line << "\n";
+  // Inside the attention phases (block 0, cycles): self = its warps' attention, then merging
+  // and sending the partial; cross = waiting for the staged K/V, the warps, the merge and send.
+  // Phase i of a layer starts at stamp 16 layer + 2 i + 1 and ends at the next (self: i = 1,
+  // cross: i = 4).
+  for (int layer = 0; layer < 4 && static_cast<size_t>(16 * layer + 10) < g; ++layer) {
+    const int64_t* in = &stamps[g + kGlobal + static_cast<size_t>(3 * layer)];
+    const int64_t* ph = &stamps[static_cast<size_t>(16 * layer)];
+    if (in[0] <= 0 || in[2] <= 0) break;
+    std::cout << absl::StrFormat(
+        "timeline B=%d layer %d inside (cycles): self warps %lld + merge/send %lld; cross "
+        "stage wait %lld + warps %lld + merge/send %lld\n",
+        batch, layer, static_cast<long long>(in[0] - ph[3]), static_cast<long long>(ph[4] - in[0]),
+        static_cast<long long>(in[1] - ph[9]), static_cast<long long>(in[2] - in[1]),
+        static_cast<long long>(ph[10] - in[2]));
+  }
   // globaltimer stamps (ns) after the phases': layers start, end; logits start, waited, done.
-  const size_t g = stamps.size() - 8;
   const int64_t t0 = stamps[g];
   std::cout << absl::StrFormat(
                    "timeline B=%d (ns from the layers' start): layers end %lld, logits block 0 "
@@ -633,6 +649,24 @@ int Main(int argc, char** argv) {
     cluster(o);
     o.tuning.l2_hints = 0;
   });
+  // Paced logits loads (PersistentStepTuning::logits_pace_ns), with their timeline.
+  for (const int pace_us : {4, 6, 8, 10}) {
+    add_persistent(absl::StrCat("cluster step, logits loads paced ", pace_us, " us apart"), true,
+                   [&, pace_us](auto& o) {
+                     cluster(o);
+                     o.tuning.logits_pace_ns = 1000 * pace_us;
+                   });
+  }
+  add_persistent("cluster step, logits loads at once", true, [&](auto& o) {
+    cluster(o);
+    o.tuning.logits_pace_ns = 0;
+  });
+  add_persistent("cluster step, profile: timeline, logits loads paced 8 us apart", true,
+                 [&](auto& o) {
+                   cluster(o);
+                   o.tuning.profile_mode = cuda::kProfileTimeline;
+                   o.tuning.logits_pace_ns = 8000;
+                 });
   add_persistent("cluster step, logits on CUDA cores", true, [&](auto& o) {
     cluster(o);
     o.tuning.logits_mma = false;

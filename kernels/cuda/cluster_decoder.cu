@@ -107,6 +107,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (stamps != nullptr && stamp < kTimelinePhaseStamps) stamps[stamp] = Clock();
     ++stamp;
   };
+  auto inner = [&](int layer, int which) {  // inside an attention phase (kTimelineInner)
+    if (stamps != nullptr && 3 * layer + which < kTimelineInner) {
+      stamps[kStampInner + 3 * layer + which] = Clock();
+    }
+  };
   mark();
   const int rank = static_cast<int>(__clusterRelativeBlockRank());
   const int row = static_cast<int>(blockIdx.x) / kC;
@@ -245,6 +250,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                          wpart);
     }
     __syncthreads();
+    inner(layer, 0);
     PushBlockPartial(wpart, cpart, mine, merge_weights, rank, &events[kEvSelf]);
     done();
     // -- Merge + output projection + residual.
@@ -262,8 +268,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     // -- Cross-attention over this block's staged keys.
     wait(kEvCq, layer);
     BarrierWait(&stage_bar, static_cast<unsigned>(layer & 1));
+    inner(layer, 1);
     if (attention) CrossAttentionWarps(stage_k, stage_v, a1 - a0, qkv_s, p.scale, wpart);
     __syncthreads();
+    inner(layer, 2);
     if (layer + 1 < p.n_layers) stage_cross(layer + 1);  // the stage is free
     PushBlockPartial(wpart, cpart, mine, merge_weights, rank, &events[kEvCross]);
     done();
@@ -438,6 +446,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   AllowNextKernel();  // the next step's layers may start their prologue
   long long* const stamps = TimelineStamps(p);
   if (stamps != nullptr) stamps[kStampLogitsStart] = GlobalNs();
+  // Paced loads (p.logits_pace_ns): block b starts loading (b % 8) paces later, so that the
+  // 40 MB do not all stream from HBM while the layers' first layer waits on L2.
+  if (p.logits_pace_ns > 0) {
+    if (threadIdx.x == 0) {
+      const long long until =
+          GlobalNs() + static_cast<long long>(blockIdx.x % 8) * p.logits_pace_ns;
+      while (GlobalNs() < until) __nanosleep(256);
+    }
+    __syncthreads();
+  }
   extern __shared__ float4 smem_raw[];
   float* xs = reinterpret_cast<float*>(smem_raw);              // [MaxB][384]
   __half* wstage = reinterpret_cast<__half*>(xs + MaxB * kD);  // [staged][384]
@@ -584,8 +602,12 @@ cudaError_t LaunchLogits(const LaunchContext& ctx, const PersistentDecoderParams
   LaunchContext early = ctx;  // always with PDL: the overlap with the layers is the point
   early.pdl = true;
   early.pdl_max_blocks_per_sm = std::max(early.pdl_max_blocks_per_sm, 1);
-  return Launch(early, kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads), smem, p, x_final,
-                stats, per_block, staged);
+  // Paced loads only where the blocks run beside the layers: on a full grid they start when the
+  // layers end, and a delay would only add to the step.
+  PersistentDecoderParams params = p;
+  if (grid != idle) params.logits_pace_ns = 0;
+  return Launch(early, kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads), smem, params,
+                x_final, stats, per_block, staged);
 }
 
 // `attribute`: room for two (the cluster's shape; with `pdl`, programmatic serialization).

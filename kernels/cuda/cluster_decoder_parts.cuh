@@ -139,8 +139,13 @@ __device__ __forceinline__ unsigned EventBytes(int e) {
 // phase's start and end. Then globaltimer (ns, comparable across multiprocessors): the layers'
 // block 0 at its start and end, the logits' block 0 at its start, when its wait for the layers
 // returned, and when its columns were done.
-constexpr int kTimelineMain = 80;  // block 0's stamps, at the end of the workspace
-constexpr int kTimelinePhaseStamps = kTimelineMain - 8;
+// Then kTimelineInner clock64() stamps inside the attention phases of block 0, three per layer:
+// the self-attention's warps done; the cross K/V stage landed; the cross-attention's warps done
+// (the rest of each phase: merging the warps' partials and sending the block's).
+constexpr int kTimelineInner = 16;
+constexpr int kTimelineMain = 96;  // block 0's stamps, at the end of the workspace
+constexpr int kTimelinePhaseStamps = kTimelineMain - 8 - kTimelineInner;
+constexpr int kStampInner = kTimelineMain - kTimelineInner;
 // Before them: every block's globaltimer at each of its barrier arrivals (36 per block).
 constexpr int kArrivalStamps = 36;
 static_assert(kClusterTimelineStamps == kC * kArrivalStamps + kTimelineMain, "timeline layout");

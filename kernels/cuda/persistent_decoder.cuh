@@ -127,6 +127,10 @@ struct PersistentDecoderParams {
   // The cluster step's logits of the staged embedding rows on tensor cores (the inputs split
   // into f16 high and low parts) at two rows or more; false: on the CUDA cores.
   bool logits_mma = false;
+  // The cluster step's logits blocks, where they run beside the layers (one row), start loading
+  // their embedding columns (b % 8) times this many ns after they start (0: at once), spreading
+  // the 40 MB over the layers' time instead of streaming them all during the first layer.
+  int logits_pace_ns = 0;
   unsigned long long* error_word = nullptr;  // set by the launcher from the context
   // For timing only (outputs are wrong): kProfile* below, 0 for the real step.
   int profile_mode = 0;
@@ -146,8 +150,8 @@ inline constexpr int kProfileNoWeights = 5;
 // the workspace (PersistentDecoderStep::ReadTimeline; batches of up to 4 rows, where the
 // logits' per-block partials stay clear of them).
 inline constexpr int kProfileTimeline = 6;
-// The stamps: 16 blocks x 36 globaltimer values at their phases' ends, then 80 of block 0.
-inline constexpr int kClusterTimelineStamps = 16 * 36 + 80;
+// The stamps: 16 blocks x 36 globaltimer values at their phases' ends, then 96 of block 0.
+inline constexpr int kClusterTimelineStamps = 16 * 36 + 96;
 // The cluster step's logits launch alone (its layers' launch returns at once).
 inline constexpr int kProfileLogitsOnly = 7;
 

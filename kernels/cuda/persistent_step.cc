@@ -233,6 +233,7 @@ absl::Status PersistentDecoderStep::RunWith(const DecoderStepIo& io, const Extra
   p.cluster = t.cluster;
   p.l2_hints = t.l2_hints;
   p.logits_mma = t.logits_mma;
+  p.logits_pace_ns = t.logits_pace_ns;
   return ext_.LaunchRaw(
       "PersistentDecoderStep",
       [p](const LaunchContext& ctx) { return static_cast<int>(LaunchPersistentDecoder(ctx, p)); },
@@ -257,7 +258,8 @@ absl::Status PersistentDecoderStep::RunWith(const DecoderStepIo& io, const Extra
        p.fuse_self_out,
        p.cluster,
        p.l2_hints,
-       p.logits_mma});
+       p.logits_mma,
+       p.logits_pace_ns});
 }
 
 }  // namespace waav::cuda

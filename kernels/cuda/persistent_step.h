@@ -31,6 +31,10 @@ struct PersistentStepTuning {
   // The cluster step's logits (the staged embedding rows) on tensor cores at two rows or more;
   // false: on the CUDA cores.
   bool logits_mma = true;
+  // The cluster step's logits loads paced over 8 slots this many ns apart where the logits
+  // blocks run beside the layers (0: all at once). Default 8 us (docs/benchmarks.md, "Paced
+  // logits loads").
+  int logits_pace_ns = 8000;
   // Grid barriers in two halves with the next phase's constant loads between (arrive, load,
   // wait).
   bool split_barrier = true;

@@ -39,6 +39,11 @@ timeout "$(left "${CLUSTER_BENCH_S:-150}")" "$here/bin/whisper_gpu_bench" --no-o
   --encoder-batches none \
   --only "$variants" --out "$out/bench.tsv" > "$out/bench.log" 2>&1
 bench_rc=$?
+# The per-multiprocessor L2 bandwidth by loading scheme, when staged (bench/gpu/l2_bandwidth.cu).
+if [ -x "$here/bin/l2_bandwidth_bench" ]; then
+  timeout "$(left 60)" "$here/bin/l2_bandwidth_bench" > "$out/l2_bandwidth.txt" 2>&1
+  echo "l2_bandwidth_bench rc=$?" >> "$out/l2_bandwidth.txt"
+fi
 PYTHONUNBUFFERED=1 timeout "$(left 60)" python3 "$scripts/torch_whisper_anchor.py" \
   --encoder-batches none --out "$out/torch.tsv" > "$out/torch.log" 2>&1
 torch_rc=$?
@@ -47,7 +52,8 @@ torch_rc=$?
   echo "whisper_fused_step_cuda_test rc=$?"
   if command -v compute-sanitizer > /dev/null; then
     timeout "$(left 90)" compute-sanitizer --tool memcheck --error-exitcode 9 \
-      "$here/bin/persistent_whisper_step_test" --gtest_filter='*ClusterStep*'
+      "$here/bin/persistent_whisper_step_test" \
+      --gtest_filter='*ClusterStepF16Cross*:*ClusterStepPacedLogits*'
     echo "memcheck rc=$?"
   fi
 } >> "$out/tests.log" 2>&1
@@ -61,5 +67,9 @@ torch_rc=$?
   grep -v "^#" "$out/bench.log"
   echo "-- torch"
   cat "$out/torch.log"
+  if [ -f "$out/l2_bandwidth.txt" ]; then
+    echo "-- L2 bandwidth"
+    cat "$out/l2_bandwidth.txt"
+  fi
 } > "$out/summary.txt" 2>&1
 cat "$out/summary.txt"
