@@ -17,7 +17,8 @@
 //    It is launched with programmatic dependent launch: its blocks start on the
 //    multiprocessors the layers leave idle and copy their share of the 40 MB embedding into
 //    shared memory and registers before they wait for the layers' output, with an L2
-//    evict-first policy (p.l2_hints) so that the layers' weights stay in L2. From two rows up
+//    evict-first policy (p.l2_hints) so that the layers' weights stay in L2, paced over the
+//    layers' time (p.logits_pace_ns) where they run beside them. From two rows up
 //    (p.logits_mma) the staged columns run on tensor cores.
 //
 // CUDA only (sm_90 clusters); under HIP the launcher reports cudaErrorNotSupported.
