@@ -649,8 +649,9 @@ int Main(int argc, char** argv) {
     cluster(o);
     o.tuning.l2_hints = 0;
   });
-  // Paced logits loads (PersistentStepTuning::logits_pace_ns), with their timeline.
-  for (const int pace_us : {4, 6, 8, 10}) {
+  // Paced logits loads (PersistentStepTuning::logits_pace_ns; the default, 8 us, is the plain
+  // cluster rows).
+  for (const int pace_us : {4, 6, 10}) {
     add_persistent(absl::StrCat("cluster step, logits loads paced ", pace_us, " us apart"), true,
                    [&, pace_us](auto& o) {
                      cluster(o);
@@ -661,12 +662,6 @@ int Main(int argc, char** argv) {
     cluster(o);
     o.tuning.logits_pace_ns = 0;
   });
-  add_persistent("cluster step, profile: timeline, logits loads paced 8 us apart", true,
-                 [&](auto& o) {
-                   cluster(o);
-                   o.tuning.profile_mode = cuda::kProfileTimeline;
-                   o.tuning.logits_pace_ns = 8000;
-                 });
   add_persistent("cluster step, logits on CUDA cores", true, [&](auto& o) {
     cluster(o);
     o.tuning.logits_mma = false;
