@@ -55,13 +55,15 @@ struct StepCase {
   bool cluster = false;    // the cluster step (kernels/cuda/cluster_decoder.cuh); f16 cross only
   bool logits_mma = true;  // the cluster step's logits on tensor cores
   int logits_pace_ns = 0;  // its logits loads paced (kernels/cuda/persistent_step.h)
+  bool norm_one_warp = false;  // the cluster step's LayerNorms by one warp (not 12)
 };
 void PrintTo(const StepCase& c, std::ostream* os) {
   *os << (c.f16_cross ? "f16" : "f32") << " cross, "
       << (c.block_attention ? "block attention" : "warp items") << (c.fuse_ffn ? ", fused FFN" : "")
       << (c.fuse_self_out ? ", fused self-attention" : "") << (c.cluster ? ", cluster step" : "")
       << (c.cluster && !c.logits_mma ? ", logits on CUDA cores" : "")
-      << (c.logits_pace_ns > 0 ? ", paced logits loads" : "");
+      << (c.logits_pace_ns > 0 ? ", paced logits loads" : "")
+      << (c.norm_one_warp ? ", LayerNorms by one warp" : "");
 }
 
 class PersistentStepTest : public ::testing::TestWithParam<StepCase> {};
@@ -131,6 +133,7 @@ TEST_P(PersistentStepTest, MatchesCpuDecodeStep) {
     step_options.tuning.cluster = GetParam().cluster;
     step_options.tuning.logits_mma = GetParam().logits_mma;
     step_options.tuning.logits_pace_ns = GetParam().logits_pace_ns;
+    step_options.tuning.cluster_norm_all_warps = !GetParam().norm_one_warp;
     ASSERT_TRUE((*persistent)->Prepare(**gpu_state, step_options).ok());
     ASSERT_TRUE((*persistent)->RefreshCross(**gpu_state).ok());
     if (GetParam().cluster && !(*persistent)->UsesClusterStep()) {
@@ -301,8 +304,10 @@ INSTANTIATE_TEST_SUITE_P(
                       StepCase{true, true, true, true}, StepCase{false, true, true, true},
                       StepCase{true, true, false, false, true},
                       StepCase{true, true, false, false, true, false},
-                      StepCase{true, true, false, false, true, true, 8000}),
+                      StepCase{true, true, false, false, true, true, 8000},
+                      StepCase{true, true, false, false, true, true, 8000, true}),
     [](const ::testing::TestParamInfo<StepCase>& info) {
+      if (info.param.norm_one_warp) return std::string("ClusterStepNormOneWarp");
       if (info.param.cluster && info.param.logits_pace_ns > 0) {
         return std::string("ClusterStepPacedLogits");
       }

@@ -8,8 +8,9 @@
 //    wall time / R. What a busy GPU sustains; launch gaps the host hides do not count.
 //  * round trip: one replay (or pass) followed by Synchronize(), as a real-time loop that waits
 //    for each step's logits sees it (launch, execution, completion signal).
-// Decoder steps run at position 64 (65 keys in the self-attention cache of 448) against a cross
-// cache of 1500 encoder positions, with f16 weights and f32 activations and caches.
+// Decoder steps run at position 64 (65 keys in the self-attention cache of 448; the persistent
+// steps' rows at --position) against a cross cache of 1500 encoder positions, with f16 weights
+// and f32 activations and caches.
 //
 // The engine variants run WhisperModel::DecodeStep op by op, except "engine fused step", where it
 // runs the backend's prepared step (the persistent kernel, f32 cross K/V) up to 8 rows.
@@ -19,11 +20,13 @@
 //
 // Usage: whisper_gpu_bench [--out results.tsv] [--quick] [--filter SUBSTRING]
 //                          [--exclude SUBSTRING] [--no-ops] [--encoder-batches 1,16|none]
-//                          [--decoder-batches 1,8,64,256]
+//                          [--decoder-batches 1,8,64,256] [--position 64]
 //   --filter / --exclude: only the variants whose name contains / lacks SUBSTRING (--exclude may
 //   be given several times);
 //   --only "NAME;NAME": only the variants of exactly these names;
 //   --no-ops: skip the op profile; --list: print the variants selected and exit;
+//   --position P: the persistent steps' rows at position P (P + 1 self-attention keys; 0-447)
+//   instead of 64;
 //   --encoder-only: only the encoder rows (its ops, and the variants that run the encoder),
 //   with the encoder ops profiled on the first kernels (cuBLAS GEMMs, flash v1) and the new.
 #include <algorithm>
@@ -119,6 +122,7 @@ std::vector<float> RandomVector(size_t n, std::mt19937& rng, float lo, float hi)
 
 // Batch sizes of the encoder and decoder-step cases (--encoder-batches, --decoder-batches).
 std::vector<int> g_encoder_batches = {1, 16};
+int g_position = 64;  // the persistent steps' position (--position)
 std::vector<int> g_decoder_batches = {1, 8, 64, 256};
 bool g_encoder_only = false;
 
@@ -290,8 +294,9 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
       RETURN_IF_ERROR(backend->Synchronize());
     }
     const int64_t b = batch;
-    std::vector<int32_t> tokens(static_cast<size_t>(b)), positions(static_cast<size_t>(b), 64),
-        lengths(static_cast<size_t>(b), 65);
+    std::vector<int32_t> tokens(static_cast<size_t>(b)),
+        positions(static_cast<size_t>(b), g_position),
+        lengths(static_cast<size_t>(b), g_position + 1);
     for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 50000);
     RETURN_IF_ERROR(backend->CopyFromHost(tokens.data(), tokens.size() * 4, state->step_tokens()));
     RETURN_IF_ERROR(
@@ -527,11 +532,13 @@ int Main(int argc, char** argv) {
                !(g_encoder_batches = ParseList(argv[++i])).empty()) {
     } else if (std::strcmp(argv[i], "--decoder-batches") == 0 && i + 1 < argc &&
                !(g_decoder_batches = ParseList(argv[++i])).empty()) {
+    } else if (std::strcmp(argv[i], "--position") == 0 && i + 1 < argc &&
+               (g_position = std::atoi(argv[++i])) >= 0 && g_position < 448) {
     } else {
       std::cerr << "usage: whisper_gpu_bench [--out results.tsv] [--quick] [--filter SUBSTRING] "
                    "[--exclude SUBSTRING] [--only NAME;NAME] [--no-ops] [--list] "
                    "[--encoder-only] [--encoder-batches 1,16|none] "
-                   "[--decoder-batches 1,8,64,256]\n";
+                   "[--decoder-batches 1,8,64,256] [--position 64]\n";
       return 2;
     }
   }
@@ -676,6 +683,12 @@ int Main(int argc, char** argv) {
                    cluster(o);
                    o.tuning.l2_hints = cuda::kL2HintsKeepLayers;
                  });
+  // The LayerNorms by one warp in two passes (PersistentStepTuning::cluster_norm_all_warps
+  // false: the default before session 8).
+  add_persistent("cluster step, LayerNorms by one warp", true, [&](auto& o) {
+    cluster(o);
+    o.tuning.cluster_norm_all_warps = false;
+  });
   // Attribution of the cluster step (timing only, outputs wrong): one part left out each.
   const std::pair<const char*, int> cluster_profiles[] = {
       {"layers only (no logits launch)", cuda::kProfileNoLogits},

@@ -23,6 +23,27 @@ constexpr int kDCols = kD / kC;
 constexpr int kFfCols = kFf / kC;
 static_assert(kD % kC == 0 && kFf % kC == 0, "columns split evenly over the cluster");
 
+// ---- Launch shape ----------------------------------------------------------------------------
+// The layers' launch: one cluster of kC blocks per batch row. `attribute`: room for two (the
+// cluster's shape; with `pdl`, programmatic serialization).
+inline cudaLaunchConfig_t ClusterLayersConfig(int batch, size_t smem, cudaStream_t stream,
+                                              cudaLaunchAttribute* attribute, bool pdl = false) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(batch * kC));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = kC;
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = 1;
+  attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[1].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = pdl ? 2 : 1;
+  return config;
+}
+
 // ---- Cluster plumbing ---------------------------------------------------------------------
 // Barrier halves: arrive releases this thread's prior writes (shared, distributed shared and
 // global) to the cluster; wait acquires every other thread's. Every thread of the cluster calls
@@ -323,6 +344,42 @@ __device__ __forceinline__ void NormLocal(const float* x, const float* g, const 
   __syncthreads();
 }
 
+// The same by the first 12 warps, one value per thread, in one pass: per warp the sums of
+// d = x - x[0] and d², then every thread the 12 warps' (the shift by x[0] keeps a large mean
+// from cancelling in E[d²] - E[d]²). `scratch`: 24 floats. Ends with a block barrier.
+__device__ __forceinline__ void NormAllWarps(const float* x, const float* g, const float* b,
+                                             float eps, float* out, float* scratch) {
+  static_assert(kD == 12 * kWarp, "one value per thread of 12 warps");
+  const int c = threadIdx.x;
+  float d = 0.0f;
+  if (c < kD) {
+    d = x[c] - x[0];
+    float sum = d, squares = d * d;
+#pragma unroll
+    for (int o = kWarp / 2; o > 0; o /= 2) {
+      sum += __shfl_xor_sync(kFullMask, sum, o);
+      squares += __shfl_xor_sync(kFullMask, squares, o);
+    }
+    if (c % kWarp == 0) {
+      scratch[2 * (c / kWarp)] = sum;
+      scratch[2 * (c / kWarp) + 1] = squares;
+    }
+  }
+  __syncthreads();
+  if (c < kD) {
+    float sum = 0.0f, squares = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kD / kWarp; ++w) {
+      sum += scratch[2 * w];
+      squares += scratch[2 * w + 1];
+    }
+    const float mean = sum / kD;
+    const float rstd = rsqrtf(fmaxf(squares / kD - mean * mean, 0.0f) + eps);
+    out[c] = (d - mean) * rstd * g[c] + b[c];
+  }
+  __syncthreads();
+}
+
 // ---- Attention ----------------------------------------------------------------------------
 // One online-softmax step of a lane's running (m, l, o[N]) with score s and values v.
 template <int N>
@@ -347,9 +404,9 @@ __device__ __forceinline__ void WriteRecord(float* wpart, int head, int dim, con
 
 // Self-attention over keys [k0, k1) of f32 caches (global; key `position` from shared memory):
 // a partial per (warp, head) into wpart. Lane l holds dims 4 l + 128 c (head 2 c + l / 16).
-__device__ void SelfAttentionWarps(const float* kc, const float* vc, int k0, int k1, int position,
-                                   const float* q, const float* new_k, const float* new_v,
-                                   float scale, float* wpart) {
+__device__ inline void SelfAttentionWarps(const float* kc, const float* vc, int k0, int k1,
+                                          int position, const float* q, const float* new_k,
+                                          const float* new_v, float scale, float* wpart) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   float qv[3][4], o[3][4], m[3], l[3];
 #pragma unroll
@@ -399,8 +456,8 @@ __device__ void SelfAttentionWarps(const float* kc, const float* vc, int k0, int
 // Lane l holds dims 8 l (head l / 8) and, for l < 16, dims 256 + 8 l (head 4 + l / 8). A warp
 // scores kKeyChunk keys before one softmax update (one rescale of o per chunk, not per key).
 constexpr int kKeyChunk = 4;
-__device__ void CrossAttentionWarps(const __half* sk, const __half* sv, int n_keys, const float* q,
-                                    float scale, float* wpart) {
+__device__ inline void CrossAttentionWarps(const __half* sk, const __half* sv, int n_keys,
+                                           const float* q, float scale, float* wpart) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const bool has_b = lane < 16;
   float qa[8], qb[8], oa[8], ob[8];
@@ -511,8 +568,8 @@ __device__ __forceinline__ void MergeWeights(const float* records, float* weight
 // The block's 16 warp partials per head merged into one (o unnormalised, m, l) in `mine`, then
 // copied into record `rank` of cpart in every block (counted on `event`). Call after a block
 // barrier that follows the warps'. `weights`: 96 floats of scratch.
-__device__ void PushBlockPartial(const float* wpart, float* cpart, float* mine, float* weights,
-                                 int rank, unsigned long long* event) {
+__device__ inline void PushBlockPartial(const float* wpart, float* cpart, float* mine,
+                                        float* weights, int rank, unsigned long long* event) {
   MergeWeights(wpart, weights, false, mine);
   if (threadIdx.x < kD) {
     const int h = threadIdx.x / kDh, d = threadIdx.x % kDh;
@@ -534,7 +591,7 @@ __device__ void PushBlockPartial(const float* wpart, float* cpart, float* mine, 
 }
 
 // att[0, 384) = the cluster's partials merged and normalised; then a block barrier.
-__device__ void MergeCluster(const float* cpart, float* weights, float* att) {
+__device__ inline void MergeCluster(const float* cpart, float* weights, float* att) {
   MergeWeights(cpart, weights, true, nullptr);
   if (threadIdx.x < kD) {
     const int h = threadIdx.x / kDh, d = threadIdx.x % kDh;

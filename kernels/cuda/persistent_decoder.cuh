@@ -131,6 +131,8 @@ struct PersistentDecoderParams {
   // their embedding columns (b % 8) times this many ns after they start (0: at once), spreading
   // the 40 MB over the layers' time instead of streaming them all during the first layer.
   int logits_pace_ns = 0;
+  // The cluster step's LayerNorms by 12 warps in one pass (NormAllWarps) instead of by one.
+  bool cluster_norm_all_warps = false;
   unsigned long long* error_word = nullptr;  // set by the launcher from the context
   // For timing only (outputs are wrong): kProfile* below, 0 for the real step.
   int profile_mode = 0;

@@ -234,6 +234,7 @@ absl::Status PersistentDecoderStep::RunWith(const DecoderStepIo& io, const Extra
   p.l2_hints = t.l2_hints;
   p.logits_mma = t.logits_mma;
   p.logits_pace_ns = t.logits_pace_ns;
+  p.cluster_norm_all_warps = t.cluster_norm_all_warps;
   return ext_.LaunchRaw(
       "PersistentDecoderStep",
       [p](const LaunchContext& ctx) { return static_cast<int>(LaunchPersistentDecoder(ctx, p)); },
@@ -259,7 +260,8 @@ absl::Status PersistentDecoderStep::RunWith(const DecoderStepIo& io, const Extra
        p.cluster,
        p.l2_hints,
        p.logits_mma,
-       p.logits_pace_ns});
+       p.logits_pace_ns,
+       p.cluster_norm_all_warps});
 }
 
 }  // namespace waav::cuda

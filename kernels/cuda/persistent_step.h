@@ -35,6 +35,9 @@ struct PersistentStepTuning {
   // blocks run beside the layers (0: all at once). Default 8 us (docs/benchmarks.md, "Paced
   // logits loads").
   int logits_pace_ns = 8000;
+  // The cluster step's LayerNorms by 12 warps in one pass (persistent_decoder.cuh); false: by
+  // one warp in two. Default: 1-2% faster per step at 1-8 rows (docs/benchmarks.md, session 8).
+  bool cluster_norm_all_warps = true;
   // Grid barriers in two halves with the next phase's constant loads between (arrive, load,
   // wait).
   bool split_barrier = true;

@@ -7,8 +7,10 @@
 # anchor; then the tests: the cluster and the default persistent step against the CPU, the
 # engine's fused step against its op-by-op step, and compute-sanitizer memcheck over the cluster
 # case (racecheck ran past 90 s there). Results under $OUT: bench.tsv, bench.log, torch.tsv, torch.log,
-# tests.log, summary.txt.
+# tests.log, summary.txt (and bench-late.log with CLUSTER_LATE_POSITION).
 #   bash .device/cluster/cluster_device.sh     (CLUSTER_BUDGET_S: the whole run, default 420)
+# CLUSTER_LATE_POSITION=P: also the cluster step and its one-warp LayerNorm variant at position
+# P (whisper_gpu_bench --position), late in a window.
 set -uo pipefail
 scripts=$(cd "$(dirname "$0")" && pwd)
 here=/tmp/waav-cluster
@@ -39,6 +41,14 @@ timeout "$(left "${CLUSTER_BENCH_S:-150}")" "$here/bin/whisper_gpu_bench" --no-o
   --encoder-batches none \
   --only "$variants" --out "$out/bench.tsv" > "$out/bench.log" 2>&1
 bench_rc=$?
+# The cluster step's LayerNorm variants late in a window too (position CLUSTER_LATE_POSITION).
+if [ -n "${CLUSTER_LATE_POSITION:-}" ]; then
+  timeout "$(left 60)" "$here/bin/whisper_gpu_bench" --no-ops --encoder-batches none \
+    --position "$CLUSTER_LATE_POSITION" \
+    --only "persistent, cluster step, f16 cross, CUDA graph;persistent, cluster step, LayerNorms by one warp;persistent, cluster step, f16 cross, CUDA graph (repeat)" \
+    > "$out/bench-late.log" 2>&1
+  echo "late bench rc=$?" >> "$out/bench-late.log"
+fi
 # The per-multiprocessor L2 bandwidth by loading scheme, when staged (bench/gpu/l2_bandwidth.cu).
 if [ -x "$here/bin/l2_bandwidth_bench" ]; then
   timeout "$(left 60)" "$here/bin/l2_bandwidth_bench" > "$out/l2_bandwidth.txt" 2>&1
@@ -53,7 +63,7 @@ torch_rc=$?
   if command -v compute-sanitizer > /dev/null; then
     timeout "$(left 90)" compute-sanitizer --tool memcheck --error-exitcode 9 \
       "$here/bin/persistent_whisper_step_test" \
-      --gtest_filter='*ClusterStepF16Cross*:*ClusterStepPacedLogits*'
+      --gtest_filter='*ClusterStepF16Cross*:*ClusterStepPacedLogits*:*ClusterStepNormOneWarp*'
     echo "memcheck rc=$?"
   fi
 } >> "$out/tests.log" 2>&1
@@ -65,6 +75,10 @@ torch_rc=$?
   grep -E "parity: .*cluster step.*step 0|parity: .*step 4" "$out/tests.log" | head -12
   echo "-- waav"
   grep -v "^#" "$out/bench.log"
+  if [ -f "$out/bench-late.log" ]; then
+    echo "-- waav at position $CLUSTER_LATE_POSITION"
+    grep -v "^#" "$out/bench-late.log"
+  fi
   echo "-- torch"
   cat "$out/torch.log"
   if [ -f "$out/l2_bandwidth.txt" ]; then
