@@ -49,6 +49,11 @@ if [ -n "${CLUSTER_LATE_POSITION:-}" ]; then
     > "$out/bench-late.log" 2>&1
   echo "late bench rc=$?" >> "$out/bench-late.log"
 fi
+# One all-to-all exchange's cost in a cluster, when staged (bench/gpu/dsmem_exchange.cu).
+if [ -x "$here/bin/dsmem_exchange_bench" ]; then
+  timeout "$(left 60)" "$here/bin/dsmem_exchange_bench" > "$out/dsmem_exchange.txt" 2>&1
+  echo "dsmem_exchange_bench rc=$?" >> "$out/dsmem_exchange.txt"
+fi
 # The per-multiprocessor L2 bandwidth by loading scheme, when staged (bench/gpu/l2_bandwidth.cu).
 if [ -x "$here/bin/l2_bandwidth_bench" ]; then
   timeout "$(left 60)" "$here/bin/l2_bandwidth_bench" > "$out/l2_bandwidth.txt" 2>&1
@@ -81,6 +86,10 @@ torch_rc=$?
   fi
   echo "-- torch"
   cat "$out/torch.log"
+  if [ -f "$out/dsmem_exchange.txt" ]; then
+    echo "-- distributed shared memory exchanges"
+    cat "$out/dsmem_exchange.txt"
+  fi
   if [ -f "$out/l2_bandwidth.txt" ]; then
     echo "-- L2 bandwidth"
     cat "$out/l2_bandwidth.txt"
