@@ -56,6 +56,7 @@ struct StepCase {
   bool logits_mma = true;  // the cluster step's logits on tensor cores
   int logits_pace_ns = 0;  // its logits loads paced (kernels/cuda/persistent_step.h)
   bool norm_one_warp = false;  // the cluster step's LayerNorms by one warp (not 12)
+  bool half_partials = false;  // its attention partials exchanged with o as f16
 };
 void PrintTo(const StepCase& c, std::ostream* os) {
   *os << (c.f16_cross ? "f16" : "f32") << " cross, "
@@ -63,7 +64,8 @@ void PrintTo(const StepCase& c, std::ostream* os) {
       << (c.fuse_self_out ? ", fused self-attention" : "") << (c.cluster ? ", cluster step" : "")
       << (c.cluster && !c.logits_mma ? ", logits on CUDA cores" : "")
       << (c.logits_pace_ns > 0 ? ", paced logits loads" : "")
-      << (c.norm_one_warp ? ", LayerNorms by one warp" : "");
+      << (c.norm_one_warp ? ", LayerNorms by one warp" : "")
+      << (c.half_partials ? ", f16 attention partials" : "");
 }
 
 class PersistentStepTest : public ::testing::TestWithParam<StepCase> {};
@@ -134,6 +136,7 @@ TEST_P(PersistentStepTest, MatchesCpuDecodeStep) {
     step_options.tuning.logits_mma = GetParam().logits_mma;
     step_options.tuning.logits_pace_ns = GetParam().logits_pace_ns;
     step_options.tuning.cluster_norm_all_warps = !GetParam().norm_one_warp;
+    step_options.tuning.cluster_half_partials = GetParam().half_partials;
     ASSERT_TRUE((*persistent)->Prepare(**gpu_state, step_options).ok());
     ASSERT_TRUE((*persistent)->RefreshCross(**gpu_state).ok());
     if (GetParam().cluster && !(*persistent)->UsesClusterStep()) {
@@ -305,9 +308,11 @@ INSTANTIATE_TEST_SUITE_P(
                       StepCase{true, true, false, false, true},
                       StepCase{true, true, false, false, true, false},
                       StepCase{true, true, false, false, true, true, 8000},
-                      StepCase{true, true, false, false, true, true, 8000, true}),
+                      StepCase{true, true, false, false, true, true, 8000, true},
+                      StepCase{true, true, false, false, true, true, 8000, false, true}),
     [](const ::testing::TestParamInfo<StepCase>& info) {
       if (info.param.norm_one_warp) return std::string("ClusterStepNormOneWarp");
+      if (info.param.half_partials) return std::string("ClusterStepHalfPartials");
       if (info.param.cluster && info.param.logits_pace_ns > 0) {
         return std::string("ClusterStepPacedLogits");
       }

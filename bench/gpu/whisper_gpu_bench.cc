@@ -689,6 +689,11 @@ int Main(int argc, char** argv) {
     cluster(o);
     o.tuning.cluster_norm_all_warps = false;
   });
+  // The attention partials exchanged with o as f16 (PersistentStepTuning::cluster_half_partials).
+  add_persistent("cluster step, f16 attention partials", true, [&](auto& o) {
+    cluster(o);
+    o.tuning.cluster_half_partials = true;
+  });
   // Attribution of the cluster step (timing only, outputs wrong): one part left out each.
   const std::pair<const char*, int> cluster_profiles[] = {
       {"layers only (no logits launch)", cuda::kProfileNoLogits},

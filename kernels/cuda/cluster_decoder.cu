@@ -65,6 +65,9 @@ size_t LayerSmemBytes(int stage_keys) {
 int StageKeys(int audio_ctx) { return (audio_ctx + kC - 1) / kC; }
 
 // ---- The layers' kernel -------------------------------------------------------------------
+// (kHalfPartials: p.cluster_half_partials, a template parameter so that each variant's registers
+// are its own.)
+template <bool kHalfPartials>
 __global__ void __launch_bounds__(kThreads, 1)
     ClusterLayersKernel(const __grid_constant__ PersistentDecoderParams p, float* x_out,
                         int stage_keys) {
@@ -122,7 +125,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     for (int e = 0; e < kEvents; ++e) {
       BarrierInit(&events[e]);
-      BarrierExpectBytes(&events[e], EventBytes(e));
+      BarrierExpectBytes(&events[e], EventBytes(e, kHalfPartials));
     }
     BarrierInit(&stage_bar);
   }
@@ -173,7 +176,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     BarrierWait(&events[e], static_cast<unsigned>(layer & 1));
     __syncthreads();  // every thread past this phase of it before it can complete again
     if (threadIdx.x == 0 && layer + 1 < p.n_layers) {
-      BarrierExpectBytes(&events[e], EventBytes(e));
+      BarrierExpectBytes(&events[e], EventBytes(e, kHalfPartials));
     }
     mark();
   };
@@ -237,7 +240,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       Slice<kD, kDCols> s;
       LoadSlice(wo, bo, rank * kDCols, s, keep, weights);
       wait(in, layer);
-      MergeCluster(cpart, merge_weights, xn);
+      MergeCluster<kHalfPartials>(cpart, merge_weights, xn);
       emit(s, rank * kDCols, xn, x_s, &events[out], [&](int col, float v) { return x_s[col] + v; });
       done();
     };
@@ -267,7 +270,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();
     inner(layer, 0);
-    PushBlockPartial(wpart, cpart, mine, merge_weights, rank, &events[kEvSelf]);
+    PushBlockPartial<kHalfPartials>(wpart, cpart, mine, merge_weights, rank, &events[kEvSelf]);
     done();
     // -- Merge + output projection + residual.
     merge_project(w.out_w, w.out_b, kEvSelf, kEvOut);
@@ -288,7 +291,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
     inner(layer, 2);
     if (layer + 1 < p.n_layers) stage_cross(layer + 1);  // the stage is free
-    PushBlockPartial(wpart, cpart, mine, merge_weights, rank, &events[kEvCross]);
+    PushBlockPartial<kHalfPartials>(wpart, cpart, mine, merge_weights, rank, &events[kEvCross]);
     done();
     // -- Merge + cross output projection + residual.
     merge_project(w.cout_w, w.cout_b, kEvCross, kEvCout);
@@ -638,19 +641,25 @@ bool ClusterDecoderAvailable(const PersistentDecoderParams& p) {
   if (cudaGetDevice(&device) != cudaSuccess) return false;
   if (cached_keys.load() != keys || cached_device.load() != device) {
     const size_t smem = LayerSmemBytes(keys);
-    const void* kernel = reinterpret_cast<const void*>(ClusterLayersKernel);
-    cudaFuncAttributes attributes = {};
     int clusters = 0;
     const int optin = OptInSharedBytes();
-    if (cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess &&
-        smem + attributes.sharedSizeBytes <= static_cast<size_t>(optin) &&
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
-            cudaSuccess &&
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem)) == cudaSuccess) {
+    for (const void* kernel : {reinterpret_cast<const void*>(ClusterLayersKernel<false>),
+                               reinterpret_cast<const void*>(ClusterLayersKernel<true>)}) {
+      cudaFuncAttributes attributes = {};
+      if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess ||
+          smem + attributes.sharedSizeBytes > static_cast<size_t>(optin) ||
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
+              cudaSuccess ||
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(smem)) != cudaSuccess) {
+        clusters = -1;
+      }
+    }
+    if (clusters == 0) {
       cudaLaunchAttribute attribute[1];
       const cudaLaunchConfig_t config = ClusterLayersConfig(1, smem, nullptr, attribute);
-      if (cudaOccupancyMaxActiveClusters(&clusters, ClusterLayersKernel, &config) != cudaSuccess) {
+      if (cudaOccupancyMaxActiveClusters(&clusters, ClusterLayersKernel<false>, &config) !=
+          cudaSuccess) {
         clusters = 0;
       }
     }
@@ -681,7 +690,9 @@ cudaError_t LaunchClusterDecoder(const LaunchContext& ctx, const PersistentDecod
   cudaLaunchAttribute attribute[2];
   const cudaLaunchConfig_t config =
       ClusterLayersConfig(p.batch, LayerSmemBytes(stage_keys), ctx.stream, attribute, /*pdl=*/true);
-  cudaError_t err = cudaLaunchKernelEx(&config, ClusterLayersKernel, params, x_final, stage_keys);
+  cudaError_t err = cudaLaunchKernelEx(
+      &config, p.cluster_half_partials ? ClusterLayersKernel<true> : ClusterLayersKernel<false>,
+      params, x_final, stage_keys);
   if (err != cudaSuccess || p.profile_mode == kProfileNoLogits) return err;
   const int optin = OptInSharedBytes();
   if (p.batch == 1) return LaunchLogits<1>(ctx, params, x_final, stats, optin);

@@ -140,8 +140,10 @@ __device__ __forceinline__ void Broadcast(float* local, float v, int sub,
 // The exchanges of a layer: each block's mbarrier per event completes when this many bytes
 // have arrived from the cluster's blocks (itself included).
 enum Event { kEvQkv, kEvSelf, kEvOut, kEvCq, kEvCross, kEvCout, kEvFf1, kEvFf2, kEvents };
-__device__ __forceinline__ unsigned EventBytes(int e) {
-  constexpr unsigned kPartials = kC * kH * kRec * 4;  // every block's merged partials
+// (`half`: the attention partials as f16 records, kHalfRec floats each.)
+constexpr int kHalfRec = kDh / 2 + 4;  // o[64] as f16, then m, l and two floats of padding
+__device__ __forceinline__ unsigned EventBytes(int e, bool half = false) {
+  const unsigned kPartials = kC * kH * (half ? kHalfRec : kRec) * 4;  // every block's partials
   switch (e) {
     case kEvQkv:
       return 3 * kD * 4;
@@ -541,19 +543,20 @@ __device__ inline void CrossAttentionWarps(const __half* sk, const __half* sv, i
 // Softmax-merge weights of 16 partials per head: for head h (threads 16 h .. 16 h + 15 of the
 // first 96), weights[h][i] = exp(m_i - M) (/ L when `normalise`), M the largest m_i and L the
 // weighted sum of the l_i; without `normalise` also M and L into `merged`'s record h. Then a
-// block barrier.
+// block barrier. (kStride, kMl: a record's floats and where its m, l are.)
+template <int kStride = kRec, int kMl = kDh>
 __device__ __forceinline__ void MergeWeights(const float* records, float* weights, bool normalise,
                                              float* merged) {
   static_assert(kWarps == 16 && kC == 16, "16 partials per head: 16 lanes each");
   if (threadIdx.x < 16 * kH) {
     const int h = threadIdx.x / 16, i = threadIdx.x % 16;
-    const float* rec = records + (i * kH + h) * kRec;
-    const float m_i = rec[kDh];
+    const float* rec = records + (i * kH + h) * kStride;
+    const float m_i = rec[kMl];
     float m = m_i;
 #pragma unroll
     for (int o = 8; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, o));
     const float e = m == -INFINITY ? 0.0f : expf(m_i - m);
-    float l = rec[kDh + 1] * e;
+    float l = rec[kMl + 1] * e;
 #pragma unroll
     for (int o = 8; o > 0; o /= 2) l += __shfl_xor_sync(kFullMask, l, o);
     weights[h * 16 + i] = normalise ? (l > 0.0f ? e / l : 0.0f) : e;
@@ -566,8 +569,10 @@ __device__ __forceinline__ void MergeWeights(const float* records, float* weight
 }
 
 // The block's 16 warp partials per head merged into one (o unnormalised, m, l) in `mine`, then
-// copied into record `rank` of cpart in every block (counted on `event`). Call after a block
-// barrier that follows the warps'. `weights`: 96 floats of scratch.
+// copied into record `rank` of cpart in every block (counted on `event`); with kHalf as f16
+// o and f32 m, l (kHalfRec floats a head: half the bytes). Call after a block barrier that
+// follows the warps'. `weights`: 96 floats of scratch.
+template <bool kHalf = false>
 __device__ inline void PushBlockPartial(const float* wpart, float* cpart, float* mine,
                                         float* weights, int rank, unsigned long long* event) {
   MergeWeights(wpart, weights, false, mine);
@@ -581,23 +586,57 @@ __device__ inline void PushBlockPartial(const float* wpart, float* cpart, float*
     mine[h * kRec + d] = o;
   }
   __syncthreads();
-  constexpr int kPieces = kH * kRec / 4;  // float4 pieces of the block's record
-  float* dst = cpart + rank * kH * kRec;
-  for (int i = threadIdx.x; i < kC * kPieces; i += kThreads) {
-    const int target = i / kPieces, piece = i % kPieces;
-    StoreAsync4(dst + 4 * piece, reinterpret_cast<const float4*>(mine)[piece],
-                static_cast<unsigned>(target), event);
+  if constexpr (kHalf) {
+    constexpr int kHeadPieces = kHalfRec / 4, kPieces = kH * kHeadPieces;
+    float* dst = cpart + rank * kH * kHalfRec;
+    for (int i = threadIdx.x; i < kC * kPieces; i += kThreads) {
+      const int target = i / kPieces, piece = i % kPieces;
+      const int h = piece / kHeadPieces, j = piece % kHeadPieces;
+      const float* rec = mine + h * kRec;
+      float4 v;
+      if (j < kDh / 8) {  // 8 values of o as f16
+        const float* o = rec + 8 * j;
+        const __half2 a = __floats2half2_rn(o[0], o[1]), b = __floats2half2_rn(o[2], o[3]);
+        const __half2 c = __floats2half2_rn(o[4], o[5]), d = __floats2half2_rn(o[6], o[7]);
+        v = make_float4(__uint_as_float(*reinterpret_cast<const unsigned*>(&a)),
+                        __uint_as_float(*reinterpret_cast<const unsigned*>(&b)),
+                        __uint_as_float(*reinterpret_cast<const unsigned*>(&c)),
+                        __uint_as_float(*reinterpret_cast<const unsigned*>(&d)));
+      } else {
+        v = make_float4(rec[kDh], rec[kDh + 1], 0.0f, 0.0f);
+      }
+      StoreAsync4(dst + 4 * piece, v, static_cast<unsigned>(target), event);
+    }
+  } else {
+    constexpr int kPieces = kH * kRec / 4;  // float4 pieces of the block's record
+    float* dst = cpart + rank * kH * kRec;
+    for (int i = threadIdx.x; i < kC * kPieces; i += kThreads) {
+      const int target = i / kPieces, piece = i % kPieces;
+      StoreAsync4(dst + 4 * piece, reinterpret_cast<const float4*>(mine)[piece],
+                  static_cast<unsigned>(target), event);
+    }
   }
 }
 
-// att[0, 384) = the cluster's partials merged and normalised; then a block barrier.
+// att[0, 384) = the cluster's partials merged and normalised (kHalf: f16 records); then a block
+// barrier.
+template <bool kHalf = false>
 __device__ inline void MergeCluster(const float* cpart, float* weights, float* att) {
-  MergeWeights(cpart, weights, true, nullptr);
+  if constexpr (kHalf) {
+    MergeWeights<kHalfRec, kDh / 2>(cpart, weights, true, nullptr);
+  } else {
+    MergeWeights(cpart, weights, true, nullptr);
+  }
   if (threadIdx.x < kD) {
     const int h = threadIdx.x / kDh, d = threadIdx.x % kDh;
     float o = 0.0f;
 #pragma unroll
-    for (int j = 0; j < kC; ++j) o = fmaf(cpart[(j * kH + h) * kRec + d], weights[h * 16 + j], o);
+    for (int j = 0; j < kC; ++j) {
+      const float v =
+          kHalf ? __half2float(reinterpret_cast<const __half*>(cpart + (j * kH + h) * kHalfRec)[d])
+                : cpart[(j * kH + h) * kRec + d];
+      o = fmaf(v, weights[h * 16 + j], o);
+    }
     att[threadIdx.x] = o;
   }
   __syncthreads();

@@ -133,6 +133,8 @@ struct PersistentDecoderParams {
   int logits_pace_ns = 0;
   // The cluster step's LayerNorms by 12 warps in one pass (NormAllWarps) instead of by one.
   bool cluster_norm_all_warps = false;
+  // The cluster step's attention partials exchanged with o as f16 (m, l f32): half the bytes.
+  bool cluster_half_partials = false;
   unsigned long long* error_word = nullptr;  // set by the launcher from the context
   // For timing only (outputs are wrong): kProfile* below, 0 for the real step.
   int profile_mode = 0;

@@ -235,6 +235,7 @@ absl::Status PersistentDecoderStep::RunWith(const DecoderStepIo& io, const Extra
   p.logits_mma = t.logits_mma;
   p.logits_pace_ns = t.logits_pace_ns;
   p.cluster_norm_all_warps = t.cluster_norm_all_warps;
+  p.cluster_half_partials = t.cluster_half_partials;
   return ext_.LaunchRaw(
       "PersistentDecoderStep",
       [p](const LaunchContext& ctx) { return static_cast<int>(LaunchPersistentDecoder(ctx, p)); },
@@ -261,7 +262,8 @@ absl::Status PersistentDecoderStep::RunWith(const DecoderStepIo& io, const Extra
        p.l2_hints,
        p.logits_mma,
        p.logits_pace_ns,
-       p.cluster_norm_all_warps});
+       p.cluster_norm_all_warps,
+       p.cluster_half_partials});
 }
 
 }  // namespace waav::cuda

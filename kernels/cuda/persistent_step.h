@@ -38,6 +38,11 @@ struct PersistentStepTuning {
   // The cluster step's LayerNorms by 12 warps in one pass (persistent_decoder.cuh); false: by
   // one warp in two. Default: 1-2% faster per step at 1-8 rows (docs/benchmarks.md, session 8).
   bool cluster_norm_all_warps = true;
+  // The cluster step's attention partials exchanged with o as f16 (persistent_decoder.cuh): 2-3% a
+  // step at 1-8 rows, but the logits ~2e-4 (relative) from the CPU's instead of ~2e-5, more than
+  // the engine's fused-step parity allows (1e-5 against its op-by-op step): off by default
+  // (docs/benchmarks.md, session 8).
+  bool cluster_half_partials = false;
   // Grid barriers in two halves with the next phase's constant loads between (arrive, load,
   // wait).
   bool split_barrier = true;

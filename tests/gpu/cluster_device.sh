@@ -9,8 +9,8 @@
 # case (racecheck ran past 90 s there). Results under $OUT: bench.tsv, bench.log, torch.tsv, torch.log,
 # tests.log, summary.txt (and bench-late.log with CLUSTER_LATE_POSITION).
 #   bash .device/cluster/cluster_device.sh     (CLUSTER_BUDGET_S: the whole run, default 420)
-# CLUSTER_LATE_POSITION=P: also the cluster step and its one-warp LayerNorm variant at position
-# P (whisper_gpu_bench --position), late in a window.
+# CLUSTER_LATE_POSITION=P: also the cluster step, its one-warp LayerNorms and f16 partials
+# variants at position P (whisper_gpu_bench --position), late in a window.
 set -uo pipefail
 scripts=$(cd "$(dirname "$0")" && pwd)
 here=/tmp/waav-cluster
@@ -41,11 +41,11 @@ timeout "$(left "${CLUSTER_BENCH_S:-150}")" "$here/bin/whisper_gpu_bench" --no-o
   --encoder-batches none \
   --only "$variants" --out "$out/bench.tsv" > "$out/bench.log" 2>&1
 bench_rc=$?
-# The cluster step's LayerNorm variants late in a window too (position CLUSTER_LATE_POSITION).
+# The cluster step's variants late in a window too (position CLUSTER_LATE_POSITION).
 if [ -n "${CLUSTER_LATE_POSITION:-}" ]; then
   timeout "$(left 60)" "$here/bin/whisper_gpu_bench" --no-ops --encoder-batches none \
     --position "$CLUSTER_LATE_POSITION" \
-    --only "persistent, cluster step, f16 cross, CUDA graph;persistent, cluster step, LayerNorms by one warp;persistent, cluster step, f16 cross, CUDA graph (repeat)" \
+    --only "persistent, cluster step, f16 cross, CUDA graph;persistent, cluster step, LayerNorms by one warp;persistent, cluster step, f16 attention partials;persistent, cluster step, f16 cross, CUDA graph (repeat)" \
     > "$out/bench-late.log" 2>&1
   echo "late bench rc=$?" >> "$out/bench-late.log"
 fi
@@ -68,7 +68,7 @@ torch_rc=$?
   if command -v compute-sanitizer > /dev/null; then
     timeout "$(left 90)" compute-sanitizer --tool memcheck --error-exitcode 9 \
       "$here/bin/persistent_whisper_step_test" \
-      --gtest_filter='*ClusterStepF16Cross*:*ClusterStepPacedLogits*:*ClusterStepNormOneWarp*'
+      --gtest_filter='*ClusterStepF16Cross*:*ClusterStepPacedLogits*:*ClusterStepNormOneWarp*:*ClusterStepHalfPartials*'
     echo "memcheck rc=$?"
   fi
 } >> "$out/tests.log" 2>&1
