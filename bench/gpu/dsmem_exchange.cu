@@ -18,6 +18,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "bench/gpu/cuda_check.h"
+
 namespace {
 
 constexpr int kBlocks = 16;  // per cluster
@@ -118,20 +120,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
 }
 
-#define CHECK(call)                                                                             \
-  do {                                                                                          \
-    const cudaError_t e = (call);                                                               \
-    if (e != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e)); \
-      return false;                                                                             \
-    }                                                                                           \
-  } while (0)
-
 bool Launch(Mode mode, int bytes, int clusters, long long* cycles) {
   const size_t smem = kMaxBytes + size_t{2} * kBlocks * bytes;
-  CHECK(cudaFuncSetAttribute(ExchangeKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  CHECK(cudaFuncSetAttribute(ExchangeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem)));
+  WAAV_BENCH_CHECK(
+      cudaFuncSetAttribute(ExchangeKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  WAAV_BENCH_CHECK(cudaFuncSetAttribute(ExchangeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(smem)));
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(clusters * kBlocks));
   config.blockDim = dim3(kThreads);
@@ -143,16 +137,16 @@ bool Launch(Mode mode, int bytes, int clusters, long long* cycles) {
   attribute[0].val.clusterDim.z = 1;
   config.attrs = attribute;
   config.numAttrs = 1;
-  CHECK(cudaLaunchKernelEx(&config, ExchangeKernel, mode, bytes, cycles));
+  WAAV_BENCH_CHECK(cudaLaunchKernelEx(&config, ExchangeKernel, mode, bytes, cycles));
   return true;
 }
 
 bool Run() {
   int device = 0, clock_khz = 0;
-  CHECK(cudaGetDevice(&device));
-  CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device));
+  WAAV_BENCH_CHECK(cudaGetDevice(&device));
+  WAAV_BENCH_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device));
   cudaDeviceProp prop{};
-  CHECK(cudaGetDeviceProperties(&prop, device));
+  WAAV_BENCH_CHECK(cudaGetDeviceProperties(&prop, device));
   std::printf("# %s, %d multiprocessors, max clock %d MHz\n", prop.name, prop.multiProcessorCount,
               clock_khz / 1000);
   std::printf(
@@ -160,7 +154,7 @@ bool Run() {
       "round; %d rounds; median over blocks and %d launches\n",
       kBlocks, kThreads, kBlocks, kRounds, kRepetitions);
   long long* cycles = nullptr;
-  CHECK(cudaMalloc(&cycles, sizeof(long long) * 8 * kBlocks));
+  WAAV_BENCH_CHECK(cudaMalloc(&cycles, sizeof(long long) * 8 * kBlocks));
   const std::pair<const char*, Mode> modes[] = {{"st.async 16 B", Mode::kStore16},
                                                 {"st.async 4 B", Mode::kStore4},
                                                 {"bulk copy", Mode::kBulk}};
@@ -171,14 +165,14 @@ bool Run() {
     for (const int bytes : sizes) {
       for (const int clusters : {1, 8}) {
         if (!Launch(mode, bytes, clusters, cycles)) return false;  // warm-up
-        CHECK(cudaDeviceSynchronize());
+        WAAV_BENCH_CHECK(cudaDeviceSynchronize());
         std::vector<double> per_round;
         for (int r = 0; r < kRepetitions; ++r) {
           if (!Launch(mode, bytes, clusters, cycles)) return false;
-          CHECK(cudaDeviceSynchronize());
+          WAAV_BENCH_CHECK(cudaDeviceSynchronize());
           std::vector<long long> host(static_cast<size_t>(clusters * kBlocks));
-          CHECK(cudaMemcpy(host.data(), cycles, host.size() * sizeof(long long),
-                           cudaMemcpyDeviceToHost));
+          WAAV_BENCH_CHECK(cudaMemcpy(host.data(), cycles, host.size() * sizeof(long long),
+                                      cudaMemcpyDeviceToHost));
           for (const long long c : host) per_round.push_back(static_cast<double>(c) / kRounds);
         }
         std::sort(per_round.begin(), per_round.end());
@@ -188,7 +182,7 @@ bool Run() {
       }
     }
   }
-  CHECK(cudaFree(cycles));
+  WAAV_BENCH_CHECK(cudaFree(cycles));
   return true;
 }
 

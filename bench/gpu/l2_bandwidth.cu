@@ -18,6 +18,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "bench/gpu/cuda_check.h"
+
 namespace {
 
 constexpr int kThreads = 512;
@@ -140,15 +142,6 @@ struct Case {
   int slots = 0;  // bulk only
 };
 
-#define CHECK(call)                                                                             \
-  do {                                                                                          \
-    const cudaError_t e = (call);                                                               \
-    if (e != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e)); \
-      return false;                                                                             \
-    }                                                                                           \
-  } while (0)
-
 bool Launch(const Case& c, int blocks, const uint4* buffer, long long* cycles, unsigned* sink) {
   switch (c.mode) {
     case Mode::kRegisters:
@@ -159,41 +152,44 @@ bool Launch(const Case& c, int blocks, const uint4* buffer, long long* cycles, u
     case Mode::kCopyAsync: {
       const size_t smem = size_t{16} * kThreads * c.param;
       if (c.param == 4) {
-        CHECK(cudaFuncSetAttribute(CopyAsyncKernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(smem)));
+        WAAV_BENCH_CHECK(cudaFuncSetAttribute(CopyAsyncKernel<4>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(smem)));
         CopyAsyncKernel<4><<<blocks, kThreads, smem>>>(buffer, cycles, sink);
       }
       if (c.param == 8) {
-        CHECK(cudaFuncSetAttribute(CopyAsyncKernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(smem)));
+        WAAV_BENCH_CHECK(cudaFuncSetAttribute(CopyAsyncKernel<8>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(smem)));
         CopyAsyncKernel<8><<<blocks, kThreads, smem>>>(buffer, cycles, sink);
       }
       if (c.param == 16) {
-        CHECK(cudaFuncSetAttribute(CopyAsyncKernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(smem)));
+        WAAV_BENCH_CHECK(cudaFuncSetAttribute(CopyAsyncKernel<16>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(smem)));
         CopyAsyncKernel<16><<<blocks, kThreads, smem>>>(buffer, cycles, sink);
       }
       break;
     }
     case Mode::kBulk: {
       const size_t smem = static_cast<size_t>(c.param) * c.slots;
-      CHECK(cudaFuncSetAttribute(BulkKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(smem)));
+      WAAV_BENCH_CHECK(cudaFuncSetAttribute(BulkKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(smem)));
       BulkKernel<<<blocks, kThreads, smem>>>(buffer, cycles, sink, c.param, c.slots);
       break;
     }
   }
-  CHECK(cudaGetLastError());
+  WAAV_BENCH_CHECK(cudaGetLastError());
   return true;
 }
 
 bool Run() {
   int device = 0, sms = 0, clock_khz = 0;
-  CHECK(cudaGetDevice(&device));
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device));
+  WAAV_BENCH_CHECK(cudaGetDevice(&device));
+  WAAV_BENCH_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  WAAV_BENCH_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device));
   cudaDeviceProp prop{};
-  CHECK(cudaGetDeviceProperties(&prop, device));
+  WAAV_BENCH_CHECK(cudaGetDeviceProperties(&prop, device));
   std::printf("# %s, %d multiprocessors, L2 %d MB, max clock %d MHz\n", prop.name, sms,
               prop.l2CacheSize >> 20, clock_khz / 1000);
   std::printf(
@@ -203,13 +199,13 @@ bool Run() {
   uint4* buffer = nullptr;
   long long* cycles = nullptr;
   unsigned* sink = nullptr;
-  CHECK(cudaMalloc(&buffer, kBufferBytes));
-  CHECK(cudaMemset(buffer, 1, kBufferBytes));
-  CHECK(cudaMalloc(&cycles, sizeof(long long) * 1024));
-  CHECK(cudaMalloc(&sink, 4));
+  WAAV_BENCH_CHECK(cudaMalloc(&buffer, kBufferBytes));
+  WAAV_BENCH_CHECK(cudaMemset(buffer, 1, kBufferBytes));
+  WAAV_BENCH_CHECK(cudaMalloc(&cycles, sizeof(long long) * 1024));
+  WAAV_BENCH_CHECK(cudaMalloc(&sink, 4));
   cudaEvent_t begin, end;
-  CHECK(cudaEventCreate(&begin));
-  CHECK(cudaEventCreate(&end));
+  WAAV_BENCH_CHECK(cudaEventCreate(&begin));
+  WAAV_BENCH_CHECK(cudaEventCreate(&end));
   const Case cases[] = {
       {"registers, 2 loads/thread in flight", Mode::kRegisters, 2},
       {"registers, 4 loads/thread in flight", Mode::kRegisters, 4},
@@ -231,17 +227,18 @@ bool Run() {
     for (const int blocks : grids) {
       // Warm the L2 with the regions this grid reads.
       if (!Launch(c, blocks, buffer, cycles, sink)) return false;
-      CHECK(cudaDeviceSynchronize());
+      WAAV_BENCH_CHECK(cudaDeviceSynchronize());
       std::vector<double> per_block, totals;
       for (int r = 0; r < kRepetitions; ++r) {
-        CHECK(cudaEventRecord(begin));
+        WAAV_BENCH_CHECK(cudaEventRecord(begin));
         if (!Launch(c, blocks, buffer, cycles, sink)) return false;
-        CHECK(cudaEventRecord(end));
-        CHECK(cudaEventSynchronize(end));
+        WAAV_BENCH_CHECK(cudaEventRecord(end));
+        WAAV_BENCH_CHECK(cudaEventSynchronize(end));
         float ms = 0;
-        CHECK(cudaEventElapsedTime(&ms, begin, end));
+        WAAV_BENCH_CHECK(cudaEventElapsedTime(&ms, begin, end));
         std::vector<long long> host(static_cast<size_t>(blocks));
-        CHECK(cudaMemcpy(host.data(), cycles, sizeof(long long) * blocks, cudaMemcpyDeviceToHost));
+        WAAV_BENCH_CHECK(
+            cudaMemcpy(host.data(), cycles, sizeof(long long) * blocks, cudaMemcpyDeviceToHost));
         std::sort(host.begin(), host.end());
         const double bytes = static_cast<double>(kRegionBytes) * kPasses;
         per_block.push_back(bytes / static_cast<double>(host[host.size() / 2]));
