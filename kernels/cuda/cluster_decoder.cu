@@ -185,14 +185,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (ends != nullptr && phase_end < kArrivalStamps) ends[phase_end] = GlobalNs();
     ++phase_end;
   };
-  // A GEMV phase's columns from col0, value(col, v) of each (v: the slice's sum), into `dst`
-  // + col in every block, counted on `event` (one 4-byte store per column and block from the
-  // lanes that hold it).
-  auto emit = [&](auto& s, int col0, const float* in, float* dst, unsigned long long* event,
-                  auto value) {
-    RunSlice(s, col0, in,
-             [&](int col, float v, int sub) { Broadcast(dst + col, value(col, v), sub, event); });
-  };
   // LayerNorm of the residual stream into xn (p.cluster_norm_all_warps: NormAllWarps).
   auto norm = [&](const float* g, const float* b) {
     if (p.cluster_norm_all_warps) {
@@ -241,7 +233,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       LoadSlice(wo, bo, rank * kDCols, s, keep, weights);
       wait(in, layer);
       MergeCluster<kHalfPartials>(cpart, merge_weights, xn);
-      emit(s, rank * kDCols, xn, x_s, &events[out], [&](int col, float v) { return x_s[col] + v; });
+      RunSlice(s, rank * kDCols, xn, [&](int col, float v, int sub) {
+        Broadcast(x_s + col, x_s[col] + v, sub, &events[out]);
+      });
       done();
     };
     // -- LN1 + QKV (this block's K/V columns kept for the self caches).
@@ -280,7 +274,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       LoadSlice(w.cq_w, w.cq_b, rank * kDCols, s, keep, weights);
       wait(kEvOut, layer);
       norm(norms + 2 * kD, norms + 3 * kD);
-      emit(s, rank * kDCols, xn, qkv_s, &events[kEvCq], [](int, float v) { return v; });
+      RunSlice(s, rank * kDCols, xn,
+               [&](int col, float v, int sub) { Broadcast(qkv_s + col, v, sub, &events[kEvCq]); });
       done();
     }
     // -- Cross-attention over this block's staged keys.
@@ -302,7 +297,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       wait(kEvCout, layer);
       norm(norms + 4 * kD, norms + 5 * kD);
       if (layer + 1 < p.n_layers) stage_norms(layer + 1);  // LN3 has read this layer's
-      emit(s, rank * kFfCols, xn, h_s, &events[kEvFf1], [](int, float v) { return GeluExact(v); });
+      RunSlice(s, rank * kFfCols, xn, [&](int col, float v, int sub) {
+        Broadcast(h_s + col, GeluExact(v), sub, &events[kEvFf1]);
+      });
       done();
     }
     // -- FFN2 + residual.
@@ -310,8 +307,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       Slice<kFf, kDCols> s;
       LoadSlice(w.ff2_w, w.ff2_b, rank * kDCols, s, keep, weights);
       wait(kEvFf1, layer);
-      emit(s, rank * kDCols, h_s, x_s, &events[kEvFf2],
-           [&](int col, float v) { return x_s[col] + v; });
+      RunSlice(s, rank * kDCols, h_s, [&](int col, float v, int sub) {
+        Broadcast(x_s + col, x_s[col] + v, sub, &events[kEvFf2]);
+      });
       done();
     }
   }
@@ -625,6 +623,25 @@ cudaError_t LaunchLogits(const LaunchContext& ctx, const PersistentDecoderParams
                 x_final, stats, per_block, staged);
 }
 
+// `attribute`: room for two (the cluster's shape; with `pdl`, programmatic serialization).
+cudaLaunchConfig_t LayersConfig(int batch, size_t smem, cudaStream_t stream,
+                                cudaLaunchAttribute* attribute, bool pdl = false) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(batch * kC));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = kC;
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = 1;
+  attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[1].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = pdl ? 2 : 1;
+  return config;
+}
+
 }  // namespace
 
 bool ClusterDecoderAvailable(const PersistentDecoderParams& p) {
@@ -657,7 +674,7 @@ bool ClusterDecoderAvailable(const PersistentDecoderParams& p) {
     }
     if (clusters == 0) {
       cudaLaunchAttribute attribute[1];
-      const cudaLaunchConfig_t config = ClusterLayersConfig(1, smem, nullptr, attribute);
+      const cudaLaunchConfig_t config = LayersConfig(1, smem, nullptr, attribute);
       if (cudaOccupancyMaxActiveClusters(&clusters, ClusterLayersKernel<false>, &config) !=
           cudaSuccess) {
         clusters = 0;
@@ -689,7 +706,7 @@ cudaError_t LaunchClusterDecoder(const LaunchContext& ctx, const PersistentDecod
   const int stage_keys = StageKeys(p.audio_ctx);
   cudaLaunchAttribute attribute[2];
   const cudaLaunchConfig_t config =
-      ClusterLayersConfig(p.batch, LayerSmemBytes(stage_keys), ctx.stream, attribute, /*pdl=*/true);
+      LayersConfig(p.batch, LayerSmemBytes(stage_keys), ctx.stream, attribute, /*pdl=*/true);
   cudaError_t err = cudaLaunchKernelEx(
       &config, p.cluster_half_partials ? ClusterLayersKernel<true> : ClusterLayersKernel<false>,
       params, x_final, stage_keys);

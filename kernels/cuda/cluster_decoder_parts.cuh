@@ -23,27 +23,6 @@ constexpr int kDCols = kD / kC;
 constexpr int kFfCols = kFf / kC;
 static_assert(kD % kC == 0 && kFf % kC == 0, "columns split evenly over the cluster");
 
-// ---- Launch shape ----------------------------------------------------------------------------
-// The layers' launch: one cluster of kC blocks per batch row. `attribute`: room for two (the
-// cluster's shape; with `pdl`, programmatic serialization).
-inline cudaLaunchConfig_t ClusterLayersConfig(int batch, size_t smem, cudaStream_t stream,
-                                              cudaLaunchAttribute* attribute, bool pdl = false) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(batch * kC));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  attribute[0].id = cudaLaunchAttributeClusterDimension;
-  attribute[0].val.clusterDim.x = kC;
-  attribute[0].val.clusterDim.y = 1;
-  attribute[0].val.clusterDim.z = 1;
-  attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[1].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = pdl ? 2 : 1;
-  return config;
-}
-
 // ---- Cluster plumbing ---------------------------------------------------------------------
 // Barrier halves: arrive releases this thread's prior writes (shared, distributed shared and
 // global) to the cluster; wait acquires every other thread's. Every thread of the cluster calls
@@ -143,13 +122,13 @@ enum Event { kEvQkv, kEvSelf, kEvOut, kEvCq, kEvCross, kEvCout, kEvFf1, kEvFf2, 
 // (`half`: the attention partials as f16 records, kHalfRec floats each.)
 constexpr int kHalfRec = kDh / 2 + 4;  // o[64] as f16, then m, l and two floats of padding
 __device__ __forceinline__ unsigned EventBytes(int e, bool half = false) {
-  const unsigned kPartials = kC * kH * (half ? kHalfRec : kRec) * 4;  // every block's partials
+  const unsigned partials = kC * kH * (half ? kHalfRec : kRec) * 4;  // every block's partials
   switch (e) {
     case kEvQkv:
       return 3 * kD * 4;
     case kEvSelf:
     case kEvCross:
-      return kPartials;
+      return partials;
     case kEvFf1:
       return kFf * 4;
     default:  // out, cq, cout, ffn2: 384 values
@@ -406,9 +385,9 @@ __device__ __forceinline__ void WriteRecord(float* wpart, int head, int dim, con
 
 // Self-attention over keys [k0, k1) of f32 caches (global; key `position` from shared memory):
 // a partial per (warp, head) into wpart. Lane l holds dims 4 l + 128 c (head 2 c + l / 16).
-__device__ inline void SelfAttentionWarps(const float* kc, const float* vc, int k0, int k1,
-                                          int position, const float* q, const float* new_k,
-                                          const float* new_v, float scale, float* wpart) {
+__device__ void SelfAttentionWarps(const float* kc, const float* vc, int k0, int k1, int position,
+                                   const float* q, const float* new_k, const float* new_v,
+                                   float scale, float* wpart) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   float qv[3][4], o[3][4], m[3], l[3];
 #pragma unroll
@@ -458,8 +437,8 @@ __device__ inline void SelfAttentionWarps(const float* kc, const float* vc, int 
 // Lane l holds dims 8 l (head l / 8) and, for l < 16, dims 256 + 8 l (head 4 + l / 8). A warp
 // scores kKeyChunk keys before one softmax update (one rescale of o per chunk, not per key).
 constexpr int kKeyChunk = 4;
-__device__ inline void CrossAttentionWarps(const __half* sk, const __half* sv, int n_keys,
-                                           const float* q, float scale, float* wpart) {
+__device__ void CrossAttentionWarps(const __half* sk, const __half* sv, int n_keys, const float* q,
+                                    float scale, float* wpart) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const bool has_b = lane < 16;
   float qa[8], qb[8], oa[8], ob[8];
@@ -573,8 +552,8 @@ __device__ __forceinline__ void MergeWeights(const float* records, float* weight
 // o and f32 m, l (kHalfRec floats a head: half the bytes). Call after a block barrier that
 // follows the warps'. `weights`: 96 floats of scratch.
 template <bool kHalf = false>
-__device__ inline void PushBlockPartial(const float* wpart, float* cpart, float* mine,
-                                        float* weights, int rank, unsigned long long* event) {
+__device__ void PushBlockPartial(const float* wpart, float* cpart, float* mine, float* weights,
+                                 int rank, unsigned long long* event) {
   MergeWeights(wpart, weights, false, mine);
   if (threadIdx.x < kD) {
     const int h = threadIdx.x / kDh, d = threadIdx.x % kDh;
@@ -596,12 +575,10 @@ __device__ inline void PushBlockPartial(const float* wpart, float* cpart, float*
       float4 v;
       if (j < kDh / 8) {  // 8 values of o as f16
         const float* o = rec + 8 * j;
-        const __half2 a = __floats2half2_rn(o[0], o[1]), b = __floats2half2_rn(o[2], o[3]);
-        const __half2 c = __floats2half2_rn(o[4], o[5]), d = __floats2half2_rn(o[6], o[7]);
-        v = make_float4(__uint_as_float(*reinterpret_cast<const unsigned*>(&a)),
-                        __uint_as_float(*reinterpret_cast<const unsigned*>(&b)),
-                        __uint_as_float(*reinterpret_cast<const unsigned*>(&c)),
-                        __uint_as_float(*reinterpret_cast<const unsigned*>(&d)));
+        v = make_float4(__uint_as_float(mma::PackHalf2(o[0], o[1])),
+                        __uint_as_float(mma::PackHalf2(o[2], o[3])),
+                        __uint_as_float(mma::PackHalf2(o[4], o[5])),
+                        __uint_as_float(mma::PackHalf2(o[6], o[7])));
       } else {
         v = make_float4(rec[kDh], rec[kDh + 1], 0.0f, 0.0f);
       }
@@ -621,7 +598,7 @@ __device__ inline void PushBlockPartial(const float* wpart, float* cpart, float*
 // att[0, 384) = the cluster's partials merged and normalised (kHalf: f16 records); then a block
 // barrier.
 template <bool kHalf = false>
-__device__ inline void MergeCluster(const float* cpart, float* weights, float* att) {
+__device__ void MergeCluster(const float* cpart, float* weights, float* att) {
   if constexpr (kHalf) {
     MergeWeights<kHalfRec, kDh / 2>(cpart, weights, true, nullptr);
   } else {
