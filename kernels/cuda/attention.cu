@@ -778,14 +778,16 @@ __global__ void ToHalf3Kernel(const float* q, int64_t nq, const float* k, const 
 
 }  // namespace
 
-SplitPlan PlanSplitAttention(const AttentionArgs& a, int sm_count, int64_t max_counters) {
+SplitPlan PlanSplitAttention(const AttentionArgs& a, int sm_count, int64_t max_counters,
+                             int blocks_per_sm) {
   SplitPlan plan;
   const int q_per_block = QueriesPerBlock(a.q_len, a.head_dim);
   plan.q_blocks = (a.q_len + q_per_block - 1) / q_per_block;
   const int64_t items = a.batch * a.heads * plan.q_blocks;
   const int64_t chunks = std::max<int64_t>(1, (a.kv_len + kKeys - 1) / kKeys);
-  // Enough blocks for ~8 per multiprocessor; splitting further only adds merge work.
-  const int64_t wanted = (8 * int64_t{sm_count} + items - 1) / std::max<int64_t>(items, 1);
+  // Enough blocks for ~blocks_per_sm per multiprocessor; splitting further only adds merge work.
+  const int64_t wanted =
+      (std::max(1, blocks_per_sm) * int64_t{sm_count} + items - 1) / std::max<int64_t>(items, 1);
   const int64_t splits = std::clamp<int64_t>(wanted, 1, chunks);
   if (splits <= 1 || items > max_counters) return plan;
   plan.splits = static_cast<int>(splits);

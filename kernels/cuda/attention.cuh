@@ -51,8 +51,10 @@ struct SplitPlan {
   size_t partial_bytes = 0;  // scratch for partial results (0 when splits == 1)
   int64_t counters = 0;      // zeroed i32 arrival counters needed (0 when splits == 1)
 };
-// `max_counters`: how many counters the caller can provide; the plan never needs more.
-SplitPlan PlanSplitAttention(const AttentionArgs& args, int sm_count, int64_t max_counters);
+// `max_counters`: how many counters the caller can provide; the plan never needs more. Keys are
+// split until the grid has about `blocks_per_sm` blocks per multiprocessor.
+SplitPlan PlanSplitAttention(const AttentionArgs& args, int sm_count, int64_t max_counters,
+                             int blocks_per_sm = 8);
 // `partials` and `counters` as the plan says; counters must be zero and are left zero.
 cudaError_t LaunchSplitAttention(const LaunchContext& ctx, const AttentionArgs& args,
                                  const SplitPlan& plan, float* partials, int* counters);

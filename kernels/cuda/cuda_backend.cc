@@ -20,6 +20,7 @@
 #include "engine/runtime/op_checks.h"
 #include "engine/runtime/status.h"
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/backend_util.h"
 #include "kernels/cuda/blas.h"
 #include "kernels/cuda/conv1d.cuh"
 #include "kernels/cuda/elementwise.cuh"
@@ -40,12 +41,10 @@
 namespace waav {
 namespace {
 
+using cuda::DecodeDeviceError;
+using cuda::GpuStatus;
 using cuda::kGpuKind;
-
-absl::Status GpuStatus(const char* what, cudaError_t err) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
-}
+using cuda::ToEpilogue;
 
 size_t RoundUp256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
@@ -92,53 +91,6 @@ enum class SigOp : int64_t {
   kArgmaxLogSumExp,
   kLaunchHint
 };
-
-absl::StatusOr<cuda::Epilogue> ToEpilogue(const char* op, Activation act) {
-  switch (act) {
-    case Activation::kNone:
-      return cuda::Epilogue::kNone;
-    case Activation::kGelu:
-      return cuda::Epilogue::kGelu;
-    case Activation::kRelu:
-      return cuda::Epilogue::kRelu;
-    case Activation::kSigmoid:
-      return cuda::Epilogue::kSigmoid;
-  }
-  return checks::Invalid(op, absl::StrCat("unknown activation ", static_cast<int>(act)));
-}
-
-// Decodes the device error word (see ReportDeviceError in common.cuh).
-absl::Status DecodeDeviceError(unsigned long long code) {
-  const auto op = static_cast<cuda::DeviceErrorOp>(code >> 56);
-  int64_t index = static_cast<int64_t>((code >> 32) & 0xffffff);
-  if (index >= 0x800000) index -= 0x1000000;  // 24-bit two's complement
-  const auto value = static_cast<int32_t>(code & 0xffffffffu);
-  const char* when = " (found on the device when the kernel ran; that row was not written)";
-  switch (op) {
-    case cuda::DeviceErrorOp::kAttention:
-      return checks::Invalid("Attention", absl::StrCat("kv_lengths[", index, "] = ", value,
-                                                       " is outside [0, Tk] of k", when));
-    case cuda::DeviceErrorOp::kWriteRows:
-      return checks::Invalid("WriteRows",
-                             absl::StrCat("positions[", index, "] = ", value,
-                                          " with the rows of src does not fit dst", when));
-    case cuda::DeviceErrorOp::kEmbed:
-      if (index < 0) {
-        return checks::Invalid("Embed", absl::StrCat("start_positions[", -1 - index, "] = ", value,
-                                                     " with the tokens of its row is outside "
-                                                     "position_table",
-                                                     when));
-      }
-      return checks::Invalid("Embed", absl::StrCat("tokens (flat index ", index, ") = ", value,
-                                                   " is outside token_table", when));
-    case cuda::DeviceErrorOp::kArgmaxLogSumExp:
-      return checks::Invalid("ArgmaxLogSumExp", absl::StrCat("mask_index[", index, "] = ", value,
-                                                             " is outside [-1, M) of masks", when));
-    case cuda::DeviceErrorOp::kNone:
-      break;
-  }
-  return absl::InternalError(absl::StrFormat("unknown device error word %#x", code));
-}
 
 class CudaBackend final : public Backend, public CudaExtensions {
  public:
@@ -234,7 +186,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
   }
 
   // One GEMM (the Linear paths without HalfGemm) into f32 scratch [M, P·C], then one pass adding
-  // the bias and writing the planes (f16 or f32).
+  // the bias and writing the planes (f16 or f32); or, for few rows of f32 (a decoder step's Q, K
+  // and V), HalfGemm writing the planes itself (one kernel).
   absl::Status LinearPlanes(const Tensor& x, const Tensor& weight, const Tensor* bias,
                             absl::Span<const Tensor> planes) override {
     ASSIGN_OR_RETURN(
@@ -244,6 +197,10 @@ class CudaBackend final : public Backend, public CudaExtensions {
     const bool w_f16 = weight.dtype() == DType::kF16;
     const bool x_f16 = x.dtype() == DType::kF16, y_f16 = planes[0].dtype() == DType::kF16;
     const Tensor b = bias != nullptr ? *bias : Tensor();
+    if (const absl::StatusOr<bool> done = HalfGemmPlanes(x, weight, b, planes, d);
+        !done.ok() || *done) {
+      return done.status();
+    }
     const cuda::GemmPlan plan = cuda::PlanGemm(state_->gemm, d.m, d.n, d.k, w_f16, false);
     const bool x_direct = x_f16 && (plan.path == cuda::GemmPath::kBlasHalf ||
                                     plan.path == cuda::GemmPath::kBlasHalfSplit);
@@ -280,6 +237,57 @@ class CudaBackend final : public Backend, public CudaExtensions {
     });
   }
 
+  // LinearPlanes by HalfGemm writing f32 planes itself (one kernel: a decoder step's Q, K and V
+  // at more than skinny_max_rows rows). false: these shapes, dtypes or options take the general
+  // path.
+  absl::StatusOr<bool> HalfGemmPlanes(const Tensor& x, const Tensor& weight, const Tensor& b,
+                                      absl::Span<const Tensor> planes,
+                                      const checks::LinearDims& d) {
+    const int64_t plane_cols = d.n / static_cast<int64_t>(planes.size());
+    cuda::PlaneOutputs out{};
+    bool aligned = plane_cols % 8 == 0;
+    for (size_t p = 0; p < planes.size(); ++p) {
+      out.planes[p] = planes[p].data();
+      aligned = aligned && reinterpret_cast<uintptr_t>(out.planes[p]) % 16 == 0;
+    }
+    cuda::HalfGemmArgs half{x.data_as<float>(),
+                            weight.data(),
+                            b.defined() ? b.data_as<float>() : nullptr,
+                            static_cast<float*>(out.planes[0]),
+                            d.m,
+                            d.n,
+                            d.k,
+                            cuda::Epilogue::kNone,
+                            nullptr};
+    const bool use = aligned && options_.use_half_gemm && options_.math == CudaMath::kFast &&
+                     d.m <= options_.half_gemm_planes_max_rows && weight.dtype() == DType::kF16 &&
+                     x.dtype() == DType::kF32 && planes[0].dtype() == DType::kF32 &&
+                     cuda::HalfGemmSupported(half);
+    const cuda::GemmPlan plan =
+        use ? cuda::PlanGemm(state_->gemm, d.m, d.n, d.k, true, true) : cuda::GemmPlan{};
+    if (plan.path != cuda::GemmPath::kHalfMma) return false;
+    ASSIGN_OR_RETURN(Tensor scratch, Scratch(plan.scratch_bytes));
+    std::vector<Tensor> held(planes.begin(), planes.end());  // alive for a capturing graph
+    Sign({static_cast<int64_t>(SigOp::kLinear), d.m, d.n, d.k, 1, b.defined(),
+          static_cast<int64_t>(planes.size()), static_cast<int64_t>(plan.path), 0, 0, -2});
+    RETURN_IF_ERROR(Submit([state = state_, ctx = Ctx(), x, weight, b, held = std::move(held), out,
+                            d, plan, plane_cols, scratch]() {
+      cuda::GemmProblem p{x.data_as<float>(),
+                          d.m,
+                          d.k,
+                          weight.data(),
+                          true,
+                          d.n,
+                          b.defined() ? b.data_as<float>() : nullptr,
+                          cuda::Epilogue::kNone,
+                          nullptr};
+      p.planes = &out;
+      p.plane_cols = plane_cols;
+      return cuda::RunGemm(state->gemm, ctx, plan, p, scratch.defined() ? scratch.data() : nullptr);
+    }));
+    return true;
+  }
+
   // Linear, and with `residual` defined y = residual + Linear(...): fused into HalfGemm's
   // epilogue, else the GEMM into scratch followed by the Add kernel.
   // f16 activations (Op::kHalfActivations): an f16 x goes to the f16 cuBLAS GEMM as it is (any
@@ -304,11 +312,12 @@ class CudaBackend final : public Backend, public CudaExtensions {
                             epilogue,
                             nullptr};
     half.residual = residual.defined() ? residual.data_as<float>() : nullptr;
-    const bool half_ok = w_f16 &&
-                         (options_.half_gemm_max_k <= 0 || d.k <= options_.half_gemm_max_k) &&
-                         (options_.half_gemm_max_n <= 0 || d.n <= options_.half_gemm_max_n) &&
-                         (options_.half_gemm_max_rows <= 0 || d.m <= options_.half_gemm_max_rows) &&
-                         !x_f16 && !y_f16 && cuda::HalfGemmSupported(half);
+    const bool few_rows = d.m <= options_.half_gemm_few_rows;
+    const bool half_ok =
+        w_f16 && (few_rows || options_.half_gemm_max_k <= 0 || d.k <= options_.half_gemm_max_k) &&
+        (few_rows || options_.half_gemm_max_n <= 0 || d.n <= options_.half_gemm_max_n) &&
+        (options_.half_gemm_max_rows <= 0 || d.m <= options_.half_gemm_max_rows) && !x_f16 &&
+        !y_f16 && cuda::HalfGemmSupported(half);
     const cuda::GemmPlan plan = cuda::PlanGemm(state_->gemm, d.m, d.n, d.k, w_f16, half_ok);
     const bool fused = plan.path == cuda::GemmPath::kHalfMma;
     const bool x_direct = x_f16 && (plan.path == cuda::GemmPath::kBlasHalf ||
@@ -391,7 +400,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
         cuda::PlanGemm(state_->gemm, m, s.out_channels, k, w_f16,
                        w_f16 && options_.half_gemm_conv &&
                            (options_.half_gemm_max_rows <= 0 || m <= options_.half_gemm_max_rows) &&
-                           cuda::HalfGemmSupported(half));
+                           cuda::HalfGemmSupported(half),
+                       /*conv=*/true);
     const bool implicit = plan.path == cuda::GemmPath::kHalfMma;
     // A 1-wide kernel without stride or padding reads x as it is.
     const bool direct = implicit || (s.kernel_size == 1 && s.stride == 1 && s.padding == 0);
@@ -525,7 +535,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
       flash_plan = cuda::PlanFlashAttention(args, state_->ctx.sm_count, kAttentionCounters);
       scratch_bytes = flash_plan.scratch_bytes;
     } else {
-      plan = cuda::PlanSplitAttention(args, state_->ctx.sm_count, kAttentionCounters);
+      plan = cuda::PlanSplitAttention(args, state_->ctx.sm_count, kAttentionCounters,
+                                      options_.split_attention_blocks_per_sm);
       scratch_bytes = plan.partial_bytes;
     }
     ASSIGN_OR_RETURN(Tensor scratch, Scratch(convert_bytes + scratch_bytes));
@@ -923,8 +934,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const CudaBackendOp
   RETURN_IF_ERROR(
       GpuStatus("cudaHostGetDevicePointer", cudaHostGetDevicePointer(&device_word, host_word, 0)));
   state->error_device = static_cast<unsigned long long*>(device_word);
-  ASSIGN_OR_RETURN(state->counters,
-                   cuda::AllocateDeviceTensor(state->pool, Shape{kAttentionCounters}, DType::kI32));
+  ASSIGN_OR_RETURN(
+      state->counters,
+      cuda::AllocateDeviceTensor(
+          state->pool, Shape{kAttentionCounters + cuda::kHalfGemmSplitCounters}, DType::kI32));
   RETURN_IF_ERROR(GpuStatus("cudaMemset",
                             cudaMemsetAsync(state->counters.data(), 0, state->counters.size_bytes(),
                                             state->graphs->stream)));
@@ -949,8 +962,14 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const CudaBackendOp
 #endif
   RETURN_IF_ERROR(GpuStatus("HalfGemm shared memory", cuda::PrepareHalfGemm()));
   RETURN_IF_ERROR(GpuStatus("flash attention shared memory", cuda::PrepareFlashAttention2()));
-  state->gemm = {state->blas.get(), options.math, options.skinny_max_rows, options.use_half_gemm,
-                 options.half_gemm_narrow_tiles};
+  state->gemm = {state->blas.get(),
+                 options.math,
+                 options.skinny_max_rows,
+                 options.use_half_gemm,
+                 options.half_gemm_narrow_tiles,
+                 options.half_gemm_split_k_waves,
+                 props.multiProcessorCount,
+                 state->counters.data_as<int>() + kAttentionCounters};
   const bool pdl = options.use_pdl && WAAV_GPU_HAS_PDL && props.major >= 9;
   state->ctx = {state->graphs->stream, pdl, state->error_device, props.multiProcessorCount,
                 std::max(0, options.pdl_max_blocks_per_sm)};

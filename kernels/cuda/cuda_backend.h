@@ -87,6 +87,17 @@ struct CudaBackendOptions {
   // HalfGemm with 32 x 32 tiles where 32 x 64 ones would leave multiprocessors idle (a decoder
   // step's GEMMs of tens of rows). Default: true.
   bool half_gemm_narrow_tiles = true;
+  // HalfGemm splits K into ranges (their partial sums added by the last block of each tile) where
+  // its tiles alone would fill fewer than this many blocks per SM (few-row GEMMs: a decoder step
+  // of 64 rows has its 384 x 384 projections in 24 tiles walking 12 steps of K each). 0: never.
+  // Default: 0: on an H100 it made the step of 64 rows slower (699 -> 738 us; the partials' fence
+  // and arrival cost more than the shorter walk saved; docs/benchmarks.md, "Session 9").
+  int half_gemm_split_k_waves = 0;
+  // GEMMs of at most this many rows (and more than skinny_max_rows) take HalfGemm whatever their
+  // N and K (half_gemm_max_k and _max_n below then apply to larger ones only). 0: none.
+  // Default: 0: at 64 rows the FFN's GEMMs by HalfGemm made the step slower than cuBLAS with its
+  // conversion and epilogue kernels (671 -> 738 us on an H100; docs/benchmarks.md, "Session 9").
+  int64_t half_gemm_few_rows = 0;
   // kFast, f16 weights, more than skinny_max_rows rows: our HalfGemm kernel (f32 → f16 in the
   // loader, bias, activation and residual fused; Conv1d as an implicit GEMM) instead of
   // conversion + cuBLAS + epilogue, within the limits below. Default: true, for N, K <= 384
@@ -104,6 +115,18 @@ struct CudaBackendOptions {
   // kFast encoder attention: the tuned flash kernel (keys split to fill the chip, merged in the
   // same launch) instead of the first one. Default: true.
   bool use_flash_v2 = true;
+  // LinearPlanes of f32 planes (a decoder step's Q, K and V in one GEMM) by HalfGemm writing the
+  // planes, up to this many rows (above skinny_max_rows; 0: never), with use_half_gemm and kFast;
+  // larger ones by cuBLAS, then a pass writing the planes. Default: 64 (H100, one call: at 16
+  // rows 360 against 366 us a step, at 64 the same, at 256 1263 against 1237;
+  // docs/benchmarks.md, "Session 9").
+  int64_t half_gemm_planes_max_rows = 64;
+  // The decoder's attention (SplitAttention: a few queries per row against a K/V cache) splits
+  // the keys into ranges until its grid has about this many blocks per SM. Default: 2 (8 before:
+  // a step of 64 rows then split its 384 (row, head) groups in 3, and merging the ranges cost
+  // more than it saved: 738 -> 697 us on an H100 with 2, which leaves them whole;
+  // docs/benchmarks.md, "Session 9").
+  int split_attention_blocks_per_sm = 2;
   // Flash v2 key ranges per query block: 0 lets the plan choose (as many as one wave of
   // resident blocks holds, up to 4); 1 to 4 forces that many (for measurements).
   int flash_splits = 0;

@@ -19,6 +19,7 @@
 //    2e-3 (fast; measured on an H200: 3e-4 encoder, 3e-5 logits).
 // Every comparison prints its measured error (a line starting "parity:") for the device report.
 #include "kernels/cuda/cuda_parity_fixture.h"
+#include "kernels/cuda/half_gemm.cuh"
 
 namespace waav {
 namespace {
@@ -122,6 +123,118 @@ TEST_P(CudaParityTest, LinearResidualMatchesCpuLinearThenAdd) {
   EXPECT_EQ(gpu_->supports(Op::kLinearResidual),
             GetParam().defaults ? CudaBackendOptions{}.linear_residual : GetParam().residual);
   EXPECT_FALSE(cpu_->supports(Op::kLinearResidual));
+}
+
+// HalfGemm's split K: the plan (host only, runs without a GPU) splits the few-row GEMMs of a
+// decoder step into non-empty ranges of at least two steps, and leaves full grids alone.
+TEST(HalfGemmSplitKTest, PlanSplitsOnlyFewRowGemmsIntoNonEmptyRanges) {
+  constexpr int kSms = 132;
+  // 64 x 384 in 24 tiles of 32 x 32: up to 264 blocks wanted, 12 steps of K, 6 ranges of 2.
+  EXPECT_EQ(cuda::HalfGemmSplits(64, 384, 384, true, kSms, 2), 6);
+  EXPECT_EQ(cuda::HalfGemmSplits(64, 384, 1536, true, kSms, 2), 10);  // 48 steps, ranges of 5
+  EXPECT_EQ(cuda::HalfGemmSplits(64, 384, 384, true, kSms, 0), 1);    // off
+  EXPECT_EQ(cuda::HalfGemmSplits(1500, 384, 384, true, kSms, 2), 1);  // a window fills the grid
+  EXPECT_EQ(cuda::HalfGemmSplits(64, 384, 64, true, kSms, 2), 1);     // 2 steps: one range
+  EXPECT_EQ(cuda::HalfGemmSplits(0, 384, 384, true, kSms, 2), 1);
+  EXPECT_EQ(cuda::HalfGemmSplitBytes(64, 384, 6), size_t{6} * 64 * 384 * 4);
+  EXPECT_EQ(cuda::HalfGemmSplitBytes(64, 384, 1), 0u);
+  for (int64_t m : {9, 33, 64, 128, 256}) {
+    for (int64_t k = 8; k <= 4096; k += 8) {
+      for (int waves : {1, 2, 4}) {
+        const int splits = cuda::HalfGemmSplits(m, 384, k, true, kSms, waves);
+        const int64_t steps = (k + 31) / 32;
+        ASSERT_GE(splits, 1);
+        ASSERT_LE(splits, std::max<int64_t>(1, steps / 2)) << "m " << m << " k " << k;
+        const int64_t per = (steps + splits - 1) / splits;
+        ASSERT_LT((splits - 1) * per, steps) << "empty range: m " << m << " k " << k;
+      }
+    }
+  }
+}
+
+// Split few-row GEMMs against the CPU (f16 rounding of x: kFastGemm) and against the same
+// backend options unsplit (the same f16 products summed in another order: 1e-5), with bias,
+// GELU, residuals in place and not, ragged K; each twice, so that a tile's arrival counter left
+// non-zero by the first would break the second.
+TEST(HalfGemmSplitKTest, FewRowGemmsMatchCpuAndUnsplit) {
+  CudaBackendOptions split_options;
+  split_options.half_gemm_few_rows = 256;
+  split_options.half_gemm_split_k_waves = 4;
+  CudaBackendOptions whole_options = split_options;
+  whole_options.half_gemm_split_k_waves = 0;
+  auto split = CreateCudaBackend(split_options);
+  if (!split.ok()) GTEST_SKIP() << "no usable GPU, CUDA test skipped: " << split.status().message();
+  auto whole = CreateCudaBackend(whole_options);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  auto cpu = CreateCpuBackend({});
+  std::mt19937 rng(std::random_device{}());
+  auto random = [&](int64_t n, float lo, float hi) {
+    std::uniform_real_distribution<float> dist(lo, hi);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = dist(rng);
+    return v;
+  };
+  struct Case {
+    int64_t m, k, n;
+  };
+  int variant = 0;
+  for (const Case c :
+       {Case{64, 384, 384}, Case{64, 1536, 384}, Case{64, 384, 1536}, Case{17, 392, 384},
+        Case{48, 1536, 392}, Case{9, 384, 384}, Case{256, 1536, 384}, Case{64, 40, 24}}) {
+    ++variant;
+    const bool residual = variant % 2 == 0, in_place = variant % 4 == 0;
+    const Activation act = variant % 3 == 0 ? Activation::kGelu : Activation::kNone;
+    const std::string what =
+        absl::StrCat("split-K Linear m=", c.m, " k=", c.k, " n=", c.n, residual ? " residual" : "",
+                     in_place ? " in place" : "", act == Activation::kGelu ? " gelu" : "");
+    SCOPED_TRACE(what);
+    std::vector<float> w = random(c.n * c.k, -0.2f, 0.2f);
+    std::vector<uint16_t> w16(w.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      w16[i] = FloatToHalf(w[i]);
+      w[i] = HalfToFloat(w16[i]);
+    }
+    const std::vector<float> x = random(c.m * c.k, -1.0f, 1.0f);
+    const std::vector<float> bias = random(c.n, -1.0f, 1.0f);
+    const std::vector<float> res = random(c.m * c.n, -2.0f, 2.0f);
+    // The CPU reference: Linear, then the residual added.
+    auto cx = Upload(*cpu, {c.m, c.k}, DType::kF32, x.data());
+    auto cw = Upload(*cpu, {c.n, c.k}, DType::kF32, w.data());
+    auto cb = Upload(*cpu, {c.n}, DType::kF32, bias.data());
+    auto cy = cpu->Allocate({c.m, c.n}, DType::kF32);
+    ASSERT_TRUE(cx.ok() && cw.ok() && cb.ok() && cy.ok());
+    ASSERT_TRUE(cpu->Linear(*cx, *cw, &*cb, act, *cy).ok());
+    auto want = Download<float>(*cpu, *cy);
+    ASSERT_TRUE(want.ok());
+    if (residual) {
+      for (size_t i = 0; i < want->size(); ++i) (*want)[i] += res[i];
+    }
+    std::vector<float> got[2];
+    for (int which = 0; which < 2; ++which) {
+      Backend& gpu = which == 0 ? **split : **whole;
+      auto gx = Upload(gpu, {c.m, c.k}, DType::kF32, x.data());
+      auto gw = Upload(gpu, {c.n, c.k}, DType::kF16, w16.data());
+      auto gb = Upload(gpu, {c.n}, DType::kF32, bias.data());
+      auto gr = Upload(gpu, {c.m, c.n}, DType::kF32, res.data());
+      auto gy = gpu.Allocate({c.m, c.n}, DType::kF32);
+      ASSERT_TRUE(gx.ok() && gw.ok() && gb.ok() && gr.ok() && gy.ok());
+      const Tensor& out = in_place ? *gr : *gy;
+      for (int repeat = 0; repeat < 2; ++repeat) {
+        if (in_place) {
+          ASSERT_TRUE(gpu.CopyFromHost(res.data(), res.size() * 4, *gr).ok());  // again each run
+        }
+        const absl::Status status = residual ? gpu.LinearResidual(*gx, *gw, &*gb, act, *gr, out)
+                                             : gpu.Linear(*gx, *gw, &*gb, act, out);
+        ASSERT_TRUE(status.ok()) << status;
+        auto v = Download<float>(gpu, out);
+        ASSERT_TRUE(v.ok()) << v.status();
+        EXPECT_TRUE(Close(absl::StrCat(what, which == 0 ? " split" : " unsplit", " run ", repeat),
+                          *v, *want, kFastGemm));
+        got[which] = *v;
+      }
+    }
+    EXPECT_TRUE(Close(what + " split against unsplit", got[0], got[1], kExact));
+  }
 }
 
 TEST_P(CudaParityTest, Conv1dMatchesCpu) {
@@ -391,7 +504,10 @@ TEST_P(CudaParityTest, LinearPlanesMatchesCpuLinear) {
   for (const Case c : {Case{1500, 384, 384, 3, true, false}, Case{3000, 384, 384, 3, true, false},
                        Case{1500, 384, 384, 3, false, false}, Case{1500, 384, 384, 8, false, true},
                        Case{40, 37, 6, 3, true, true}, Case{33, 24, 5, 2, false, false},
-                       Case{7, 16, 8, 4, false, true}, Case{5, 8, 4, 16, false, true}}) {
+                       Case{7, 16, 8, 4, false, true}, Case{5, 8, 4, 16, false, true},
+                       // A decoder step's Q, K and V (HalfGemm writing the planes in kFast).
+                       Case{64, 384, 384, 3, false, true}, Case{17, 384, 384, 3, false, false},
+                       Case{256, 384, 384, 3, false, true}, Case{9, 40, 8, 2, false, true}}) {
     for (DType dtype : {DType::kF16, DType::kF32}) {
       const bool half = c.half && half_activations_;
       const bool with_bias = ++variant % 3 != 0;

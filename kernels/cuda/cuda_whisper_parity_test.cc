@@ -52,55 +52,68 @@ TEST_P(CudaWhisperTest, EncoderPassMatchesCpu) {
   }
 }
 
+// Batch 2 (the GEMMs of at most 8 rows: the skinny kernel) and 12 (HalfGemm or cuBLAS; Q, K and
+// V through LinearPlanes where the variant has it).
 TEST_P(CudaWhisperTest, DecoderStepsAndReplayedStepGraphMatchCpu) {
   const whisper::WhisperDims& d = cpu_model_->dims();
-  const int batch = 2;
-  const std::vector<float> mel = Random(int64_t{batch} * d.n_mels * d.n_frames(), -1.5f, 1.5f);
-  auto cpu_state = cpu_model_->NewDecoderState(batch);
-  auto gpu_state = gpu_model_->NewDecoderState(batch);
-  ASSERT_TRUE(cpu_state.ok() && gpu_state.ok());
-  ASSERT_TRUE(cpu_model_->Encode(mel, **cpu_state).ok());
-  ASSERT_TRUE(gpu_model_->Encode(mel, **gpu_state).ok());
+  for (const int batch : {2, 12}) {
+    SCOPED_TRACE(absl::StrCat("batch ", batch));
+    const std::vector<float> mel = Random(int64_t{batch} * d.n_mels * d.n_frames(), -1.5f, 1.5f);
+    auto cpu_state = cpu_model_->NewDecoderState(batch);
+    auto gpu_state = gpu_model_->NewDecoderState(batch);
+    ASSERT_TRUE(cpu_state.ok() && gpu_state.ok());
+    ASSERT_TRUE(cpu_model_->Encode(mel, **cpu_state).ok());
+    ASSERT_TRUE(gpu_model_->Encode(mel, **gpu_state).ok());
+    auto random_tokens = [&] {
+      std::vector<int32_t> tokens;
+      for (int r = 0; r < batch; ++r) tokens.push_back(RandomInt(0, 50000));
+      return tokens;
+    };
+    const std::string at = absl::StrCat(" (batch ", batch, ")");
 
-  // A 3-token prompt per row, then single-token steps through Decode (which runs DecodeStep).
-  std::vector<int32_t> prompt = {50257, 50362, RandomInt(0, 50000),
-                                 50257, 50362, RandomInt(0, 50000)};
-  const std::vector<int32_t> zero = {0, 0};
-  auto want = cpu_model_->Decode(prompt, 3, zero, **cpu_state);
-  auto got = gpu_model_->Decode(prompt, 3, zero, **gpu_state);
-  ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
-  EXPECT_TRUE(Close("Whisper prompt logits", *got, *want, ModelTolerance()));
-  int32_t position = 3;
-  for (int s = 0; s < 3; ++s, ++position) {
-    const std::vector<int32_t> tokens = {RandomInt(0, 50000), RandomInt(0, 50000)};
-    const std::vector<int32_t> positions = {position, position};
-    want = cpu_model_->Decode(tokens, 1, positions, **cpu_state);
-    got = gpu_model_->Decode(tokens, 1, positions, **gpu_state);
+    // A 3-token prompt per row, then single-token steps through Decode (which runs DecodeStep).
+    std::vector<int32_t> prompt;
+    for (int r = 0; r < batch; ++r)
+      prompt.insert(prompt.end(), {50257, 50362, RandomInt(0, 50000)});
+    const std::vector<int32_t> zero(static_cast<size_t>(batch), 0);
+    auto want = cpu_model_->Decode(prompt, 3, zero, **cpu_state);
+    auto got = gpu_model_->Decode(prompt, 3, zero, **gpu_state);
     ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
-    EXPECT_TRUE(
-        Close(absl::StrCat("Whisper step logits at ", position), *got, *want, ModelTolerance()));
-  }
+    EXPECT_TRUE(Close("Whisper prompt logits" + at, *got, *want, ModelTolerance()));
+    int32_t position = 3;
+    for (int s = 0; s < 3; ++s, ++position) {
+      const std::vector<int32_t> positions(static_cast<size_t>(batch), position);
+      const std::vector<int32_t> tokens = random_tokens();
+      want = cpu_model_->Decode(tokens, 1, positions, **cpu_state);
+      got = gpu_model_->Decode(tokens, 1, positions, **gpu_state);
+      ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
+      EXPECT_TRUE(Close(absl::StrCat("Whisper step logits at ", position, at), *got, *want,
+                        ModelTolerance()));
+    }
 
-  // The same step captured once on the GPU and replayed with new inputs each time.
-  ASSERT_TRUE(gpu_->BeginCapture().ok());
-  ASSERT_TRUE(gpu_model_->DecodeStep(**gpu_state).ok());
-  auto graph = gpu_->EndCapture();
-  ASSERT_TRUE(graph.ok()) << graph.status();
-  std::cout << "Whisper decoder step graph: " << (*graph)->num_nodes() << " kernel calls\n";
-  for (int s = 0; s < 4; ++s, ++position) {
-    const std::vector<int32_t> tokens = {RandomInt(0, 50000), RandomInt(0, 50000)};
-    const std::vector<int32_t> positions = {position, position};
-    const std::vector<int32_t> lengths = {position + 1, position + 1};
-    const whisper::DecoderState& st = **gpu_state;
-    ASSERT_TRUE(gpu_->CopyFromHost(tokens.data(), 8, st.step_tokens()).ok());
-    ASSERT_TRUE(gpu_->CopyFromHost(positions.data(), 8, st.positions()).ok());
-    ASSERT_TRUE(gpu_->CopyFromHost(lengths.data(), 8, st.lengths()).ok());
-    ASSERT_TRUE((*graph)->Replay().ok());
-    got = Download<float>(*gpu_, st.step_logits());
-    want = cpu_model_->Decode(tokens, 1, positions, **cpu_state);
-    ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
-    EXPECT_TRUE(Close(absl::StrCat("Whisper replayed step logits at ", position), *got, *want,
-                      ModelTolerance()));
+    // The same step captured once on the GPU and replayed with new inputs each time.
+    ASSERT_TRUE(gpu_->BeginCapture().ok());
+    ASSERT_TRUE(gpu_model_->DecodeStep(**gpu_state).ok());
+    auto graph = gpu_->EndCapture();
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    std::cout << "Whisper decoder step graph" << at << ": " << (*graph)->num_nodes()
+              << " kernel calls\n";
+    for (int s = 0; s < 4; ++s, ++position) {
+      const std::vector<int32_t> tokens = random_tokens();
+      const std::vector<int32_t> positions(static_cast<size_t>(batch), position);
+      const std::vector<int32_t> lengths(static_cast<size_t>(batch), position + 1);
+      const whisper::DecoderState& st = **gpu_state;
+      const size_t bytes = static_cast<size_t>(batch) * 4;
+      ASSERT_TRUE(gpu_->CopyFromHost(tokens.data(), bytes, st.step_tokens()).ok());
+      ASSERT_TRUE(gpu_->CopyFromHost(positions.data(), bytes, st.positions()).ok());
+      ASSERT_TRUE(gpu_->CopyFromHost(lengths.data(), bytes, st.lengths()).ok());
+      ASSERT_TRUE((*graph)->Replay().ok());
+      got = Download<float>(*gpu_, st.step_logits());
+      want = cpu_model_->Decode(tokens, 1, positions, **cpu_state);
+      ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
+      EXPECT_TRUE(Close(absl::StrCat("Whisper replayed step logits at ", position, at), *got, *want,
+                        ModelTolerance()));
+    }
   }
 }
 

@@ -21,7 +21,7 @@ bool GemmAccumulates(GemmPath path) {
 }
 
 GemmPlan PlanGemm(const GemmConfig& config, int64_t m, int64_t n, int64_t k, bool w_f16,
-                  bool half_gemm_ok) {
+                  bool half_gemm_ok, bool conv) {
   GemmPlan plan;
   if (m == 0 || n == 0) return plan;
   if (k == 0) {
@@ -34,6 +34,11 @@ GemmPlan PlanGemm(const GemmConfig& config, int64_t m, int64_t n, int64_t k, boo
   }
   if (w_f16 && half_gemm_ok && config.use_half_gemm && config.math == CudaMath::kFast) {
     plan.path = GemmPath::kHalfMma;
+    if (!conv && config.half_gemm_counters != nullptr) {
+      plan.half_splits = HalfGemmSplits(m, n, k, config.half_gemm_narrow_tiles, config.sm_count,
+                                        config.half_gemm_split_k_waves);
+      plan.scratch_bytes = HalfGemmSplitBytes(m, n, plan.half_splits);
+    }
     return plan;
   }
 #if !defined(WAAV_HIP)
@@ -73,6 +78,13 @@ absl::Status RunGemm(const GemmConfig& config, const LaunchContext& ctx, const G
       HalfGemmArgs args{p.x, p.w, p.bias, p.y, p.m, p.n, p.k, p.act, p.conv};
       args.residual = p.residual;
       args.narrow_tiles = config.half_gemm_narrow_tiles;
+      args.planes = p.planes;
+      args.plane_cols = p.plane_cols;
+      if (plan.half_splits > 1 && scratch != nullptr) {
+        args.splits = plan.half_splits;
+        args.partials = static_cast<float*>(scratch);
+        args.counters = config.half_gemm_counters;
+      }
       return LaunchStatus("Linear", LaunchHalfGemm(ctx, args));
     }
     default:

@@ -20,8 +20,13 @@ struct GemmConfig {
   const Blas* blas = nullptr;  // null: no cuBLAS
   CudaMath math = CudaMath::kFast;
   int skinny_max_rows = 16;
-  bool use_half_gemm = false;  // kFast, f16 weights, many rows: HalfGemm (half_gemm.cuh)
+  bool use_half_gemm = false;          // kFast, f16 weights, many rows: HalfGemm (half_gemm.cuh)
   bool half_gemm_narrow_tiles = true;  // HalfGemmArgs::narrow_tiles
+  // HalfGemm's split K (HalfGemmSplits): grids of at least this many blocks per multiprocessor
+  // (0: never split), the device's multiprocessors, kHalfGemmSplitCounters zeroed ints.
+  int half_gemm_split_k_waves = 0;
+  int sm_count = 0;
+  int* half_gemm_counters = nullptr;
 };
 
 enum class GemmPath : uint8_t {
@@ -39,6 +44,7 @@ enum class GemmPath : uint8_t {
 struct GemmPlan {
   GemmPath path = GemmPath::kNothing;
   size_t scratch_bytes = 0;
+  int half_splits = 1;  // kHalfMma: K ranges (their partial sums in the scratch)
 };
 
 struct GemmProblem {
@@ -57,14 +63,18 @@ struct GemmProblem {
   // kBlasHalf and kBlasHalfSplit only: x holds f16 values, read by the GEMM as they are (no
   // conversion pass; for the split path x's low half is zero, so one GEMM).
   bool x_f16 = false;
+  // kHalfMma only: the result written as f32 planes of plane_cols columns (LinearPlanes), not y.
+  const PlaneOutputs* planes = nullptr;
+  int64_t plane_cols = 0;
 };
 
 // Whether `path` can add into y (GemmProblem::accumulate).
 bool GemmAccumulates(GemmPath path);
 
-// `half_gemm_ok`: HalfGemmSupported() for the problem's shapes and addresses.
+// `half_gemm_ok`: HalfGemmSupported() for the problem's shapes and addresses; `conv`: a Conv1d's
+// implicit GEMM (never split along K).
 GemmPlan PlanGemm(const GemmConfig& config, int64_t m, int64_t n, int64_t k, bool w_f16,
-                  bool half_gemm_ok = false);
+                  bool half_gemm_ok = false, bool conv = false);
 // `scratch` holds plan.scratch_bytes (null when 0).
 absl::Status RunGemm(const GemmConfig& config, const LaunchContext& ctx, const GemmPlan& plan,
                      const GemmProblem& p, void* scratch);

@@ -1,3 +1,4 @@
+#include <algorithm>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/epilogue.cuh"
@@ -37,7 +38,27 @@ struct GemmParams {
   int64_t m, n, k;
   Epilogue act;
   ConvGather conv;
+  // Split K (dense only): grid.z ranges of split_steps steps of kBK each; with splits > 1 every
+  // block stores its raw sums in partials[z][M][N] and the last of a tile's blocks to arrive
+  // (counters[tile], reset by it) adds them in z order and runs the epilogue.
+  int splits;
+  int split_steps;
+  float* partials;
+  int* counters;
+  // plane_cols > 0: column c of the result goes to planes[c / plane_cols], column c % plane_cols
+  // (f32 planes of plane_cols columns each; y unused).
+  int64_t plane_cols;
+  PlaneOutputs planes;
 };
+
+// Where output (row, col) and (row, col + 1) go: y, or a plane (plane_cols even, so both land in
+// the same one).
+__device__ __forceinline__ float* OutputAt(const GemmParams& p, int64_t row, int64_t col) {
+  if (p.plane_cols <= 0) return p.y + row * p.n + col;
+  const int64_t plane = col / p.plane_cols;
+  return static_cast<float*>(p.planes.planes[plane]) + row * p.plane_cols +
+         (col - plane * p.plane_cols);
+}
 
 // A block tile of BM × BN outputs, K staged kStages steps deep in dynamic shared memory:
 // per stage BM rows of f32 A (as loaded; rounded to f16 into the fragments) and BN rows of f16
@@ -61,9 +82,9 @@ struct ALoader {
   int j[4];
   int dc, dj;  // conv: advance of (channel, tap) per step of 32
 
-  __device__ void Init(const GemmParams& p, int64_t m0) {
+  __device__ void Init(const GemmParams& p, int64_t m0, int64_t k_begin) {
     col = (threadIdx.x % 8) * 4;
-    q = col;
+    q = static_cast<int>(k_begin) + col;
 #pragma unroll
     for (int i = 0; i < kSlots; ++i) {
       const int64_t row = m0 + threadIdx.x / 8 + 16 * i;
@@ -142,6 +163,58 @@ __device__ __forceinline__ uint32_t HalfPair(const float* p) {
   return mma::PackHalf2(v.x, v.y);
 }
 
+// Split K: stores this block's raw sums (fragment (mt, nt) of a warp whose first row and column
+// are row0 and col0) in its partials plane; the last block of the tile to arrive replaces acc by
+// the sum of every plane in z order (the same result whichever block is last) and returns true,
+// the others return false. The last block resets the tile's counter for the next launch (which
+// reads it only after this grid has completed: WaitForPreviousKernel).
+template <int kMt, int kNt>
+__device__ __forceinline__ bool AddSplitPartials(const GemmParams& p, int64_t row0, int64_t col0,
+                                                 float (&acc)[kMt][kNt][4]) {
+  __shared__ int last;
+  const int64_t plane = p.m * p.n;
+  auto for_each = [&](auto&& visit) {
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt) {
+      const int64_t col = col0 + nt * 8;
+      if (col >= p.n) continue;
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int64_t row = row0 + mt * 16 + half * 8;
+          if (row < p.m) visit(row * p.n + col, acc[mt][nt][2 * half], acc[mt][nt][2 * half + 1]);
+        }
+      }
+    }
+  };
+  float* own = p.partials + blockIdx.z * plane;
+  for_each([&](int64_t at, float& x, float& y) {
+    *reinterpret_cast<float2*>(own + at) = make_float2(x, y);
+  });
+  __threadfence();
+  __syncthreads();
+  const int tile = static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x);
+  if (threadIdx.x == 0) last = atomicAdd(&p.counters[tile], 1) == p.splits - 1;
+  __syncthreads();
+  if (!last) return false;
+  __threadfence();
+  for_each([&](int64_t at, float& x, float& y) {
+    float2 sum = make_float2(0.0f, 0.0f);
+    for (int z = 0; z < p.splits; ++z) {
+      const float2 v = z == static_cast<int>(blockIdx.z)
+                           ? make_float2(x, y)
+                           : __ldcg(reinterpret_cast<const float2*>(p.partials + z * plane + at));
+      sum.x += v.x;
+      sum.y += v.y;
+    }
+    x = sum.x;
+    y = sum.y;
+  });
+  if (threadIdx.x == 0) p.counters[tile] = 0;
+  return true;
+}
+
 template <int BM, int BN, int kStages, bool kConv>
 __global__ void __launch_bounds__(kGemmThreads) HalfGemmKernel(GemmParams p) {
   using T = Tile<BM, BN, kStages>;
@@ -159,17 +232,20 @@ __global__ void __launch_bounds__(kGemmThreads) HalfGemmKernel(GemmParams p) {
   // Blocks along N vary fastest: the blocks that share rows of A run together and re-read them
   // from L2, not from memory (at 16 windows A is 37 MB of f32).
   const int64_t m0 = blockIdx.y * int64_t{BM}, n0 = blockIdx.x * int64_t{BN};
-  const int steps = static_cast<int>((p.k + kBK - 1) / kBK);
+  const int all_steps = static_cast<int>((p.k + kBK - 1) / kBK);
+  const int first_step = static_cast<int>(blockIdx.z) * p.split_steps;
+  const int steps = min(all_steps - first_step, p.split_steps);
+  const int64_t k_begin = int64_t{first_step} * kBK;
 
   // Weights never depend on the previous kernel: request the first stages' before waiting. The
   // commit groups then hold (weights 0..S−2, A 0), (A 1), ..., one group per step as the loop
   // expects (a step's group is complete once all groups up to it are).
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < steps) IssueWeights<BN>(p, n0, int64_t{s} * kBK, stage_b(s));
+    if (s < steps) IssueWeights<BN>(p, n0, k_begin + int64_t{s} * kBK, stage_b(s));
   }
   ALoader<BM, kConv> a;
-  a.Init(p, m0);
+  a.Init(p, m0, k_begin);
   WaitForPreviousKernel();
   AllowNextKernel();
 #pragma unroll
@@ -193,7 +269,7 @@ __global__ void __launch_bounds__(kGemmThreads) HalfGemmKernel(GemmParams p) {
     __syncthreads();  // step s is in shared memory; every warp is done with step s − 1's stage
     const int next = s + kStages - 1;
     if (next < steps) {
-      IssueWeights<BN>(p, n0, int64_t{next} * kBK, stage_b(next % kStages));
+      IssueWeights<BN>(p, n0, k_begin + int64_t{next} * kBK, stage_b(next % kStages));
       a.Issue(p, stage_a(next % kStages));
     }
     CommitAsync();
@@ -226,6 +302,12 @@ __global__ void __launch_bounds__(kGemmThreads) HalfGemmKernel(GemmParams p) {
   }
   WaitAsync<0>();
 
+  if constexpr (!kConv) {  // convs never split K
+    if (p.splits > 1 &&
+        !AddSplitPartials<kMt, kNt>(p, m0 + wm * kWarpM + g, n0 + wn * kWarpN + t2, acc)) {
+      return;
+    }
+  }
 #pragma unroll
   for (int nt = 0; nt < kNt; ++nt) {
     const int64_t col = n0 + wn * kWarpN + nt * 8 + t2;
@@ -245,7 +327,7 @@ __global__ void __launch_bounds__(kGemmThreads) HalfGemmKernel(GemmParams p) {
           out.x += r.x;
           out.y += r.y;
         }
-        *reinterpret_cast<float2*>(p.y + row * p.n + col) = out;
+        *reinterpret_cast<float2*>(OutputAt(p, row, col)) = out;
       }
     }
   }
@@ -254,7 +336,7 @@ __global__ void __launch_bounds__(kGemmThreads) HalfGemmKernel(GemmParams p) {
 template <int BM, int BN, int kStages, bool kConv>
 cudaError_t LaunchTile(const LaunchContext& ctx, const GemmParams& p) {
   constexpr int kBytes = Tile<BM, BN, kStages>::kSmemBytes;
-  const dim3 grid(CeilDiv(p.n, BN), CeilDiv(p.m, BM));
+  const dim3 grid(CeilDiv(p.n, BN), CeilDiv(p.m, BM), static_cast<unsigned>(p.splits));
   return Launch(ctx, HalfGemmKernel<BM, BN, kStages, kConv>, grid, dim3(kGemmThreads),
                 static_cast<size_t>(kBytes), p);
 }
@@ -287,7 +369,42 @@ cudaError_t LaunchTiled(const LaunchContext& ctx, const GemmParams& p, bool conv
 
 #endif  // WAAV_GPU_HAS_MMA
 
+// The block tile of a GEMM: the largest that still gives two blocks per multiprocessor (fewer
+// re-reads of A (f32) and of the weights through L2; one 30 s window: 1500x384->1536 in 64 x 128
+// tiles, 288 blocks; N = 384 in 32 x 64 tiles, 282 blocks, where 64 x 64 would give 144 on 132
+// SMs). A decoder step's GEMMs (tens of rows, N = 384: 12 blocks of 32 x 64) leave most
+// multiprocessors idle; narrower tiles double the blocks.
+struct TileShape {
+  int bm, bn;
+};
+TileShape ChooseTile(int64_t m, int64_t n, bool narrow_tiles, int sm_count) {
+  const int64_t wanted = 2 * int64_t{sm_count};
+  auto blocks = [&](int64_t bm, int64_t bn) { return ((m + bm - 1) / bm) * ((n + bn - 1) / bn); };
+  if (blocks(64, 128) >= wanted) return {64, 128};
+  if (blocks(64, 64) >= wanted) return {64, 64};
+  if (!narrow_tiles || blocks(32, 64) >= int64_t{sm_count}) return {32, 64};
+  return {32, 32};
+}
+
 }  // namespace
+
+int HalfGemmSplits(int64_t m, int64_t n, int64_t k, bool narrow_tiles, int sm_count, int waves) {
+  if (waves <= 0 || m <= 0 || n <= 0 || sm_count <= 0) return 1;
+  const TileShape t = ChooseTile(m, n, narrow_tiles, sm_count);
+  const int64_t tiles = ((m + t.bm - 1) / t.bm) * ((n + t.bn - 1) / t.bn);
+  const int64_t wanted = int64_t{waves} * sm_count;
+  if (tiles >= wanted || tiles > kHalfGemmSplitCounters) return 1;
+  const int64_t steps = (k + 31) / 32;
+  // At least two steps per range, so that a block's copies still overlap its MMAs.
+  const int64_t splits = std::min((wanted + tiles - 1) / tiles, steps / 2);
+  if (splits <= 1) return 1;
+  const int64_t per = (steps + splits - 1) / splits;
+  return static_cast<int>((steps + per - 1) / per);  // every range non-empty
+}
+
+size_t HalfGemmSplitBytes(int64_t m, int64_t n, int splits) {
+  return splits > 1 ? static_cast<size_t>(splits) * static_cast<size_t>(m * n) * sizeof(float) : 0;
+}
 
 bool HalfGemmSupported(const HalfGemmArgs& a) {
 #if WAAV_GPU_HAS_MMA
@@ -327,22 +444,29 @@ cudaError_t LaunchHalfGemm(const LaunchContext& ctx, const HalfGemmArgs& a) {
   p.k = a.k;
   p.act = a.act;
   p.conv = a.conv != nullptr ? *a.conv : ConvGather{};
-  // The largest tile that still gives two blocks per multiprocessor: fewer re-reads of A (f32)
-  // and of the weights through L2 (one 30 s window: 1500x384->1536 in 64 × 128 tiles, 288
-  // blocks; N = 384 in 32 × 64 tiles, 282 blocks, where 64 × 64 would give 144 on 132 SMs).
   const bool conv = a.conv != nullptr;
-  const int64_t wanted = 2 * int64_t{ctx.sm_count};
-  auto blocks = [&](int64_t bm, int64_t bn) {
-    return ((a.m + bm - 1) / bm) * ((a.n + bn - 1) / bn);
-  };
-  if (blocks(64, 128) >= wanted) return LaunchTiled<64, 128, 3>(ctx, p, conv);
-  if (blocks(64, 64) >= wanted) return LaunchTiled<64, 64, 3>(ctx, p, conv);
-  // A decoder step's GEMMs (tens of rows, N = 384: 12 blocks of 32 x 64) leave most
-  // multiprocessors idle; narrower tiles double the blocks.
-  if (!a.narrow_tiles || blocks(32, 64) >= int64_t{ctx.sm_count}) {
-    return LaunchTiled<32, 64, 4>(ctx, p, conv);
+  const TileShape tile = ChooseTile(a.m, a.n, a.narrow_tiles, ctx.sm_count);
+  const int64_t tiles = int64_t{CeilDiv(a.m, tile.bm)} * CeilDiv(a.n, tile.bn);
+  const int steps = static_cast<int>((a.k + kBK - 1) / kBK);
+  // K ranges as asked, every one non-empty; none for convs, without scratch or too many tiles.
+  const bool split = a.splits > 1 && !conv && a.partials != nullptr && a.counters != nullptr &&
+                     tiles <= kHalfGemmSplitCounters && steps > 1;
+  p.split_steps = split ? (steps + a.splits - 1) / a.splits : std::max(1, steps);
+  p.splits = split ? (steps + p.split_steps - 1) / p.split_steps : 1;
+  p.partials = a.partials;
+  p.counters = a.counters;
+  p.plane_cols = a.planes != nullptr && !conv ? a.plane_cols : 0;
+  p.planes = a.planes != nullptr ? *a.planes : PlaneOutputs{};
+  switch (tile.bm * 1000 + tile.bn) {
+    case 64128:
+      return LaunchTiled<64, 128, 3>(ctx, p, conv);
+    case 64064:
+      return LaunchTiled<64, 64, 3>(ctx, p, conv);
+    case 32064:
+      return LaunchTiled<32, 64, 4>(ctx, p, conv);
+    default:
+      return LaunchTiled<32, 32, 4>(ctx, p, conv);
   }
-  return LaunchTiled<32, 32, 4>(ctx, p, conv);
 #else
   (void)ctx;
   (void)a;

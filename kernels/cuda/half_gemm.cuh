@@ -10,6 +10,7 @@
 // H100, against 14.7 for conversion + cuBLAS + epilogue).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/cuda/launch.h"
@@ -35,7 +36,29 @@ struct HalfGemmArgs {
   const float* residual = nullptr;  // [M, N] added after the activation, or null; may be y
   // Few-row GEMMs (fewer 32 x 64 tiles than multiprocessors): 32 x 32 tiles, twice the blocks.
   bool narrow_tiles = true;
+  // K split into this many ranges (grid.z; HalfGemmSplits), their sums added by the last block
+  // of each tile: partials holds HalfGemmSplitBytes(), counters kHalfGemmSplitCounters zeroed
+  // ints (left zeroed). Dense A only; 1, a conv or null pointers: no split.
+  int splits = 1;
+  float* partials = nullptr;
+  int* counters = nullptr;
+  // Dense A only: the result's columns written as planes of plane_cols columns (LinearPlanes:
+  // f32 planes, 8-byte aligned, plane_cols a multiple of 8 dividing N) instead of y; no residual.
+  const PlaneOutputs* planes = nullptr;
+  int64_t plane_cols = 0;
 };
+
+// Tiles a split GEMM may have (its arrival counters).
+constexpr int64_t kHalfGemmSplitCounters = 4096;
+
+// How many K ranges a dense GEMM of these shapes runs in so that its grid has at least
+// waves x sm_count blocks (each range at least two steps of 32): few-row GEMMs, whose tiles
+// alone leave most multiprocessors idle and each block a long serial walk along K (a decoder
+// step's 384 x 384 projection at 64 rows: 24 tiles of 32 x 32, 12 steps each). 1 when the tiles
+// already fill the grid, or waves <= 0.
+int HalfGemmSplits(int64_t m, int64_t n, int64_t k, bool narrow_tiles, int sm_count, int waves);
+// Scratch for the partial sums of `splits` ranges (0 for one).
+size_t HalfGemmSplitBytes(int64_t m, int64_t n, int splits);
 
 // Whether HalfGemm handles these shapes and addresses (CUDA build with mma.sync; K and N
 // multiples of 8, M < 2^21; x, w and y 16-byte aligned, bias 8-byte aligned).

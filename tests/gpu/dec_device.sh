@@ -7,7 +7,11 @@
 # the tests (the whole CUDA backend suite, the engine's graphs and fused step on the GPU, the
 # persistent step against the CPU) and compute-sanitizer memcheck over the attention tests.
 # Results under $OUT: bench.tsv, bench.log, torch.tsv, torch.log, tests.log, summary.txt.
-#   bash .device/dec/dec_device.sh     (DEC_BUDGET_S: seconds for the whole run, default 280)
+#   bash .device/dec/dec_device.sh     (DEC_BUDGET_S: seconds for the whole run, default 360;
+#   DEC_EXTRA_VARIANTS: more bench variants, ';'-separated; DEC_BATCHES: decoder batches, default
+#   1,8,64,256; DEC_BENCH_S: seconds for the bench, default 110; DEC_MEMCHECK_FILTER: more gtest
+#   patterns for memcheck, ":"-separated; DEC_MEMCHECK_S: its seconds, default 40; DEC_TESTS_S:
+#   seconds for cuda_backend_test, default 150; DEC_PARTS: "bench tests" (default) or either)
 set -uo pipefail
 scripts=$(cd "$(dirname "$0")" && pwd)
 here=/tmp/waav-dec
@@ -16,30 +20,38 @@ out=${OUT:-/tmp/waav-dec-out}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 device=$(nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader 2>&1)
-budget=${DEC_BUDGET_S:-280}
+budget=${DEC_BUDGET_S:-360}
 left() { local l=$(( budget - SECONDS )); echo $(( l < 5 ? 5 : (l > $1 ? $1 : l) )); }
 variants="fast, CUDA graph + PDL;fast, CUDA graph + PDL, f32 cross cache"
 variants="$variants;fast, CUDA graph + PDL, engine fused step"
 variants="$variants;fast, CUDA graph + PDL, engine fused step, f32 cross cache"
-timeout "$(left 110)" "$here/bin/whisper_gpu_bench" --no-ops --encoder-batches none \
-  --only "$variants" --out "$out/bench.tsv" > "$out/bench.log" 2>&1
-bench_rc=$?
-PYTHONUNBUFFERED=1 timeout "$(left 60)" python3 "$scripts/torch_whisper_anchor.py" \
-  --encoder-batches none --out "$out/torch.tsv" > "$out/torch.log" 2>&1
-torch_rc=$?
-{
-  timeout "$(left 70)" "$here/bin/cuda_backend_test"
+[ -n "${DEC_EXTRA_VARIANTS:-}" ] && variants="$variants;$DEC_EXTRA_VARIANTS"
+parts=${DEC_PARTS:-bench tests}
+bench_rc=skipped torch_rc=skipped
+if [[ $parts == *bench* ]]; then
+  timeout "$(left "${DEC_BENCH_S:-110}")" "$here/bin/whisper_gpu_bench" --no-ops \
+    --encoder-batches none --decoder-batches "${DEC_BATCHES:-1,8,64,256}" \
+    --only "$variants" --out "$out/bench.tsv" > "$out/bench.log" 2>&1
+  bench_rc=$?
+  PYTHONUNBUFFERED=1 timeout "$(left 60)" python3 "$scripts/torch_whisper_anchor.py" \
+    --encoder-batches none --decoder-batches "${DEC_BATCHES:-1,8,64,256}" --out "$out/torch.tsv" \
+    > "$out/torch.log" 2>&1
+  torch_rc=$?
+fi
+: > "$out/tests.log"
+[[ $parts == *tests* ]] && {
+  timeout "$(left "${DEC_TESTS_S:-150}")" "$here/bin/cuda_backend_test"
   echo "cuda_backend_test rc=$?"
   timeout "$(left 30)" "$here/bin/whisper_graph_cuda_test" --gtest_filter='*RandomWeights*'
   echo "whisper_graph_cuda_test rc=$?"
   timeout "$(left 30)" "$here/bin/whisper_fused_step_cuda_test"
   echo "whisper_fused_step_cuda_test rc=$?"
-  timeout "$(left 40)" "$here/bin/persistent_whisper_step_test"
+  timeout "$(left 90)" "$here/bin/persistent_whisper_step_test"
   echo "persistent_whisper_step_test rc=$?"
   if command -v compute-sanitizer > /dev/null; then
-    timeout "$(left 40)" compute-sanitizer --tool memcheck --error-exitcode 9 \
+    timeout "$(left "${DEC_MEMCHECK_S:-40}")" compute-sanitizer --tool memcheck --error-exitcode 9 \
       "$here/bin/cuda_backend_test" \
-      --gtest_filter='Variants/CudaParityTest.Attention*/Fast:Variants/CudaWhisperTest.Decoder*/Fast'
+      --gtest_filter="Variants/CudaParityTest.Attention*/Fast:Variants/CudaWhisperTest.Decoder*/Fast${DEC_MEMCHECK_FILTER:+:$DEC_MEMCHECK_FILTER}"
     echo "memcheck rc=$?"
   fi
 } > "$out/tests.log" 2>&1

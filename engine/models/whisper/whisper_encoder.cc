@@ -37,7 +37,7 @@ absl::StatusOr<std::unique_ptr<EncoderBuffers>> WhisperModel::NewEncoderBuffers(
     ASSIGN_OR_RETURN(
         buffers->ffn_hidden_,
         backend_.Allocate({rows * encoder_layers_.front().ffn.in_w.dim(0)}, DType::kF16));
-    if (encoder_layers_.front().qkv_w.defined()) {
+    if (encoder_layers_.front().self_attention.qkv_w.defined()) {
       ASSIGN_OR_RETURN(buffers->qkv_, backend_.Allocate({3 * rows * d}, DType::kF16));
     }
   }
@@ -196,7 +196,7 @@ absl::Status WhisperModel::EncoderPass(EncoderBuffers& buffers) const {
     ffn_ws.hidden = buffers.ffn_hidden_;
   }
   for (const EncoderLayer& layer : encoder_layers_) {
-    if (buffers.qkv_.defined() && layer.qkv_w.defined()) {
+    if (buffers.qkv_.defined() && layer.self_attention.qkv_w.defined()) {
       RETURN_IF_ERROR(RunEncoderAttentionPlanes(layer, x, buffers));
     } else {
       RETURN_IF_ERROR(RunAttention(layer.self_attention, x, Tensor(), Tensor(), nullptr, nullptr,
@@ -224,7 +224,8 @@ absl::Status WhisperModel::RunEncoderAttentionPlanes(const EncoderLayer& layer, 
     ASSIGN_OR_RETURN(const Tensor plane, qkv.Slice(p, p + 1));
     ASSIGN_OR_RETURN(planes[p], plane.Reshape(shape));
   }
-  RETURN_IF_ERROR(backend_.LinearPlanes(h2, layer.qkv_w, &layer.qkv_b, planes));
+  RETURN_IF_ERROR(
+      backend_.LinearPlanes(h2, layer.self_attention.qkv_w, &layer.self_attention.qkv_b, planes));
   RETURN_IF_ERROR(backend_.Attention(planes[0], planes[1], planes[2], nullptr, dims_.n_heads,
                                      attention_scale_, /*causal=*/false, buffers.attended_));
   return backend_.LinearResidual(buffers.attended_, w.out_w, &w.out_b, Activation::kNone, x, x);

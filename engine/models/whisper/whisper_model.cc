@@ -191,6 +191,20 @@ absl::StatusOr<std::unique_ptr<WhisperModel>> WhisperModel::FromModelFile(
   auto load_self_attention = [&](const std::string& p, AttentionWeights& w) -> absl::Status {
     RETURN_IF_ERROR(load_norm(p + "/layer_norm", w.norm_gamma, w.norm_beta));
     const Shape fused_w{3 * d, d}, fused_b{3 * d};
+    if (backend.supports(Op::kLinearPlanes)) {
+      // The stacked [Q; K; V] projection for one GEMM; the separate weights become its views.
+      ASSIGN_OR_RETURN(w.qkv_w, loader.Load(p + "/linear_0/weight", fused_w, wt));
+      ASSIGN_OR_RETURN(w.qkv_b, loader.Load(p + "/linear_0/bias", fused_b, f32));
+      ASSIGN_OR_RETURN(w.q_w, w.qkv_w.Slice(0, d));
+      ASSIGN_OR_RETURN(w.k_w, w.qkv_w.Slice(d, 2 * d));
+      ASSIGN_OR_RETURN(w.v_w, w.qkv_w.Slice(2 * d, 3 * d));
+      ASSIGN_OR_RETURN(w.q_b, w.qkv_b.Slice(0, d));
+      ASSIGN_OR_RETURN(w.k_b, w.qkv_b.Slice(d, 2 * d));
+      ASSIGN_OR_RETURN(w.v_b, w.qkv_b.Slice(2 * d, 3 * d));
+      ASSIGN_OR_RETURN(w.out_w, loader.Load(p + "/linear_1/weight", {d, d}, wt));
+      ASSIGN_OR_RETURN(w.out_b, loader.Load(p + "/linear_1/bias", {d}, f32));
+      return absl::OkStatus();
+    }
     ASSIGN_OR_RETURN(w.q_w, loader.LoadRows(p + "/linear_0/weight", fused_w, 0, d, wt));
     ASSIGN_OR_RETURN(w.k_w, loader.LoadRows(p + "/linear_0/weight", fused_w, d, 2 * d, wt));
     ASSIGN_OR_RETURN(w.v_w, loader.LoadRows(p + "/linear_0/weight", fused_w, 2 * d, 3 * d, wt));
@@ -239,19 +253,6 @@ absl::StatusOr<std::unique_ptr<WhisperModel>> WhisperModel::FromModelFile(
     EncoderLayer& layer = m.encoder_layers_[i];
     RETURN_IF_ERROR(load_self_attention(p + "/self_attention", layer.self_attention));
     RETURN_IF_ERROR(load_ffn(p + "/ffn", layer.ffn));
-    if (backend.supports(Op::kLinearPlanes)) {
-      // The stacked [Q; K; V] projection for one GEMM; the separate weights become its views.
-      AttentionWeights& w = layer.self_attention;
-      const std::string qkv = p + "/self_attention/linear_0";
-      ASSIGN_OR_RETURN(layer.qkv_w, loader.Load(qkv + "/weight", {3 * d, d}, wt));
-      ASSIGN_OR_RETURN(layer.qkv_b, loader.Load(qkv + "/bias", {3 * d}, f32));
-      ASSIGN_OR_RETURN(w.q_w, layer.qkv_w.Slice(0, d));
-      ASSIGN_OR_RETURN(w.k_w, layer.qkv_w.Slice(d, 2 * d));
-      ASSIGN_OR_RETURN(w.v_w, layer.qkv_w.Slice(2 * d, 3 * d));
-      ASSIGN_OR_RETURN(w.q_b, layer.qkv_b.Slice(0, d));
-      ASSIGN_OR_RETURN(w.k_b, layer.qkv_b.Slice(d, 2 * d));
-      ASSIGN_OR_RETURN(w.v_b, layer.qkv_b.Slice(2 * d, 3 * d));
-    }
   }
   ASSIGN_OR_RETURN(m.token_embedding_,
                    loader.Load("decoder/embeddings/weight", {n_vocab, d}, options.embedding_dtype));
@@ -450,12 +451,19 @@ absl::Status WhisperModel::RunAttention(const AttentionWeights& w, const Tensor&
                                         bool fuse_residual) const {
   const Tensor &h = ws.h, &q = ws.q, &attended = ws.attended;
   RETURN_IF_ERROR(backend_.LayerNorm(x, w.norm_gamma, w.norm_beta, 1e-5f, h));
-  RETURN_IF_ERROR(backend_.Linear(h, w.q_w, &w.q_b, Activation::kNone, q));
+  // A decoder step's Q, K and V in one GEMM where the backend has it (Op::kLinearPlanes).
+  const bool stacked = positions != nullptr && w.qkv_w.defined();
+  if (!stacked) RETURN_IF_ERROR(backend_.Linear(h, w.q_w, &w.q_b, Activation::kNone, q));
   Tensor keys = k_cache, values = v_cache;
   if (!k_cache.defined() || positions != nullptr) {
     const Tensor &k = ws.k, &v = ws.v;
-    RETURN_IF_ERROR(backend_.Linear(h, w.k_w, &w.k_b, Activation::kNone, k));
-    RETURN_IF_ERROR(backend_.Linear(h, w.v_w, &w.v_b, Activation::kNone, v));
+    if (stacked) {
+      const Tensor planes[] = {q, k, v};
+      RETURN_IF_ERROR(backend_.LinearPlanes(h, w.qkv_w, &w.qkv_b, planes));
+    } else {
+      RETURN_IF_ERROR(backend_.Linear(h, w.k_w, &w.k_b, Activation::kNone, k));
+      RETURN_IF_ERROR(backend_.Linear(h, w.v_w, &w.v_b, Activation::kNone, v));
+    }
     if (k_cache.defined()) {
       RETURN_IF_ERROR(backend_.WriteRows(k, *positions, k_cache));
       RETURN_IF_ERROR(backend_.WriteRows(v, *positions, v_cache));

@@ -315,6 +315,9 @@ class WhisperModel {
   struct AttentionWeights {
     Tensor norm_gamma, norm_beta;
     Tensor q_w, q_b, k_w, k_b, v_w, v_b, out_w, out_b;
+    // Self-attention where the backend supports Op::kLinearPlanes: the stacked [Q; K; V]
+    // projection [3d, d] and its bias [3d] (q/k/v weights and biases are then views of these).
+    Tensor qkv_w, qkv_b;
   };
   struct FeedForwardWeights {
     Tensor norm_gamma, norm_beta, in_w, in_b, out_w, out_b;
@@ -322,9 +325,6 @@ class WhisperModel {
   struct EncoderLayer {
     AttentionWeights self_attention;
     FeedForwardWeights ffn;
-    // Where the backend supports Op::kLinearPlanes: the stacked [Q; K; V] projection [3d, d]
-    // and its bias [3d] (self_attention's q/k/v weights are then views of these).
-    Tensor qkv_w, qkv_b;
   };
   struct DecoderLayer {
     AttentionWeights self_attention;
