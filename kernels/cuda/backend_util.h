@@ -1,6 +1,10 @@
 // Host helpers of the CUDA backend: the status of a CUDA call, the epilogue of an activation,
-// and the device error word (ReportDeviceError in common.cuh) decoded into a status.
+// the device error word (ReportDeviceError in common.cuh) decoded into a status, scratch sizes
+// and the op codes of capture signatures.
 #pragma once
+
+#include <cstddef>
+#include <cstdint>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -17,5 +21,26 @@ absl::Status GpuStatus(const char* what, cudaError_t err);
 absl::StatusOr<Epilogue> ToEpilogue(const char* op, Activation act);
 // The error a kernel reported in the device error word `code` (non-zero).
 absl::Status DecodeDeviceError(unsigned long long code);
+
+// Scratch sizes: whole 256-byte blocks, so that every piece of a scratch buffer stays aligned.
+inline size_t RoundUp256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// Op codes for capture signatures.
+enum class SigOp : int64_t {
+  kLinear = 1,
+  kConv1d,
+  kLayerNorm,
+  kAdd,
+  kGelu,
+  kAttention,
+  kWriteRows,
+  kEmbed,
+  kLogSoftmax,
+  kCopy,
+  kFusedLinear,
+  kRaw,
+  kArgmaxLogSumExp,
+  kLaunchHint
+};
 
 }  // namespace waav::cuda

@@ -44,9 +44,9 @@ namespace {
 using cuda::DecodeDeviceError;
 using cuda::GpuStatus;
 using cuda::kGpuKind;
+using cuda::RoundUp256;
+using cuda::SigOp;
 using cuda::ToEpilogue;
-
-size_t RoundUp256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // Arrival counters for SplitAttention's merge: enough for 1,048,576 (row, head, query block)
 // groups, zeroed once and left zero by every kernel.
@@ -72,24 +72,6 @@ struct DeviceState {
   std::unique_ptr<cuda::Blas> blas;
   cuda::GemmConfig gemm;
   cuda::LaunchContext ctx;
-};
-
-// Op codes for capture signatures.
-enum class SigOp : int64_t {
-  kLinear = 1,
-  kConv1d,
-  kLayerNorm,
-  kAdd,
-  kGelu,
-  kAttention,
-  kWriteRows,
-  kEmbed,
-  kLogSoftmax,
-  kCopy,
-  kFusedLinear,
-  kRaw,
-  kArgmaxLogSumExp,
-  kLaunchHint
 };
 
 class CudaBackend final : public Backend, public CudaExtensions {
