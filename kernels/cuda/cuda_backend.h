@@ -124,8 +124,8 @@ struct CudaBackendOptions {
   // The decoder's attention (SplitAttention: a few queries per row against a K/V cache) splits
   // the keys into ranges until its grid has about this many blocks per SM. Default: 2 (8 before:
   // a step of 64 rows then split its 384 (row, head) groups in 3, and merging the ranges cost
-  // more than it saved: 738 -> 697 us on an H100 with 2, which leaves them whole;
-  // docs/benchmarks.md, "Session 9").
+  // more than it saved: 600.6 -> 540.5 us on an H100 with 2, which leaves them whole; 16 rows
+  // 388.7 -> 360.0; docs/benchmarks.md, "Session 9").
   int split_attention_blocks_per_sm = 2;
   // Flash v2 key ranges per query block: 0 lets the plan choose (as many as one wave of
   // resident blocks holds, up to 4); 1 to 4 forces that many (for measurements).
