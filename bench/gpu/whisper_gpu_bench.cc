@@ -633,30 +633,27 @@ int Main(int argc, char** argv) {
         true, false);
     variants.back().options.skinny_max_rows = rows;
   }
-  // Session 9, the op-by-op step of more than 8 rows: Q, K and V in one HalfGemm writing three
-  // planes (CudaBackendOptions::half_gemm_planes_max_rows, through linear_planes) and the
-  // decoder's attention keys split less (split_attention_blocks_per_sm 2, was 8); and what was
-  // measured and left off: HalfGemm's split K, HalfGemm for the FFN's wider GEMMs. Each is the
-  // engine's step with one knob moved; the defaults again last (order effects).
+  // Session 10, the op-by-op step of more than 8 rows: K and V written into the self caches by
+  // the QKV GEMM (linear_planes_append), the residuals added by the projections
+  // (LinearResidual) and the FFN's input and hidden layer in f16 (half_activations; needs
+  // LinearResidual). Each is the engine's step with one knob moved; the defaults again last
+  // (order effects). (Session 9's knobs: split_attention_blocks_per_sm, half_gemm_planes_max_rows,
+  // half_gemm_split_k_waves, half_gemm_few_rows; its rows in docs/benchmarks.md.)
   auto add_engine = [&](const std::string& name,
                         const std::function<void(CudaBackendOptions&)>& set) {
     add("engine, " + name, CudaMath::kFast, true, true, false);
     variants.back().engine_fused_step = whisper::GraphUse::kAuto;
     set(variants.back().options);
   };
-  add_engine("before session 9 (Q, K, V by 3 GEMMs, keys split to 8 blocks per SM)", [](auto& o) {
-    o.linear_planes = false;
-    o.split_attention_blocks_per_sm = 8;
+  add_engine("before session 10 (K/V by WriteRows, residuals by Add, f32 FFN)", [](auto& o) {
+    o.linear_planes_append = false;
+    o.linear_residual = false;
+    o.half_activations = false;
   });
-  add_engine("Q, K, V by 3 GEMMs", [](auto& o) { o.linear_planes = false; });
-  add_engine("Q, K, V planes by cuBLAS + epilogue",
-             [](auto& o) { o.half_gemm_planes_max_rows = 0; });
-  for (const int blocks : {1, 4, 8}) {
-    add_engine(absl::StrCat("attention keys split to ", blocks, " blocks per SM"),
-               [blocks](auto& o) { o.split_attention_blocks_per_sm = blocks; });
-  }
-  add_engine("split K to 2 blocks per SM", [](auto& o) { o.half_gemm_split_k_waves = 2; });
-  add_engine("HalfGemm any N, K up to 64 rows", [](auto& o) { o.half_gemm_few_rows = 64; });
+  add_engine("K/V by WriteRows", [](auto& o) { o.linear_planes_append = false; });
+  add_engine("residuals by Add (so the FFN in f32 too)",
+             [](auto& o) { o.linear_residual = false; });
+  add_engine("FFN in f32", [](auto& o) { o.half_activations = false; });
   add_engine("defaults (repeat)", [](auto&) {});
   add("fused step, CUDA graph + PDL", CudaMath::kFast, true, true, true);
   auto add_persistent = [&](const std::string& name, bool capture,

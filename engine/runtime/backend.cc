@@ -41,6 +41,11 @@ absl::Status Backend::LinearPlanes(const Tensor&, const Tensor&, const Tensor*,
   return NotImplemented(name(), "LinearPlanes");
 }
 
+absl::Status Backend::LinearPlanesAppend(const Tensor&, const Tensor&, const Tensor*,
+                                         absl::Span<const Tensor>, int, const Tensor&) {
+  return NotImplemented(name(), "LinearPlanesAppend");
+}
+
 void Backend::SetLaunchHint(LaunchHint) {}
 
 absl::Status Backend::BeginCapture() {

@@ -78,6 +78,9 @@ enum class Op : uint8_t {
   // plane; Whisper's encoder Q, K and V). With kHalfActivations, Attention may also read f16
   // q, k and v (the planes written f16).
   kLinearPlanes,
+  // Optional kernel (LinearPlanes whose last planes are caches appended to as WriteRows appends:
+  // a decoder step's Q, K and V, K and V straight into the self-attention caches).
+  kLinearPlanesAppend,
 };
 
 // A captured sequence of kernel calls. Replay() re-runs them on the tensors they were captured
@@ -308,6 +311,16 @@ class Backend {
   static constexpr int kMaxLinearPlanes = 16;
   virtual absl::Status LinearPlanes(const Tensor& x, const Tensor& weight, const Tensor* bias,
                                     absl::Span<const Tensor> planes);
+  // LinearPlanes of f32 planes whose planes from `first_appended` on are caches [M, L, C] that
+  // receive one row per batch row, as WriteRows appends: plane p's row m is written at
+  // [m, positions[m]] (positions i32 [M]; all appended caches of one L). The planes before
+  // `first_appended` get their M·C values as in LinearPlanes. A position outside [0, L) is an
+  // error as in WriteRows (that row of the caches is not written). Equal to LinearPlanes into
+  // [M, C] planes followed by WriteRows of the appended ones, up to the rounding of the
+  // backend's Linear: a decoder step's K and V land in their caches without a copy.
+  virtual absl::Status LinearPlanesAppend(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                                          absl::Span<const Tensor> planes, int first_appended,
+                                          const Tensor& positions);
 
   // ---- Launch hints (optional) -------------------------------------------------------------
   // How the kernel calls issued from now on (eager, or recorded by a capture) are best launched;

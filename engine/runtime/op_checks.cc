@@ -190,6 +190,58 @@ absl::StatusOr<LinearDims> ValidateLinearPlanes(DeviceKind device, const Tensor&
   return LinearDims{m, n, k};
 }
 
+absl::StatusOr<LinearPlanesAppendDims> ValidateLinearPlanesAppend(
+    DeviceKind device, const Tensor& x, const Tensor& weight, const Tensor* bias,
+    absl::Span<const Tensor> planes, int first_appended, const Tensor& positions) {
+  constexpr const char* kOp = "LinearPlanesAppend";
+  const int64_t p = static_cast<int64_t>(planes.size());
+  if (first_appended < 0 || first_appended > p) {
+    return Invalid(kOp, absl::StrCat("first_appended ", first_appended, " must be in [0, ", p,
+                                     "] for ", p, " planes"));
+  }
+  // LinearPlanes' checks of x, weight, bias and the planes (width, dtype, rows, overlaps), with
+  // each cache standing in as its first M rows ([M, C] of a [M, L, C] cache).
+  std::vector<Tensor> dense(planes.begin(), planes.end());
+  int64_t capacity = 0;
+  for (int64_t i = first_appended; i < p; ++i) {
+    const Tensor& cache = planes[static_cast<size_t>(i)];
+    const std::string name = absl::StrCat("plane ", i);
+    RETURN_IF_ERROR(CheckTensor(device, kOp, name.c_str(), cache, {DType::kF32}, 3));
+    if (cache.dim(1) < 1 || (i > first_appended && cache.dim(1) != capacity)) {
+      return Invalid(kOp, absl::StrCat(name, " ", cache.Describe(),
+                                       " must be a cache [M, L, C] with L >= 1, the L of plane ",
+                                       first_appended));
+    }
+    capacity = cache.dim(1);
+    ASSIGN_OR_RETURN(Tensor rows, cache.Reshape({cache.dim(0) * capacity, cache.dim(2)}));
+    ASSIGN_OR_RETURN(dense[static_cast<size_t>(i)], rows.Slice(0, cache.dim(0)));
+  }
+  ASSIGN_OR_RETURN(const LinearDims d, ValidateLinearPlanes(device, x, weight, bias, dense,
+                                                            /*half_activations=*/false));
+  for (int64_t i = first_appended; i < p; ++i) {
+    const Tensor& cache = planes[static_cast<size_t>(i)];
+    const std::string name = absl::StrCat("plane ", i);
+    // Whole caches, not just the first rows, must not overlap anything else.
+    for (int64_t j = 0; j < p; ++j) {
+      if (j == i) continue;
+      const std::string other = absl::StrCat("plane ", j);
+      RETURN_IF_ERROR(
+          CheckDisjoint(kOp, name.c_str(), cache, other.c_str(), planes[static_cast<size_t>(j)]));
+    }
+    RETURN_IF_ERROR(CheckDisjoint(kOp, name.c_str(), cache, "x", x));
+    RETURN_IF_ERROR(CheckDisjoint(kOp, name.c_str(), cache, "weight", weight));
+    if (bias != nullptr) RETURN_IF_ERROR(CheckDisjoint(kOp, name.c_str(), cache, "bias", *bias));
+  }
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "positions", positions, {DType::kI32}, 1));
+  RETURN_IF_ERROR(CheckShape(kOp, "positions", positions, Shape{d.m}, "one per row of x"));
+  for (int64_t i = 0; i < p; ++i) {
+    const std::string name = absl::StrCat("plane ", i);
+    RETURN_IF_ERROR(
+        CheckDisjoint(kOp, name.c_str(), planes[static_cast<size_t>(i)], "positions", positions));
+  }
+  return LinearPlanesAppendDims{d, first_appended < p ? capacity : 0};
+}
+
 absl::StatusOr<Conv1dDims> ValidateConv1d(DeviceKind device, const Tensor& x, const Tensor& weight,
                                           const Tensor& bias, int stride, int padding,
                                           const Tensor& y) {

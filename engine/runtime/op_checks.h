@@ -54,6 +54,16 @@ absl::StatusOr<LinearDims> ValidateLinearPlanes(DeviceKind device, const Tensor&
                                                 absl::Span<const Tensor> planes,
                                                 bool half_activations = false);
 
+// LinearPlanesAppend: LinearPlanes of f32 whose planes from `first_appended` on are caches
+// [M, L, C] (one L) with positions i32 [M]; capacity = L (0 when no plane is appended).
+struct LinearPlanesAppendDims {
+  LinearDims linear;
+  int64_t capacity;
+};
+absl::StatusOr<LinearPlanesAppendDims> ValidateLinearPlanesAppend(
+    DeviceKind device, const Tensor& x, const Tensor& weight, const Tensor* bias,
+    absl::Span<const Tensor> planes, int first_appended, const Tensor& positions);
+
 struct Conv1dDims {
   int64_t batch, time, in_channels, out_channels, kernel_size, out_time;
   int stride, padding;

@@ -74,5 +74,66 @@ TEST_F(OpChecksTest, LinearPlanesRefusesBadPlanes) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(OpChecksTest, LinearPlanesAppendTakesCachesAfterDensePlanes) {
+  // A decoder step of 3 rows: Q [3, 1, 4], K and V caches [3, 6, 4].
+  const Tensor x = Make({3, 1, 8}), weight = Make({12, 8}, DType::kF16), bias = Make({12});
+  const Tensor q = Make({3, 1, 4}), k = Make({3, 6, 4}), v = Make({3, 6, 4});
+  const Tensor positions = Make({3}, DType::kI32);
+  auto dims =
+      ValidateLinearPlanesAppend(DeviceKind::kCpu, x, weight, &bias, {q, k, v}, 1, positions);
+  ASSERT_TRUE(dims.ok()) << dims.status();
+  EXPECT_EQ(dims->linear.m, 3);
+  EXPECT_EQ(dims->linear.n, 12);
+  EXPECT_EQ(dims->capacity, 6);
+  // Nothing appended: LinearPlanes' planes (capacity 0).
+  dims = ValidateLinearPlanesAppend(DeviceKind::kCpu, x, weight, &bias,
+                                    {q, Make({3, 4}), Make({3, 4})}, 3, positions);
+  ASSERT_TRUE(dims.ok()) << dims.status();
+  EXPECT_EQ(dims->capacity, 0);
+  // Row views of a larger batch's caches (a decoder state's Rows) are caches too.
+  const Tensor big_k = Make({5, 6, 4}), big_v = Make({5, 6, 4});
+  EXPECT_TRUE(ValidateLinearPlanesAppend(DeviceKind::kCpu, x, weight, nullptr,
+                                         {q, *big_k.Slice(1, 4), *big_v.Slice(2, 5)}, 1, positions)
+                  .ok());
+}
+
+TEST_F(OpChecksTest, LinearPlanesAppendRefusesBadCachesAndPositions) {
+  const Tensor x = Make({3, 8}), weight = Make({12, 8}), bias = Make({12});
+  const Tensor q = Make({3, 4}), k = Make({3, 6, 4}), v = Make({3, 6, 4});
+  const Tensor positions = Make({3}, DType::kI32);
+  const auto invalid = [&](std::vector<Tensor> planes, int first, const Tensor& where,
+                           const Tensor* with_bias = nullptr) {
+    const absl::Status status =
+        ValidateLinearPlanesAppend(DeviceKind::kCpu, x, weight, with_bias, planes, first, where)
+            .status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_NE(status.message().find("LinearPlanes"), std::string::npos) << status;
+  };
+  invalid({q, k, v}, -1, positions);                            // first_appended < 0
+  invalid({q, k, v}, 4, positions);                             // beyond the planes
+  invalid({q, k, Make({3, 5, 4})}, 1, positions);               // caches of two lengths
+  invalid({q, k, Make({3, 0, 4})}, 1, positions);               // an empty cache
+  invalid({q, k, Make({3, 24})}, 1, positions);                 // not a [M, L, C] cache
+  invalid({q, k, Make({2, 6, 4})}, 1, positions);               // fewer batch rows than x
+  invalid({q, k, Make({3, 6, 5})}, 1, positions);               // wrong C
+  invalid({q, k, Make({3, 6, 4}, DType::kF16)}, 1, positions);  // f16 cache
+  invalid({q, k, Make({3, 6, 4}, DType::kI32)}, 1, positions);  // not a float type
+  invalid({q, k, k}, 1, positions);                             // caches overlap
+  const Tensor shared = Make({4, 6, 4});
+  invalid({q, *shared.Slice(0, 3), *shared.Slice(1, 4)}, 1, positions);  // row views overlapping
+  invalid({q, k, Tensor()}, 1, positions);                               // undefined
+  invalid({q, k, v}, 1, Make({2}, DType::kI32));                         // a position per row
+  invalid({q, k, v}, 1, Make({3}));                                      // f32 positions
+  invalid({q, k, v}, 1, Tensor());                                       // no positions
+  invalid({q, k, v}, 1, positions, &k);                                  // bias [3, 6, 4]
+  EXPECT_TRUE(
+      ValidateLinearPlanesAppend(DeviceKind::kCpu, x, weight, &bias, {q, k, v}, 1, positions).ok());
+  // Tensors of another device.
+  EXPECT_EQ(ValidateLinearPlanesAppend(DeviceKind::kCuda, x, weight, &bias, {q, k, v}, 1, positions)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace waav::checks

@@ -207,8 +207,8 @@ class CpuBackend final : public Backend {
   // and Add, one Linear per projection, and the decoder step op by op, as before), and f16
   // activations (f32 throughout).
   bool supports(Op op) const override {
-    return op != Op::kLinearResidual && op != Op::kLinearPlanes && op != Op::kHalfActivations &&
-           op != Op::kDecoderStep;
+    return op != Op::kLinearResidual && op != Op::kLinearPlanes && op != Op::kLinearPlanesAppend &&
+           op != Op::kHalfActivations && op != Op::kDecoderStep;
   }
 
   // ---- Memory ---------------------------------------------------------------------------------

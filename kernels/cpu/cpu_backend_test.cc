@@ -58,7 +58,8 @@ TEST(CpuBackendRegistryTest, CreatedByName) {
   }
   // The optional fusions and f16 activations are not offered: the engine keeps its f32 op-by-op
   // path on the CPU, bit for bit.
-  for (Op op : {Op::kLinearResidual, Op::kLinearPlanes, Op::kHalfActivations, Op::kDecoderStep}) {
+  for (Op op : {Op::kLinearResidual, Op::kLinearPlanes, Op::kLinearPlanesAppend,
+                Op::kHalfActivations, Op::kDecoderStep}) {
     EXPECT_FALSE((*backend)->supports(op)) << static_cast<int>(op);
   }
   std::vector<std::string> names = RegisteredBackends();

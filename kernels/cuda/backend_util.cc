@@ -3,6 +3,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/runtime/op_checks.h"
+#include "engine/runtime/status.h"
+#include "kernels/cuda/elementwise.cuh"
 
 namespace waav::cuda {
 
@@ -56,6 +58,55 @@ absl::Status DecodeDeviceError(unsigned long long code) {
       break;
   }
   return absl::InternalError(absl::StrFormat("unknown device error word %#x", code));
+}
+
+absl::StatusOr<cudaDeviceProp> OpenDevice(int device_index) {
+  int count = 0;
+  if (cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return absl::UnavailableError(
+        absl::StrCat("no usable GPU driver or device (", cudaGetErrorString(err), ")"));
+  }
+  if (count == 0) return absl::UnavailableError("no GPU found");
+  if (device_index < 0 || device_index >= count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device_index ", device_index, " is outside the ", count, " GPUs present"));
+  }
+  RETURN_IF_ERROR(GpuStatus("cudaSetDevice", cudaSetDevice(device_index)));
+  cudaDeviceProp props;
+  RETURN_IF_ERROR(
+      GpuStatus("cudaGetDeviceProperties", cudaGetDeviceProperties(&props, device_index)));
+  if (cudaError_t err = ProbeKernelImage(); err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return absl::UnavailableError(absl::StrFormat(
+        "this build has no kernels for %s (compute capability %d.%d): %s; rebuild with "
+        "CMAKE_CUDA_ARCHITECTURES including %d%d",
+        props.name, props.major, props.minor, cudaGetErrorString(err), props.major, props.minor));
+  }
+  return props;
+}
+
+absl::Status AllocateErrorWord(unsigned long long** host, unsigned long long** device) {
+  void* host_word = nullptr;
+  RETURN_IF_ERROR(GpuStatus(
+      "cudaHostAlloc", cudaHostAlloc(&host_word, sizeof(unsigned long long), cudaHostAllocMapped)));
+  *host = static_cast<unsigned long long*>(host_word);
+  **host = 0;
+  void* device_word = nullptr;
+  RETURN_IF_ERROR(
+      GpuStatus("cudaHostGetDevicePointer", cudaHostGetDevicePointer(&device_word, host_word, 0)));
+  *device = static_cast<unsigned long long*>(device_word);
+  return absl::OkStatus();
+}
+
+std::string DescribeDevice(const cudaDeviceProp& props, const std::string& gemm, bool fast_math,
+                           bool graphs, bool pdl) {
+  return absl::StrFormat("%s: %s (compute %d.%d, %d SMs, %.1f GiB); GEMM: %s; math %s; %s; PDL %s",
+                         WAAV_GPU_NAME, props.name, props.major, props.minor,
+                         props.multiProcessorCount,
+                         static_cast<double>(props.totalGlobalMem) / (1 << 30), gemm,
+                         fast_math ? "fast (f16/TF32 tensor cores)" : "accurate (f32)",
+                         graphs ? "CUDA graphs" : "eager graphs", pdl ? "on" : "off");
 }
 
 }  // namespace waav::cuda

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -21,6 +22,16 @@ absl::Status GpuStatus(const char* what, cudaError_t err);
 absl::StatusOr<Epilogue> ToEpilogue(const char* op, Activation act);
 // The error a kernel reported in the device error word `code` (non-zero).
 absl::Status DecodeDeviceError(unsigned long long code);
+
+// Selects GPU `device_index` for this thread and returns its properties: Unavailable without a
+// driver, a GPU or kernels for it in this build; InvalidArgument for an index not present.
+absl::StatusOr<cudaDeviceProp> OpenDevice(int device_index);
+// A host-mapped word for the kernels' errors, zeroed: its host and device addresses (the host
+// frees it with cudaFreeHost).
+absl::Status AllocateErrorWord(unsigned long long** host, unsigned long long** device);
+// The backend's one-line description (Backend::Describe).
+std::string DescribeDevice(const cudaDeviceProp& props, const std::string& gemm, bool fast_math,
+                           bool graphs, bool pdl);
 
 // Scratch sizes: whole 256-byte blocks, so that every piece of a scratch buffer stays aligned.
 inline size_t RoundUp256(size_t bytes) { return (bytes + 255) / 256 * 256; }

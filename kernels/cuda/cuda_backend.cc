@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "engine/runtime/backend_registry.h"
 #include "engine/runtime/op_checks.h"
 #include "engine/runtime/status.h"
@@ -100,6 +99,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
         return options_.linear_residual;
       case Op::kLinearPlanes:
         return options_.linear_planes;
+      case Op::kLinearPlanesAppend:
+        return options_.linear_planes && options_.linear_planes_append;
       case Op::kHalfActivations:  // the ops take f16 in any mode; kAccurate keeps f32 between them
         return options_.half_activations && options_.math == CudaMath::kFast;
       default:  // optional ops this backend does not implement
@@ -175,11 +176,40 @@ class CudaBackend final : public Backend, public CudaExtensions {
     ASSIGN_OR_RETURN(
         const checks::LinearDims d,
         checks::ValidateLinearPlanes(kGpuKind, x, weight, bias, planes, options_.half_activations));
+    return PlanesImpl(x, weight, bias, planes, d, cuda::PlaneOutputs{}, Tensor());
+  }
+
+  // The same, the appended caches' rows placed by the epilogue (no WriteRows).
+  absl::Status LinearPlanesAppend(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                                  absl::Span<const Tensor> planes, int first_appended,
+                                  const Tensor& positions) override {
+    ASSIGN_OR_RETURN(const checks::LinearPlanesAppendDims a,
+                     checks::ValidateLinearPlanesAppend(kGpuKind, x, weight, bias, planes,
+                                                        first_appended, positions));
+    cuda::PlaneOutputs append{};
+    append.first_appended = first_appended;
+    append.positions = positions.data_as<int32_t>();
+    append.capacity = a.capacity;
+    return PlanesImpl(x, weight, bias, planes, a.linear, append, positions);
+  }
+
+  // `append`: its first_appended, positions and capacity (the planes are filled in here);
+  // `positions` held for a capturing graph.
+  absl::Status PlanesImpl(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                          absl::Span<const Tensor> planes, const checks::LinearDims& d,
+                          const cuda::PlaneOutputs& append, const Tensor& positions) {
     static_assert(kMaxLinearPlanes <= cuda::kMaxPlaneOutputs);
     const bool w_f16 = weight.dtype() == DType::kF16;
     const bool x_f16 = x.dtype() == DType::kF16, y_f16 = planes[0].dtype() == DType::kF16;
     const Tensor b = bias != nullptr ? *bias : Tensor();
-    if (const absl::StatusOr<bool> done = HalfGemmPlanes(x, weight, b, planes, d);
+    cuda::PlaneOutputs out = append;
+    for (size_t p = 0; p < planes.size(); ++p) out.planes[p] = planes[p].data();
+    // The planes (and positions) keep their memory alive for a graph that captures this call.
+    std::vector<Tensor> held(planes.begin(), planes.end());
+    held.push_back(positions);
+    const int64_t plane_cols = d.n / static_cast<int64_t>(planes.size());
+    const int64_t append_sig = append.first_appended * (append.capacity + 1);
+    if (const absl::StatusOr<bool> done = HalfGemmPlanes(x, weight, b, held, out, d, append_sig);
         !done.ok() || *done) {
       return done.status();
     }
@@ -189,13 +219,9 @@ class CudaBackend final : public Backend, public CudaExtensions {
     const size_t x_bytes = x_f16 && !x_direct ? RoundUp256(static_cast<size_t>(d.m * d.k) * 4) : 0;
     const size_t temp_bytes = RoundUp256(static_cast<size_t>(d.m * d.n) * 4);
     ASSIGN_OR_RETURN(Tensor scratch, Scratch(temp_bytes + x_bytes + plan.scratch_bytes));
-    const int64_t plane_cols = d.n / static_cast<int64_t>(planes.size());
-    cuda::PlaneOutputs out{};
-    for (size_t p = 0; p < planes.size(); ++p) out.planes[p] = planes[p].data();
-    // The planes keep their memory alive for a graph that captures this call.
-    std::vector<Tensor> held(planes.begin(), planes.end());
     Sign({static_cast<int64_t>(SigOp::kLinear), d.m, d.n, d.k, w_f16, b.defined(),
-          static_cast<int64_t>(planes.size()), static_cast<int64_t>(plan.path), x_f16, y_f16, -1});
+          static_cast<int64_t>(planes.size()), static_cast<int64_t>(plan.path), x_f16, y_f16, -1,
+          append_sig});
     return Submit([state = state_, ctx = Ctx(), x, weight, b, held = std::move(held), out, d, w_f16,
                    plan, temp_bytes, x_bytes, x_direct, y_f16, plane_cols, scratch]() {
       char* base = static_cast<char*>(scratch.data());
@@ -213,23 +239,26 @@ class CudaBackend final : public Backend, public CudaExtensions {
       RETURN_IF_ERROR(
           cuda::RunGemm(state->gemm, ctx, plan, p,
                         plan.scratch_bytes > 0 ? base + temp_bytes + x_bytes : nullptr));
-      return GpuStatus("LinearPlanes", cuda::LaunchEpiloguePlanes(
-                                           ctx, gemm_out, d.m, d.n, plane_cols,
-                                           b.defined() ? b.data_as<float>() : nullptr, out, y_f16));
+      cuda::PlaneOutputs reported = out;
+      reported.error_word = ctx.error_word;
+      return GpuStatus(
+          "LinearPlanes",
+          cuda::LaunchEpiloguePlanes(ctx, gemm_out, d.m, d.n, plane_cols,
+                                     b.defined() ? b.data_as<float>() : nullptr, reported, y_f16));
     });
   }
 
   // LinearPlanes by HalfGemm writing f32 planes itself (one kernel: a decoder step's Q, K and V
   // at more than skinny_max_rows rows). false: these shapes, dtypes or options take the general
-  // path.
+  // path. `held`: the planes (and positions) for a capturing graph.
   absl::StatusOr<bool> HalfGemmPlanes(const Tensor& x, const Tensor& weight, const Tensor& b,
-                                      absl::Span<const Tensor> planes,
-                                      const checks::LinearDims& d) {
-    const int64_t plane_cols = d.n / static_cast<int64_t>(planes.size());
-    cuda::PlaneOutputs out{};
+                                      const std::vector<Tensor>& held,
+                                      const cuda::PlaneOutputs& out, const checks::LinearDims& d,
+                                      int64_t append_sig) {
+    const int64_t plane_count = static_cast<int64_t>(held.size()) - 1;
+    const int64_t plane_cols = d.n / plane_count;
     bool aligned = plane_cols % 8 == 0;
-    for (size_t p = 0; p < planes.size(); ++p) {
-      out.planes[p] = planes[p].data();
+    for (int64_t p = 0; p < plane_count; ++p) {
       aligned = aligned && reinterpret_cast<uintptr_t>(out.planes[p]) % 16 == 0;
     }
     cuda::HalfGemmArgs half{x.data_as<float>(),
@@ -243,17 +272,16 @@ class CudaBackend final : public Backend, public CudaExtensions {
                             nullptr};
     const bool use = aligned && options_.use_half_gemm && options_.math == CudaMath::kFast &&
                      d.m <= options_.half_gemm_planes_max_rows && weight.dtype() == DType::kF16 &&
-                     x.dtype() == DType::kF32 && planes[0].dtype() == DType::kF32 &&
+                     x.dtype() == DType::kF32 && held[0].dtype() == DType::kF32 &&
                      cuda::HalfGemmSupported(half);
     const cuda::GemmPlan plan =
         use ? cuda::PlanGemm(state_->gemm, d.m, d.n, d.k, true, true) : cuda::GemmPlan{};
     if (plan.path != cuda::GemmPath::kHalfMma) return false;
     ASSIGN_OR_RETURN(Tensor scratch, Scratch(plan.scratch_bytes));
-    std::vector<Tensor> held(planes.begin(), planes.end());  // alive for a capturing graph
-    Sign({static_cast<int64_t>(SigOp::kLinear), d.m, d.n, d.k, 1, b.defined(),
-          static_cast<int64_t>(planes.size()), static_cast<int64_t>(plan.path), 0, 0, -2});
-    RETURN_IF_ERROR(Submit([state = state_, ctx = Ctx(), x, weight, b, held = std::move(held), out,
-                            d, plan, plane_cols, scratch]() {
+    Sign({static_cast<int64_t>(SigOp::kLinear), d.m, d.n, d.k, 1, b.defined(), plane_count,
+          static_cast<int64_t>(plan.path), 0, 0, -2, append_sig});
+    RETURN_IF_ERROR(Submit([state = state_, ctx = Ctx(), x, weight, b, held, out, d, plan,
+                            plane_cols, scratch]() {
       cuda::GemmProblem p{x.data_as<float>(),
                           d.m,
                           d.k,
@@ -263,7 +291,9 @@ class CudaBackend final : public Backend, public CudaExtensions {
                           b.defined() ? b.data_as<float>() : nullptr,
                           cuda::Epilogue::kNone,
                           nullptr};
-      p.planes = &out;
+      cuda::PlaneOutputs reported = out;
+      reported.error_word = ctx.error_word;
+      p.planes = &reported;
       p.plane_cols = plane_cols;
       return cuda::RunGemm(state->gemm, ctx, plan, p, scratch.defined() ? scratch.data() : nullptr);
     }));
@@ -874,31 +904,10 @@ class CudaBackend final : public Backend, public CudaExtensions {
 };
 
 absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const CudaBackendOptions& options) {
-  int count = 0;
-  if (cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess) {
-    (void)cudaGetLastError();
-    return absl::UnavailableError(
-        absl::StrCat("no usable GPU driver or device (", cudaGetErrorString(err), ")"));
-  }
-  if (count == 0) return absl::UnavailableError("no GPU found");
-  if (options.device_index < 0 || options.device_index >= count) {
-    return absl::InvalidArgumentError(absl::StrCat("device_index ", options.device_index,
-                                                   " is outside the ", count, " GPUs present"));
-  }
+  ASSIGN_OR_RETURN(const cudaDeviceProp props, cuda::OpenDevice(options.device_index));
   if (options.skinny_max_rows < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("skinny_max_rows ", options.skinny_max_rows, " must be >= 0"));
-  }
-  RETURN_IF_ERROR(GpuStatus("cudaSetDevice", cudaSetDevice(options.device_index)));
-  cudaDeviceProp props;
-  RETURN_IF_ERROR(
-      GpuStatus("cudaGetDeviceProperties", cudaGetDeviceProperties(&props, options.device_index)));
-  if (cudaError_t err = cuda::ProbeKernelImage(); err != cudaSuccess) {
-    (void)cudaGetLastError();
-    return absl::UnavailableError(absl::StrFormat(
-        "this build has no kernels for %s (compute capability %d.%d): %s; rebuild with "
-        "CMAKE_CUDA_ARCHITECTURES including %d%d",
-        props.name, props.major, props.minor, cudaGetErrorString(err), props.major, props.minor));
   }
 
   auto state = std::make_shared<DeviceState>();
@@ -907,15 +916,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const CudaBackendOp
   state->graphs = std::make_shared<cuda::GraphRuntime>();
   RETURN_IF_ERROR(GpuStatus("cudaStreamCreate", cudaStreamCreateWithFlags(&state->graphs->stream,
                                                                           cudaStreamNonBlocking)));
-  void* host_word = nullptr;
-  RETURN_IF_ERROR(GpuStatus(
-      "cudaHostAlloc", cudaHostAlloc(&host_word, sizeof(unsigned long long), cudaHostAllocMapped)));
-  state->error_host = static_cast<unsigned long long*>(host_word);
-  *state->error_host = 0;
-  void* device_word = nullptr;
-  RETURN_IF_ERROR(
-      GpuStatus("cudaHostGetDevicePointer", cudaHostGetDevicePointer(&device_word, host_word, 0)));
-  state->error_device = static_cast<unsigned long long*>(device_word);
+  RETURN_IF_ERROR(cuda::AllocateErrorWord(&state->error_host, &state->error_device));
   ASSIGN_OR_RETURN(
       state->counters,
       cuda::AllocateDeviceTensor(
@@ -957,14 +958,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const CudaBackendOp
                 std::max(0, options.pdl_max_blocks_per_sm)};
   RETURN_IF_ERROR(GpuStatus("cudaStreamSynchronize", cudaStreamSynchronize(state->graphs->stream)));
 
-  const std::string description = absl::StrFormat(
-      "%s: %s (compute %d.%d, %d SMs, %.1f GiB); GEMM: %s; math %s; %s; PDL %s", WAAV_GPU_NAME,
-      props.name, props.major, props.minor, props.multiProcessorCount,
-      static_cast<double>(props.totalGlobalMem) / (1 << 30), gemm,
-      options.math == CudaMath::kFast ? "fast (f16/TF32 tensor cores)" : "accurate (f32)",
-      options.use_graphs ? "CUDA graphs" : "eager graphs", pdl ? "on" : "off");
-  return std::unique_ptr<Backend>(
-      new CudaBackend(options, std::move(state), description, props.totalGlobalMem));
+  return std::unique_ptr<Backend>(new CudaBackend(
+      options, std::move(state),
+      cuda::DescribeDevice(props, gemm, options.math == CudaMath::kFast, options.use_graphs, pdl),
+      props.totalGlobalMem));
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateRegistered(const BackendOptions& options) {

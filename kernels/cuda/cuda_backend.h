@@ -142,6 +142,10 @@ struct CudaBackendOptions {
   // GEMM (weights stacked at load) written as three planes, f16 with half_activations, which
   // flash v2 then reads without its conversion pass. Default: true.
   bool linear_planes = true;
+  // With linear_planes, report LinearPlanesAppend too, so that a Whisper decoder step writes K
+  // and V straight into the self-attention caches from its QKV GEMM (the epilogue places each
+  // row at its position) instead of two WriteRows kernels per layer. Default: true.
+  bool linear_planes_append = true;
   // Conv1d through the f16 cuBLAS GEMM (kFast, f16 weights): the im2col kernel writes the
   // column matrix in f16, which the GEMM reads as it is (no f32 columns and conversion pass).
   // It rounds as the conversion pass does (to nearest). Default: true.

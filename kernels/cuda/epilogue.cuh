@@ -22,4 +22,18 @@ __device__ __forceinline__ float ApplyEpilogue(float v, Epilogue act) {
   return v;
 }
 
+// The first element of row `row` in plane `plane` of `out` (C = plane_cols): row · C, or in an
+// appended cache (row · capacity + positions[row]) · C; −1 (the error reported) when that
+// position is outside the cache.
+__device__ __forceinline__ int64_t PlaneRowOffset(const PlaneOutputs& out, int plane, int64_t row,
+                                                  int64_t plane_cols) {
+  if (plane < out.first_appended) return row * plane_cols;
+  const int32_t position = out.positions[row];
+  if (position < 0 || position >= out.capacity) {
+    ReportDeviceError(out.error_word, DeviceErrorOp::kWriteRows, row, position);
+    return -1;
+  }
+  return (row * out.capacity + position) * plane_cols;
+}
+
 }  // namespace waav::cuda

@@ -52,12 +52,13 @@ struct GemmParams {
 };
 
 // Where output (row, col) and (row, col + 1) go: y, or a plane (plane_cols even, so both land in
-// the same one).
+// the same one; null for an appended cache's row whose position is out of range).
 __device__ __forceinline__ float* OutputAt(const GemmParams& p, int64_t row, int64_t col) {
   if (p.plane_cols <= 0) return p.y + row * p.n + col;
-  const int64_t plane = col / p.plane_cols;
-  return static_cast<float*>(p.planes.planes[plane]) + row * p.plane_cols +
-         (col - plane * p.plane_cols);
+  const int plane = static_cast<int>(col / p.plane_cols);
+  const int64_t offset = PlaneRowOffset(p.planes, plane, row, p.plane_cols);
+  if (offset < 0) return nullptr;
+  return static_cast<float*>(p.planes.planes[plane]) + offset + (col - plane * p.plane_cols);
 }
 
 // A block tile of BM × BN outputs, K staged kStages steps deep in dynamic shared memory:
@@ -327,7 +328,9 @@ __global__ void __launch_bounds__(kGemmThreads) HalfGemmKernel(GemmParams p) {
           out.x += r.x;
           out.y += r.y;
         }
-        *reinterpret_cast<float2*>(OutputAt(p, row, col)) = out;
+        if (float* dst = OutputAt(p, row, col); dst != nullptr) {
+          *reinterpret_cast<float2*>(dst) = out;
+        }
       }
     }
   }

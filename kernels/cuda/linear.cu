@@ -297,7 +297,9 @@ __global__ void EpiloguePlanesKernel(const float* in, Index rows, Index cols, In
   const Index stride = Index{gridDim.x} * blockDim.x;
   for (Index i = blockIdx.x * Index{blockDim.x} + threadIdx.x; i < total; i += stride) {
     const Index r = i / plane_cols, c = i - r * plane_cols;
-    StoreFloat(dst + i, src[r * cols + c] + (b != nullptr ? b[c] : 0.0f));
+    const int64_t row_at = PlaneRowOffset(out, static_cast<int>(plane), r, plane_cols);
+    if (row_at < 0) continue;
+    StoreFloat(dst + row_at + c, src[r * cols + c] + (b != nullptr ? b[c] : 0.0f));
   }
 }
 
@@ -317,9 +319,11 @@ __global__ void EpiloguePlanes4Kernel(const float* in, Index rows, Index cols, I
   const Index stride = Index{gridDim.x} * blockDim.x;
   for (Index q = blockIdx.x * Index{blockDim.x} + threadIdx.x; q < quads; q += stride) {
     const Index r = q / row_quads, c = (q - r * row_quads) * 4;
+    const int64_t row_at = PlaneRowOffset(out, static_cast<int>(plane), r, plane_cols);
+    if (row_at < 0) continue;
     float4 v = *reinterpret_cast<const float4*>(src + r * cols + c);
     AddBias4(v, b != nullptr ? b + c : nullptr);
-    T* o = dst + q * 4;
+    T* o = dst + row_at + c;
     if constexpr (sizeof(T) == 2) {
       __half2* o2 = reinterpret_cast<__half2*>(o);
       o2[0] = __floats2half2_rn(v.x, v.y);

@@ -39,10 +39,17 @@ cudaError_t LaunchEpilogueToHalf(const LaunchContext& ctx, const float* in, int6
 inline constexpr int kMaxPlaneOutputs = 16;
 struct PlaneOutputs {
   void* planes[kMaxPlaneOutputs];
+  // Planes from first_appended on are f32 caches [rows, capacity, C] appended to as WriteRows
+  // appends (LinearPlanesAppend): row r goes to [r, positions[r]]; a position outside
+  // [0, capacity) is reported on error_word (DeviceErrorOp::kWriteRows) and not written.
+  int first_appended = kMaxPlaneOutputs;
+  const int32_t* positions = nullptr;
+  int64_t capacity = 0;
+  unsigned long long* error_word = nullptr;
 };
 // The planes of LinearPlanes: out.planes[c / C][r, c % C] = in[r, c] + bias[c] over rows × cols,
 // cols a multiple of C (at most kMaxPlaneOutputs planes); the planes hold __half values when
-// `out_f16`, else floats.
+// `out_f16`, else floats (appended planes: f32 only).
 cudaError_t LaunchEpiloguePlanes(const LaunchContext& ctx, const float* in, int64_t rows,
                                  int64_t cols, int64_t plane_cols, const float* bias,
                                  const PlaneOutputs& out, bool out_f16);

@@ -364,6 +364,14 @@ absl::StatusOr<std::unique_ptr<DecoderState>> WhisperModel::NewDecoderState(int 
   step.v = ws.v;
   step.attended = ws.attended;
   step.hidden = ws.hidden;
+  // (f16 weights only: their GEMMs round x to f16 anyway above a few rows, so the f16 buffers
+  // change no result there; f32 weights keep f32 activations.)
+  if (backend_.supports(Op::kHalfActivations) && backend_.supports(Op::kLinearResidual) &&
+      !decoder_layers_.empty() && decoder_layers_.front().ffn.in_w.dtype() == DType::kF16) {
+    ASSIGN_OR_RETURN(step.ffn_h, backend_.Allocate({b, 1, d}, DType::kF16));
+    ASSIGN_OR_RETURN(step.ffn_hidden,
+                     backend_.Allocate({b * decoder_layers_.front().ffn.in_w.dim(0)}, DType::kF16));
+  }
   ASSIGN_OR_RETURN(step.logits, backend_.Allocate({b, dims_.n_vocab}, DType::kF32));
   return state;
 }
@@ -403,6 +411,11 @@ absl::StatusOr<std::unique_ptr<DecoderState>> DecoderState::Rows(int begin, int 
   ASSIGN_OR_RETURN(v.logits, rows(s.logits));
   const int64_t hidden_per_row = s.hidden.numel() / batch_size_;
   ASSIGN_OR_RETURN(v.hidden, s.hidden.Slice(begin * hidden_per_row, end * hidden_per_row));
+  if (s.ffn_h.defined()) {
+    ASSIGN_OR_RETURN(v.ffn_h, rows(s.ffn_h));
+    const int64_t ffn_per_row = s.ffn_hidden.numel() / batch_size_;
+    ASSIGN_OR_RETURN(v.ffn_hidden, s.ffn_hidden.Slice(begin * ffn_per_row, end * ffn_per_row));
+  }
   return view;
 }
 
@@ -451,11 +464,18 @@ absl::Status WhisperModel::RunAttention(const AttentionWeights& w, const Tensor&
                                         bool fuse_residual) const {
   const Tensor &h = ws.h, &q = ws.q, &attended = ws.attended;
   RETURN_IF_ERROR(backend_.LayerNorm(x, w.norm_gamma, w.norm_beta, 1e-5f, h));
-  // A decoder step's Q, K and V in one GEMM where the backend has it (Op::kLinearPlanes).
+  // A decoder step's Q, K and V in one GEMM where the backend has it (Op::kLinearPlanes), and
+  // with one token per row K and V written straight into the caches (Op::kLinearPlanesAppend).
   const bool stacked = positions != nullptr && w.qkv_w.defined();
+  const bool append = stacked && k_cache.defined() && backend_.supports(Op::kLinearPlanesAppend) &&
+                      h.numel() == positions->numel() * dims_.d_model;
   if (!stacked) RETURN_IF_ERROR(backend_.Linear(h, w.q_w, &w.q_b, Activation::kNone, q));
   Tensor keys = k_cache, values = v_cache;
-  if (!k_cache.defined() || positions != nullptr) {
+  if (append) {
+    const Tensor planes[] = {q, k_cache, v_cache};
+    RETURN_IF_ERROR(backend_.LinearPlanesAppend(h, w.qkv_w, &w.qkv_b, planes,
+                                                /*first_appended=*/1, *positions));
+  } else if (!k_cache.defined() || positions != nullptr) {
     const Tensor &k = ws.k, &v = ws.v;
     if (stacked) {
       const Tensor planes[] = {q, k, v};
@@ -677,15 +697,24 @@ absl::Status WhisperModel::DecodeStep(DecoderState& state) const {
     return prepared_step_->Run(io);
   }
   const Workspace ws{s.h, s.q, s.k, s.v, s.attended, s.hidden};
+  // The residual additions in the projections' epilogues, and the FFN's normed input and hidden
+  // layer in f16 (what the GEMMs read), where the backend has them (as in the encoder).
+  const bool fuse = backend_.supports(Op::kLinearResidual);
+  Workspace ffn_ws = ws;
+  if (s.ffn_h.defined()) {
+    ffn_ws.h = s.ffn_h;
+    ffn_ws.hidden = s.ffn_hidden;
+  }
   RETURN_IF_ERROR(
       backend_.Embed(s.tokens, state.positions_, token_embedding_, decoder_positions_, s.x));
   for (int i = 0; i < dims_.n_decoder_layers; ++i) {
     const DecoderLayer& layer = decoder_layers_[static_cast<size_t>(i)];
     RETURN_IF_ERROR(RunAttention(layer.self_attention, s.x, state.self_k_[i], state.self_v_[i],
-                                 &state.positions_, &state.lengths_, /*causal=*/true, s.out, ws));
+                                 &state.positions_, &state.lengths_, /*causal=*/true, s.out, ws,
+                                 fuse));
     RETURN_IF_ERROR(RunAttention(layer.cross_attention, s.x, state.cross_k_[i], state.cross_v_[i],
-                                 nullptr, nullptr, /*causal=*/false, s.out, ws));
-    RETURN_IF_ERROR(RunFeedForward(layer.ffn, s.x, ws));
+                                 nullptr, nullptr, /*causal=*/false, s.out, ws, fuse));
+    RETURN_IF_ERROR(RunFeedForward(layer.ffn, s.x, ffn_ws, fuse));
   }
   RETURN_IF_ERROR(backend_.LayerNorm(s.x, decoder_norm_gamma_, decoder_norm_beta_, 1e-5f, s.x));
   ASSIGN_OR_RETURN(const Tensor last, s.x.Reshape({state.batch_size(), dims_.d_model}));
@@ -703,6 +732,8 @@ absl::Status WhisperModel::RunDecodeStep(DecoderState& state) const {
                                         &s.v,
                                         &s.attended,
                                         &s.hidden,
+                                        &s.ffn_h,
+                                        &s.ffn_hidden,
                                         &s.logits,
                                         &state.positions_,
                                         &state.lengths_};

@@ -135,6 +135,9 @@ class DecoderState {
   // Activations of one step (T = 1), allocated with the state so that a step allocates nothing.
   struct StepBuffers {
     Tensor tokens, x, out, h, q, k, v, attended, hidden, logits;
+    // f16 FFN input and hidden layer where the backend has f16 activations and LinearResidual
+    // (undefined otherwise).
+    Tensor ffn_h, ffn_hidden;
   };
   int batch_size_ = 0;
   std::vector<Tensor> cross_k_, cross_v_;  // per layer [B, n_audio_ctx, d_model]
