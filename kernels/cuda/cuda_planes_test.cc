@@ -39,7 +39,7 @@ TEST_P(CudaParityTest, LinearPlanesAppendMatchesCpuLinearAndWriteRows) {
       for (int32_t& p : where) p = RandomInt(0, static_cast<int>(c.capacity) - 1);
       const Pair positions = I32({m}, where);
       // Reference: the CPU's [M, P·C], then each appended plane's columns into its cache.
-      const Pair y = Poisoned({m, n});
+      const Pair y = Poisoned({m, 1, n});
       ASSERT_TRUE(
           cpu_->Linear(x.cpu, weight.cpu, with_bias ? &bias.cpu : nullptr, Activation::kNone, y.cpu)
               .ok());
