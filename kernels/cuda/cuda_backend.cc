@@ -209,7 +209,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
     held.push_back(positions);
     const int64_t plane_cols = d.n / static_cast<int64_t>(planes.size());
     const int64_t append_sig = append.first_appended * (append.capacity + 1);
-    if (const absl::StatusOr<bool> done = HalfGemmPlanes(x, weight, b, held, out, d, append_sig);
+    if (const absl::StatusOr<bool> done =
+            HalfGemmPlanes(x, weight, b, planes, held, out, d, plane_cols, append_sig);
         !done.ok() || *done) {
       return done.status();
     }
@@ -252,11 +253,11 @@ class CudaBackend final : public Backend, public CudaExtensions {
   // at more than skinny_max_rows rows). false: these shapes, dtypes or options take the general
   // path. `held`: the planes (and positions) for a capturing graph.
   absl::StatusOr<bool> HalfGemmPlanes(const Tensor& x, const Tensor& weight, const Tensor& b,
+                                      absl::Span<const Tensor> planes,
                                       const std::vector<Tensor>& held,
                                       const cuda::PlaneOutputs& out, const checks::LinearDims& d,
-                                      int64_t append_sig) {
-    const int64_t plane_count = static_cast<int64_t>(held.size()) - 1;
-    const int64_t plane_cols = d.n / plane_count;
+                                      int64_t plane_cols, int64_t append_sig) {
+    const int64_t plane_count = static_cast<int64_t>(planes.size());
     bool aligned = plane_cols % 8 == 0;
     for (int64_t p = 0; p < plane_count; ++p) {
       aligned = aligned && reinterpret_cast<uintptr_t>(out.planes[p]) % 16 == 0;
@@ -272,7 +273,7 @@ class CudaBackend final : public Backend, public CudaExtensions {
                             nullptr};
     const bool use = aligned && options_.use_half_gemm && options_.math == CudaMath::kFast &&
                      d.m <= options_.half_gemm_planes_max_rows && weight.dtype() == DType::kF16 &&
-                     x.dtype() == DType::kF32 && held[0].dtype() == DType::kF32 &&
+                     x.dtype() == DType::kF32 && planes[0].dtype() == DType::kF32 &&
                      cuda::HalfGemmSupported(half);
     const cuda::GemmPlan plan =
         use ? cuda::PlanGemm(state_->gemm, d.m, d.n, d.k, true, true) : cuda::GemmPlan{};
