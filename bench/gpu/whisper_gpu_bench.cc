@@ -633,27 +633,26 @@ int Main(int argc, char** argv) {
         true, false);
     variants.back().options.skinny_max_rows = rows;
   }
-  // Session 10, the op-by-op step of more than 8 rows: K and V written into the self caches by
-  // the QKV GEMM (linear_planes_append), the residuals added by the projections
-  // (LinearResidual) and the FFN's input and hidden layer in f16 (half_activations; needs
-  // LinearResidual). Each is the engine's step with one knob moved; the defaults again last
-  // (order effects). (Session 9's knobs: split_attention_blocks_per_sm, half_gemm_planes_max_rows,
-  // half_gemm_split_k_waves, half_gemm_few_rows; its rows in docs/benchmarks.md.)
+  // Session 11, the op-by-op step of more than 8 rows: its self- and cross-attention by
+  // DecodeAttention (a block per row and key range over every head; the default) against
+  // SplitAttention (a block per row and head), DecodeAttention's keys split to 2 blocks per SM
+  // (default 1) and its K/V loads evict-first. Each is the engine's step with one knob moved; the
+  // defaults again last (order effects). (Also measured in session 11: 2 or 4 keys a pass at 4 and
+  // 8 blocks per SM, slower; session 10's knobs: linear_planes_append, linear_residual; session
+  // 9's: split_attention_blocks_per_sm, half_gemm_planes_max_rows, half_gemm_split_k_waves,
+  // half_gemm_few_rows; their rows in docs/benchmarks.md.)
   auto add_engine = [&](const std::string& name,
                         const std::function<void(CudaBackendOptions&)>& set) {
     add("engine, " + name, CudaMath::kFast, true, true, false);
     variants.back().engine_fused_step = whisper::GraphUse::kAuto;
     set(variants.back().options);
   };
-  // (half_activations stays on: without it the cross K/V caches are f32 too, and the steps of
-  // up to 8 rows leave the cluster step.)
-  add_engine("before session 10 (K/V by WriteRows, residuals by Add, f32 FFN)", [](auto& o) {
-    o.linear_planes_append = false;
-    o.linear_residual = false;
-  });
-  add_engine("K/V by WriteRows", [](auto& o) { o.linear_planes_append = false; });
-  add_engine("residuals by Add (so the FFN in f32 too)",
-             [](auto& o) { o.linear_residual = false; });
+  add_engine("before session 11 (attention by SplitAttention)",
+             [](auto& o) { o.decode_attention = false; });
+  add_engine("DecodeAttention at 2 blocks per SM",
+             [](auto& o) { o.decode_attention_blocks_per_sm = 2; });
+  add_engine("DecodeAttention K/V evict-first",
+             [](auto& o) { o.decode_attention_evict_first = true; });
   add_engine("defaults (repeat)", [](auto&) {});
   add("fused step, CUDA graph + PDL", CudaMath::kFast, true, true, true);
   auto add_persistent = [&](const std::string& name, bool capture,

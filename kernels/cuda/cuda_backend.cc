@@ -19,6 +19,7 @@
 #include "engine/runtime/op_checks.h"
 #include "engine/runtime/status.h"
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_choice.h"
 #include "kernels/cuda/backend_util.h"
 #include "kernels/cuda/blas.h"
 #include "kernels/cuda/conv1d.cuh"
@@ -495,7 +496,7 @@ class CudaBackend final : public Backend, public CudaExtensions {
                      checks::ValidateAttention(kGpuKind, q, k, v, kv_lengths, num_heads, scale, out,
                                                options_.half_activations));
     const bool half_inputs = q.dtype() == DType::kF16;
-    // An f32 q over f16 k and v (an f16 K/V cache): SplitAttention widens them as it loads.
+    // An f32 q over f16 k and v (an f16 K/V cache): the kernels widen them as they load.
     const bool kv_half = !half_inputs && k.dtype() == DType::kF16;
     if (d.head_dim > cuda::kMaxHeadDim) {
       return absl::UnimplementedError(absl::StrCat("Attention: head_dim ", d.head_dim,
@@ -526,68 +527,18 @@ class CudaBackend final : public Backend, public CudaExtensions {
       args.k16 = k.data();
       args.v16 = v.data();
     }
-    const bool flash2 = !kv_half && options_.math == CudaMath::kFast && options_.use_flash_v2 &&
-                        cuda::FlashAttention2Supported(args);
-    // f16 inputs elsewhere than flash v2: converted to f32 scratch first (the other kernels
-    // read f32).
-    const size_t convert_bytes = half_inputs && !flash2
-                                     ? RoundUp256(static_cast<size_t>(q.numel()) * 4) +
-                                           2 * RoundUp256(static_cast<size_t>(k.numel()) * 4)
-                                     : 0;
-    if (convert_bytes > 0) args.half_inputs = false;
-    const bool flash = flash2 || (!kv_half && options_.math == CudaMath::kFast &&
-                                  cuda::FlashAttentionSupported(args));
-    cuda::SplitPlan plan;
-    cuda::FlashPlan flash_plan;
-    size_t scratch_bytes = 0;
-    if (flash2) {
-      flash_plan = cuda::PlanFlashAttention2(args, state_->ctx.sm_count, kAttentionCounters,
-                                             options_.flash_splits);
-      scratch_bytes = flash_plan.scratch_bytes;
-    } else if (flash) {
-      flash_plan = cuda::PlanFlashAttention(args, state_->ctx.sm_count, kAttentionCounters);
-      scratch_bytes = flash_plan.scratch_bytes;
-    } else {
-      plan = cuda::PlanSplitAttention(args, state_->ctx.sm_count, kAttentionCounters,
-                                      options_.split_attention_blocks_per_sm);
-      scratch_bytes = plan.partial_bytes;
-    }
-    ASSIGN_OR_RETURN(Tensor scratch, Scratch(convert_bytes + scratch_bytes));
+    const cuda::AttentionChoice choice = cuda::ChooseAttention(
+        args, q.numel(), k.numel(), options_, state_->ctx.sm_count, kAttentionCounters);
+    ASSIGN_OR_RETURN(Tensor scratch, Scratch(choice.scratch_bytes));
     Sign({static_cast<int64_t>(SigOp::kAttention), d.batch, d.q_len, d.kv_len, d.heads, d.head_dim,
-          causal, lengths.defined(), flash, flash2, plan.splits, flash_plan.splits, half_inputs,
-          kv_half});
-    return Submit([state = state_, ctx = Ctx(), q, k, v, lengths, out, args0 = args, flash, flash2,
-                   plan, flash_plan, convert_bytes, scratch]() {
-      cuda::AttentionArgs args = args0;
-      char* own = scratch.defined() ? static_cast<char*>(scratch.data()) : nullptr;
-      if (convert_bytes > 0) {
-        const size_t q_bytes = RoundUp256(static_cast<size_t>(q.numel()) * 4);
-        const size_t kv_bytes = RoundUp256(static_cast<size_t>(k.numel()) * 4);
-        auto* q32 = reinterpret_cast<float*>(own);
-        auto* k32 = reinterpret_cast<float*>(own + q_bytes);
-        auto* v32 = reinterpret_cast<float*>(own + q_bytes + kv_bytes);
-        RETURN_IF_ERROR(GpuStatus("Attention", cuda::LaunchToFloat(ctx, q.data(), q.numel(), q32)));
-        RETURN_IF_ERROR(GpuStatus("Attention", cuda::LaunchToFloat(ctx, k.data(), k.numel(), k32)));
-        RETURN_IF_ERROR(GpuStatus("Attention", cuda::LaunchToFloat(ctx, v.data(), v.numel(), v32)));
-        args.q = q32;
-        args.k = k32;
-        args.v = v32;
-        own += convert_bytes;
-      }
-      if (flash2) {
-        return GpuStatus("Attention", cuda::LaunchFlashAttention2(ctx, args, flash_plan, own,
-                                                                  state->counters.data_as<int>()));
-      }
-      if (flash) {
-        return GpuStatus("Attention", cuda::LaunchFlashAttention(ctx, args, flash_plan, own,
-                                                                 state->counters.data_as<int>()));
-      }
+          causal, lengths.defined(), choice.flash, choice.flash2, choice.split.splits,
+          choice.flash_plan.splits, half_inputs, kv_half, choice.decode.supported,
+          choice.decode.splits, choice.decode.evict_first});
+    return Submit([state = state_, ctx = Ctx(), q, k, v, lengths, out, args, choice, scratch]() {
       return GpuStatus(
           "Attention",
-          cuda::LaunchSplitAttention(
-              ctx, args, plan,
-              own != nullptr && plan.partial_bytes > 0 ? reinterpret_cast<float*>(own) : nullptr,
-              state->counters.data_as<int>()));
+          cuda::LaunchAttention(ctx, args, choice, scratch.defined() ? scratch.data() : nullptr,
+                                state->counters.data_as<int>()));
     });
   }
 

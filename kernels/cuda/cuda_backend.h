@@ -127,6 +127,21 @@ struct CudaBackendOptions {
   // more than it saved: 600.6 -> 540.5 us on an H100 with 2, which leaves them whole; 16 rows
   // 388.7 -> 360.0; docs/benchmarks.md, "Session 9").
   int split_attention_blocks_per_sm = 2;
+  // One query per row, head_dim 64, f32 q (a decoder step's self- and cross-attention above the
+  // fused step's rows): DecodeAttention, a block per (row, key range) over every head, reading
+  // whole K and V rows, instead of SplitAttention's block per (row, head). Its keys are split
+  // until the grid has about decode_attention_blocks_per_sm blocks per SM. Default: true, 1 (H100,
+  // two calls, the engine's step against SplitAttention: 256 rows 1195.8 / 1194.8 against
+  // 1205.7 / 1202.0 us, 16 and 64 rows within 1%; at 2 blocks per SM and more, or fewer keys a
+  // pass, 16 and 64 rows were 2-40% slower; docs/benchmarks.md, "Session 11").
+  bool decode_attention = true;
+  int decode_attention_blocks_per_sm = 1;
+  // DecodeAttention's keys a pass (a block then has 8 (f16) or 16 (f32) x heads x this many
+  // threads); 0: as many as 512 threads take (the default).
+  int decode_attention_keys_per_pass = 0;
+  // DecodeAttention loads K and V evict-first in L2 (read once a step, so that the step's
+  // weights, read again next step, may stay). Default: false (no gain measured, same calls).
+  bool decode_attention_evict_first = false;
   // Flash v2 key ranges per query block: 0 lets the plan choose (as many as one wave of
   // resident blocks holds, up to 4); 1 to 4 forces that many (for measurements).
   int flash_splits = 0;

@@ -1,5 +1,5 @@
-"""Summarises Nsight Compute CSV logs (gpu__time_duration.sum per kernel) of
-tests/gpu/profile_device.sh: for each log, the kernels of one repetition (from the first kernel
+"""Summarises Nsight Compute CSV logs (gpu__time_duration.sum per kernel, and where the log has
+them dram__bytes_read.sum and dram__bytes_write.sum, as GB/s) of tests/gpu/profile_device.sh: for each log, the kernels of one repetition (from the first kernel
 named MARKER to the (N+1)-th, N = how many times the marker occurs per repetition), in order,
 then the same kernels grouped by name, with the total.
 
@@ -11,18 +11,41 @@ import sys
 from collections import OrderedDict
 
 
+def to_us(value, unit):
+    if unit in ("ns", "nsecond"):
+        return value / 1000.0
+    if unit in ("us", "usecond"):
+        return value
+    return value * 1000.0  # ms
+
+
+def to_bytes(value, unit):
+    scale = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9}
+    return value * scale.get(unit, 1)
+
+
 def kernels(path):
+    """(name, grid, block, us, DRAM bytes or None) per kernel launch, in order."""
     with open(path) as f:
         lines = [line for line in f if line.startswith('"')]
-    rows = list(csv.DictReader(lines))
     out = []
-    for row in rows:
-        if row.get("Metric Name") != "gpu__time_duration.sum":
-            continue
+    by_id = OrderedDict()
+    for row in csv.DictReader(lines):
+        metric = row.get("Metric Name")
         value = float(row["Metric Value"].replace(",", ""))
-        unit = row.get("Metric Unit", "ns")
-        us = value / 1000.0 if unit in ("ns", "nsecond") else value if unit in ("us", "usecond") else value * 1000.0
-        out.append((row["Kernel Name"], row.get("Grid Size", ""), row.get("Block Size", ""), us))
+        unit = row.get("Metric Unit", "")
+        key = row.get("ID", str(len(by_id)))
+        if key not in by_id:
+            by_id[key] = [row["Kernel Name"], row.get("Grid Size", ""), row.get("Block Size", ""),
+                          None, None]
+        k = by_id[key]
+        if metric == "gpu__time_duration.sum":
+            k[3] = to_us(value, unit or "ns")
+        elif metric in ("dram__bytes_read.sum", "dram__bytes_write.sum"):
+            k[4] = (k[4] or 0.0) + to_bytes(value, unit)
+    for k in by_id.values():
+        if k[3] is not None:
+            out.append(tuple(k))
     return out
 
 
@@ -36,10 +59,11 @@ def summarise(path, marker, per_rep):
     rep = ks[starts[0]:starts[per_rep]]
     total = sum(k[3] for k in rep)
     print(f"   one repetition: {len(rep)} kernels, {total:.1f} us summed")
-    for name, grid, block, us in rep:
-        print(f"   {us:9.2f} us  {name[:60]:60s} grid {grid} block {block}")
+    for name, grid, block, us, dram in rep:
+        rate = f"  {dram / 1e6:8.1f} MB {dram / (us * 1e3):7.1f} GB/s" if dram is not None else ""
+        print(f"   {us:9.2f} us  {name[:60]:60s} grid {grid} block {block}{rate}")
     groups = OrderedDict()
-    for name, _, _, us in rep:
+    for name, _, _, us, _ in rep:
         n, t = groups.get(name, (0, 0.0))
         groups[name] = (n + 1, t + us)
     print("   by kernel:")
