@@ -634,25 +634,28 @@ int Main(int argc, char** argv) {
     variants.back().options.skinny_max_rows = rows;
   }
   // Session 11, the op-by-op step of more than 8 rows: its self- and cross-attention by
-  // DecodeAttention (a block per row and key range over every head; the default) against
-  // SplitAttention (a block per row and head), DecodeAttention's keys split to 2 blocks per SM
-  // (default 1) and its K/V loads evict-first. Each is the engine's step with one knob moved; the
-  // defaults again last (order effects). (Also measured in session 11: 2 or 4 keys a pass at 4 and
-  // 8 blocks per SM, slower; session 10's knobs: linear_planes_append, linear_residual; session
-  // 9's: split_attention_blocks_per_sm, half_gemm_planes_max_rows, half_gemm_split_k_waves,
-  // half_gemm_few_rows; their rows in docs/benchmarks.md.)
+  // DecodeAttention (a block per row and key range over every head; off by default) against
+  // SplitAttention (a block per row and head; the default), DecodeAttention's keys split to 2
+  // blocks per SM (default 1) and its K/V loads evict-first. Each is the engine's step with one
+  // knob moved; the defaults again last (order effects). (Also measured in session 11: 2 or 4
+  // keys a pass at 4 and 8 blocks per SM, slower; session 10's knobs: linear_planes_append,
+  // linear_residual; session 9's: split_attention_blocks_per_sm, half_gemm_planes_max_rows,
+  // half_gemm_split_k_waves, half_gemm_few_rows; their rows in docs/benchmarks.md.)
   auto add_engine = [&](const std::string& name,
                         const std::function<void(CudaBackendOptions&)>& set) {
     add("engine, " + name, CudaMath::kFast, true, true, false);
     variants.back().engine_fused_step = whisper::GraphUse::kAuto;
     set(variants.back().options);
   };
-  add_engine("before session 11 (attention by SplitAttention)",
-             [](auto& o) { o.decode_attention = false; });
-  add_engine("DecodeAttention at 2 blocks per SM",
-             [](auto& o) { o.decode_attention_blocks_per_sm = 2; });
-  add_engine("DecodeAttention K/V evict-first",
-             [](auto& o) { o.decode_attention_evict_first = true; });
+  add_engine("DecodeAttention", [](auto& o) { o.decode_attention = true; });
+  add_engine("DecodeAttention at 2 blocks per SM", [](auto& o) {
+    o.decode_attention = true;
+    o.decode_attention_blocks_per_sm = 2;
+  });
+  add_engine("DecodeAttention, K/V evict-first", [](auto& o) {
+    o.decode_attention = true;
+    o.decode_attention_evict_first = true;
+  });
   add_engine("defaults (repeat)", [](auto&) {});
   add("fused step, CUDA graph + PDL", CudaMath::kFast, true, true, true);
   auto add_persistent = [&](const std::string& name, bool capture,

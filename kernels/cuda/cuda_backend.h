@@ -130,11 +130,12 @@ struct CudaBackendOptions {
   // One query per row, head_dim 64, f32 q (a decoder step's self- and cross-attention above the
   // fused step's rows): DecodeAttention, a block per (row, key range) over every head, reading
   // whole K and V rows, instead of SplitAttention's block per (row, head). Its keys are split
-  // until the grid has about decode_attention_blocks_per_sm blocks per SM. Default: true, 1 (H100,
-  // two calls, the engine's step against SplitAttention: 256 rows 1195.8 / 1194.8 against
-  // 1205.7 / 1202.0 us, 16 and 64 rows within 1%; at 2 blocks per SM and more, or fewer keys a
-  // pass, 16 and 64 rows were 2-40% slower; docs/benchmarks.md, "Session 11").
-  bool decode_attention = true;
+  // until the grid has about decode_attention_blocks_per_sm blocks per SM. Default: off (H100,
+  // session 11: the engine's step within 1% of SplitAttention's at 16 and 64 rows, 256 rows
+  // 1195.0-1198.5 against 1204.9 us; but waavd with the real tiny.en kept up with 1024 jfk
+  // streams in 0 of 4 ramps with it and 3 of 3 without, same machine; docs/benchmarks.md,
+  // "Session 11").
+  bool decode_attention = false;
   int decode_attention_blocks_per_sm = 1;
   // DecodeAttention's keys a pass (a block then has 8 (f16) or 16 (f32) x heads x this many
   // threads); 0: as many as 512 threads take (the default).

@@ -93,12 +93,12 @@ TEST(DecodeAttentionPlan, TakesOneQueryOfHeadDim64AndSplitsFewRows) {
 }
 
 TEST_P(CudaParityTest, DecodeAttentionMatchesCpu) {
+  if (!GetParam().decode_attention) GTEST_SKIP() << "DecodeAttention off in this variant";
   struct Case {
     int64_t batch, kv_len, heads;
     bool lengths;
   };
   for (const bool half : {false, true}) {
-    if (half && !half_activations_) continue;  // f16 K/V refused in this variant
     for (const Case c : {
              Case{1, 1500, 6, false},   // cross-attention, keys split over many blocks
              Case{16, 1500, 6, false},  // split in 16
@@ -156,6 +156,7 @@ TEST_P(CudaParityTest, DecodeAttentionMatchesCpu) {
 // A length outside [0, Tk] is reported through Synchronize; that row is left as it was and the
 // others are attended (split and unsplit plans).
 TEST_P(CudaParityTest, DecodeAttentionReportsBadLengthsAndWritesTheOtherRows) {
+  if (!GetParam().decode_attention) GTEST_SKIP() << "DecodeAttention off in this variant";
   const int64_t batch = 3, width = 384;
   for (const int64_t kv_len : {int64_t{1500}, int64_t{60}}) {  // split, unsplit
     for (const int32_t bad : {-1, static_cast<int32_t>(kv_len) + 1}) {
@@ -190,10 +191,10 @@ TEST_P(CudaParityTest, DecodeAttentionReportsBadLengthsAndWritesTheOtherRows) {
 }
 
 // The kernel's options (K/V evict-first in L2, other key splits, fewer keys a pass) and
-// SplitAttention in its place give the CPU's results too, f16 and f32 caches. (Once, on the default
-// variant.)
+// SplitAttention in its place give the CPU's results too, f16 and f32 caches. (Once, on the
+// FastDecodeAttention variant.)
 TEST_P(CudaParityTest, DecodeAttentionOptionsMatchCpu) {
-  if (!GetParam().defaults || GetParam().encoder_no_pdl) GTEST_SKIP() << "run on Fast only";
+  if (!GetParam().decode_attention) GTEST_SKIP() << "run on FastDecodeAttention only";
   struct Knobs {
     const char* name;
     bool decode, evict_first;

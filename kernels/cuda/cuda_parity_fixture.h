@@ -74,7 +74,8 @@ struct Variant {
   bool half_activations = false;  // CudaBackendOptions::half_activations
   bool planes = false;            // CudaBackendOptions::linear_planes
   bool defaults = false;  // CudaBackendOptions' defaults for all of the above (variant "Fast")
-  bool encoder_no_pdl = false;  // CudaBackendOptions::pdl_large_kernels false (with defaults too)
+  bool encoder_no_pdl = false;    // CudaBackendOptions::pdl_large_kernels false (with defaults too)
+  bool decode_attention = false;  // CudaBackendOptions::decode_attention on (with defaults too)
 };
 
 inline void PrintTo(const Variant& variant, std::ostream* os) { *os << variant.name; }
@@ -98,6 +99,7 @@ class CudaParityTest : public ::testing::TestWithParam<Variant> {
       options.linear_planes = GetParam().planes;
     }
     if (GetParam().encoder_no_pdl) options.pdl_large_kernels = false;
+    if (GetParam().decode_attention) options.decode_attention = true;
     half_activations_ = options.half_activations;
     skinny_max_rows_ = options.skinny_max_rows;
     auto gpu = CreateCudaBackend(options);
@@ -218,6 +220,13 @@ const Variant kVariants[] = {
      .graphs = true,
      .defaults = true,
      .encoder_no_pdl = true},
+    // The defaults with the decoder's one-query attention by DecodeAttention.
+    {.name = "FastDecodeAttention",
+     .math = CudaMath::kFast,
+     .cublas = true,
+     .graphs = true,
+     .defaults = true,
+     .decode_attention = true},
     // The built-in GEMM (f16 activations widened for it).
     {.name = "AccurateBuiltinGemmEagerGraphs",
      .math = CudaMath::kAccurate,

@@ -2,7 +2,7 @@
 # Stages waavd on the GPU (tests/gpu/waavd_device.sh) for the device tool, which carries at most
 # 64 MiB per call: the real tiny.en model.bin (75 MB) travels in two calls to the same warm
 # machine (it stays warm for 30 s after a call).
-#   DEST/call1/part_a       the first 55 MB of model.bin
+#   DEST/call1/part_a       the first 55 MB of model.bin (WAAV_STAGE_PART_BYTES: another size)
 #     call 1: carry DEST/call1, command: mkdir -p /tmp/waav-model && cp DEST/call1/part_a /tmp/waav-model/
 #   DEST/call2/             part_b (the rest), payload.tar.xz (waavd, waav, waav-load,
 #                           whisper_graph_cuda_test, whisper_gpu_bench, cuda_backend_test, their non-system
@@ -10,6 +10,9 @@
 #                           other files, the Silero VAD, jfk.wav and two LJ Speech clips,
 #                           bench/streaming_latency.sh, bench/gpu/batch_profile.py) and waavd_device.sh
 #     call 2: carry DEST/call2, command: bash DEST/call2/waavd_device.sh
+#   With WAAV_STAGE_THREE_CALLS=1 (when the repository and call 2 outgrow the 64 MiB a call
+#   carries), part_b goes to DEST/callb instead, sent between the two:
+#     carry DEST/callb, command: cp DEST/callb/part_b /tmp/waav-model/
 #
 #   tests/gpu/stage_waavd_device.sh BUILD_DIR DEST MODELS_DIR SHARED_DATA
 set -euo pipefail
@@ -48,9 +51,14 @@ cp "$data/speech/ljspeech/LJ001-0001.wav" "$data/speech/ljspeech/LJ001-0008.wav"
 cp bench/streaming_latency.sh bench/gpu/batch_profile.py "$stage/bench/"
 rm -rf "$dest"
 mkdir -p "$dest/call1" "$dest/call2"
-split -b 55000000 -d "$tiny/model.bin" "$stage/part_"
+split -b "${WAAV_STAGE_PART_BYTES:-55000000}" -d "$tiny/model.bin" "$stage/part_"
 mv "$stage/part_00" "$dest/call1/part_a"
-mv "$stage/part_01" "$dest/call2/part_b"
+if [ "${WAAV_STAGE_THREE_CALLS:-}" = 1 ]; then
+  mkdir -p "$dest/callb"
+  mv "$stage/part_01" "$dest/callb/part_b"
+else
+  mv "$stage/part_01" "$dest/call2/part_b"
+fi
 tar -C "$stage" -cJf "$dest/call2/payload.tar.xz" bin lib models data bench
 cp tests/gpu/waavd_device.sh bench/gpu/torch_whisper_anchor.py "$dest/call2/"
 du -sh "$dest"/*
