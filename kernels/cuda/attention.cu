@@ -39,19 +39,6 @@ __device__ __forceinline__ float4 Load4(const __half* p) {
   return make_float4(a.x, a.y, b.x, b.y);
 }
 
-// 16 raw bytes of a K row as floats: 8 f16 or 4 f32 values.
-template <typename KV>
-__device__ __forceinline__ void WidenRow16(const uint4& raw, float* out) {
-  if constexpr (sizeof(KV) == 2) {
-    WidenHalves8(raw, out);
-  } else {
-    out[0] = __uint_as_float(raw.x);
-    out[1] = __uint_as_float(raw.y);
-    out[2] = __uint_as_float(raw.z);
-    out[3] = __uint_as_float(raw.w);
-  }
-}
-
 // K and V of the kernel's element type: float (a.k, a.v) or __half (a.k16, a.v16 with
 // a.kv_half).
 template <typename KV>

@@ -79,6 +79,19 @@ __device__ __forceinline__ void WidenHalves8(const uint4& raw, float* out) {
   }
 }
 
+// 16 raw bytes of a K or V row as floats: 8 f16 or 4 f32 values.
+template <typename KV>
+__device__ __forceinline__ void WidenRow16(const uint4& raw, float* out) {
+  if constexpr (sizeof(KV) == 2) {
+    WidenHalves8(raw, out);
+  } else {
+    out[0] = __uint_as_float(raw.x);
+    out[1] = __uint_as_float(raw.y);
+    out[2] = __uint_as_float(raw.z);
+    out[3] = __uint_as_float(raw.w);
+  }
+}
+
 // Eight consecutive weights (f16 or f32) held raw, so that they can be loaded before
 // WaitForPreviousKernel() (weights never depend on the previous kernel) and widened after.
 template <typename W>

@@ -21,19 +21,6 @@ __host__ __device__ constexpr int LanesPerPair() {
   return kDim / DimsPerLane<KV>();  // 8 (f16) or 16 (f32)
 }
 
-// 16 raw bytes of a row as floats.
-template <typename KV>
-__device__ __forceinline__ void Widen(const uint4& raw, float* out) {
-  if constexpr (sizeof(KV) == 2) {
-    WidenHalves8(raw, out);
-  } else {
-    out[0] = __uint_as_float(raw.x);
-    out[1] = __uint_as_float(raw.y);
-    out[2] = __uint_as_float(raw.z);
-    out[3] = __uint_as_float(raw.w);
-  }
-}
-
 // 16 bytes of the cache. kEvictFirst: marked evict-first in L2 (streamed once a step, so that it
 // need not push out the step's weights, which the next step reads again) and not kept in L1.
 template <bool kEvictFirst>
@@ -120,7 +107,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       float kf[kPer];
-      Widen<KV>(kr[u], kf);
+      WidenRow16<KV>(kr[u], kf);
       float acc = 0.0f;
 #pragma unroll
       for (int i = 0; i < kPer; ++i) acc = fmaf(q[i], kf[i], acc);
@@ -147,7 +134,7 @@ __global__ void __launch_bounds__(kMaxThreads)
       const float p = expf(sc[u] - mn);
       l += p;
       float vf[kPer];
-      Widen<KV>(vr[u], vf);
+      WidenRow16<KV>(vr[u], vf);
 #pragma unroll
       for (int i = 0; i < kPer; ++i) o[i] = fmaf(p, vf[i], o[i]);
     }
