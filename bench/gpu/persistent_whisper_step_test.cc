@@ -55,8 +55,10 @@ struct StepCase {
   bool cluster = false;    // the cluster step (kernels/cuda/cluster_decoder.cuh); f16 cross only
   bool logits_mma = true;  // the cluster step's logits on tensor cores
   int logits_pace_ns = 0;  // its logits loads paced (kernels/cuda/persistent_step.h)
-  bool norm_one_warp = false;  // the cluster step's LayerNorms by one warp (not 12)
-  bool half_partials = false;  // its attention partials exchanged with o as f16
+  bool norm_one_warp = false;     // the cluster step's LayerNorms by one warp (not 12)
+  bool half_partials = false;     // its attention partials exchanged with o as f16
+  bool idle_cross_lanes = false;  // its cross-attention as before session 12 (lanes idle)
+  bool full_merge = false;        // its whole attention partials to every block (no reduce-scatter)
 };
 void PrintTo(const StepCase& c, std::ostream* os) {
   *os << (c.f16_cross ? "f16" : "f32") << " cross, "
@@ -65,7 +67,9 @@ void PrintTo(const StepCase& c, std::ostream* os) {
       << (c.cluster && !c.logits_mma ? ", logits on CUDA cores" : "")
       << (c.logits_pace_ns > 0 ? ", paced logits loads" : "")
       << (c.norm_one_warp ? ", LayerNorms by one warp" : "")
-      << (c.half_partials ? ", f16 attention partials" : "");
+      << (c.half_partials ? ", f16 attention partials" : "")
+      << (c.idle_cross_lanes ? ", cross-attention with idle lanes" : "")
+      << (c.full_merge ? ", whole partials to every block" : "");
 }
 
 class PersistentStepTest : public ::testing::TestWithParam<StepCase> {};
@@ -137,6 +141,9 @@ TEST_P(PersistentStepTest, MatchesCpuDecodeStep) {
     step_options.tuning.logits_pace_ns = GetParam().logits_pace_ns;
     step_options.tuning.cluster_norm_all_warps = !GetParam().norm_one_warp;
     step_options.tuning.cluster_half_partials = GetParam().half_partials;
+    step_options.tuning.cluster_balanced_cross = !GetParam().idle_cross_lanes;
+    // (f16 partials apply to the whole-partials merge only.)
+    step_options.tuning.cluster_scatter_merge = !GetParam().full_merge && !GetParam().half_partials;
     ASSERT_TRUE((*persistent)->Prepare(**gpu_state, step_options).ok());
     ASSERT_TRUE((*persistent)->RefreshCross(**gpu_state).ok());
     if (GetParam().cluster && !(*persistent)->UsesClusterStep()) {
@@ -301,18 +308,21 @@ TEST_P(PersistentStepTest, MatchesCpuDecodeStep) {
 // (The device script's compute-sanitizer pass runs the cases named *F16Cross*.)
 INSTANTIATE_TEST_SUITE_P(
     CrossKv, PersistentStepTest,
-    ::testing::Values(StepCase{false, true}, StepCase{true, true}, StepCase{true, false},
-                      StepCase{false, false}, StepCase{true, true, true},
-                      StepCase{false, true, true}, StepCase{true, true, false, true},
-                      StepCase{true, true, true, true}, StepCase{false, true, true, true},
-                      StepCase{true, true, false, false, true},
-                      StepCase{true, true, false, false, true, false},
-                      StepCase{true, true, false, false, true, true, 8000},
-                      StepCase{true, true, false, false, true, true, 8000, true},
-                      StepCase{true, true, false, false, true, true, 8000, false, true}),
+    ::testing::Values(
+        StepCase{false, true}, StepCase{true, true}, StepCase{true, false}, StepCase{false, false},
+        StepCase{true, true, true}, StepCase{false, true, true}, StepCase{true, true, false, true},
+        StepCase{true, true, true, true}, StepCase{false, true, true, true},
+        StepCase{true, true, false, false, true}, StepCase{true, true, false, false, true, false},
+        StepCase{true, true, false, false, true, true, 8000},
+        StepCase{true, true, false, false, true, true, 8000, true},
+        StepCase{true, true, false, false, true, true, 8000, false, true},
+        StepCase{true, true, false, false, true, true, 8000, false, false, true},
+        StepCase{true, true, false, false, true, true, 8000, false, false, false, true}),
     [](const ::testing::TestParamInfo<StepCase>& info) {
       if (info.param.norm_one_warp) return std::string("ClusterStepNormOneWarp");
       if (info.param.half_partials) return std::string("ClusterStepHalfPartials");
+      if (info.param.idle_cross_lanes) return std::string("ClusterStepIdleCrossLanes");
+      if (info.param.full_merge) return std::string("ClusterStepFullMerge");
       if (info.param.cluster && info.param.logits_pace_ns > 0) {
         return std::string("ClusterStepPacedLogits");
       }

@@ -717,7 +717,21 @@ int Main(int argc, char** argv) {
   add_persistent("cluster step, f16 attention partials", true, [&](auto& o) {
     cluster(o);
     o.tuning.cluster_half_partials = true;
+    o.tuning.cluster_scatter_merge = false;
   });
+  // The cross-attention as before session 12: heads 4-5 beside heads 0-3 of one key per warp
+  // pass, lanes 16-31 idle for them (PersistentStepTuning::cluster_balanced_cross false).
+  add_persistent("cluster step, cross-attention with idle lanes", true, [&](auto& o) {
+    cluster(o);
+    o.tuning.cluster_balanced_cross = false;
+  });
+  // Every block's whole attention partial to every block (PersistentStepTuning::
+  // cluster_scatter_merge false: the step before session 12).
+  add_persistent("cluster step, whole partials to every block", true, [&](auto& o) {
+    cluster(o);
+    o.tuning.cluster_scatter_merge = false;
+  });
+
   // Attribution of the cluster step (timing only, outputs wrong): one part left out each.
   const std::pair<const char*, int> cluster_profiles[] = {
       {"layers only (no logits launch)", cuda::kProfileNoLogits},

@@ -65,9 +65,12 @@ size_t LayerSmemBytes(int stage_keys) {
 int StageKeys(int audio_ctx) { return (audio_ctx + kC - 1) / kC; }
 
 // ---- The layers' kernel -------------------------------------------------------------------
-// (kHalfPartials: p.cluster_half_partials, a template parameter so that each variant's registers
-// are its own.)
-template <bool kHalfPartials>
+// How the attention partials are merged, a template parameter so that each variant's registers
+// are its own: every block's whole partial to every block in f32 (kFull) or with o as f16
+// (kHalf, p.cluster_half_partials), or the reduce-scatter merge (kScatter,
+// p.cluster_scatter_merge).
+enum class PartialsMerge { kFull, kHalf, kScatter };
+template <PartialsMerge kMerge>
 __global__ void __launch_bounds__(kThreads, 1)
     ClusterLayersKernel(const __grid_constant__ PersistentDecoderParams p, float* x_out,
                         int stage_keys) {
@@ -93,6 +96,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const bool barriers_only = p.profile_mode == kProfileBarriersOnly;
   const bool attention = p.profile_mode != kProfileNoAttention && !barriers_only;
   const bool weights = p.profile_mode != kProfileNoWeights && !barriers_only;
+  constexpr bool kHalfPartials = kMerge == PartialsMerge::kHalf;
+  constexpr bool scatter = kMerge == PartialsMerge::kScatter;
   // The layers' weights and cross K/V: evict-last with the "keep" hints (read again next
   // step), else normal.
   const uint64_t keep =
@@ -125,7 +130,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     for (int e = 0; e < kEvents; ++e) {
       BarrierInit(&events[e]);
-      BarrierExpectBytes(&events[e], EventBytes(e, kHalfPartials));
+      BarrierExpectBytes(&events[e], EventBytes(e, kHalfPartials, scatter));
     }
     BarrierInit(&stage_bar);
   }
@@ -171,14 +176,24 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int s0 = length * rank / kC, s1 = length * (rank + 1) / kC;
   const int a0 = static_cast<int>(static_cast<int64_t>(p.audio_ctx) * rank / kC);
   const int a1 = static_cast<int>(static_cast<int64_t>(p.audio_ctx) * (rank + 1) / kC);
-  // Waits for event `e` of `layer` (every thread), then re-arms it for the next layer.
-  auto wait = [&](int e, int layer) {
+  // Waits for event `e` of `layer` (every thread), then re-arms it for the next layer; a phase
+  // starts there (timeline stamp) unless `inside` (the reduce-scatter merge's gather).
+  auto wait = [&](int e, int layer, bool inside = false) {
     BarrierWait(&events[e], static_cast<unsigned>(layer & 1));
     __syncthreads();  // every thread past this phase of it before it can complete again
     if (threadIdx.x == 0 && layer + 1 < p.n_layers) {
-      BarrierExpectBytes(&events[e], EventBytes(e, kHalfPartials));
+      BarrierExpectBytes(&events[e], EventBytes(e, kHalfPartials, scatter));
     }
-    mark();
+    if (!inside) mark();
+  };
+  // The block's attention partial (its warps' in wpart, after a block barrier) to the cluster.
+  auto push_partial = [&](int e) {
+    if constexpr (scatter) {
+      MergeBlock(wpart, mine, merge_weights);
+      ScatterBlockPartial(mine, cpart, rank, &events[e]);
+    } else {
+      PushBlockPartial<kHalfPartials>(wpart, cpart, mine, merge_weights, rank, &events[e]);
+    }
   };
   auto done = [&] {
     mark();
@@ -228,11 +243,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     float* vc = p.self_v[layer] + static_cast<size_t>(row) * p.text_ctx * kD;
     // The cluster's attention partials (exchange `in`) merged, times this block's columns of
     // the output projection, added to the residual stream (exchange `out`).
-    auto merge_project = [&](const __half* wo, const float* bo, int in, int out) {
+    auto merge_project = [&](const __half* wo, const float* bo, int in, int gather, int out) {
       Slice<kD, kDCols> s;
       LoadSlice(wo, bo, rank * kDCols, s, keep, weights);
       wait(in, layer);
-      MergeCluster<kHalfPartials>(cpart, merge_weights, xn);
+      if constexpr (scatter) {
+        GatherOwnedDims(cpart, merge_weights, xn, rank, &events[gather]);
+        wait(gather, layer, true);
+      } else {
+        MergeCluster<kHalfPartials>(cpart, merge_weights, xn);
+      }
       RunSlice(s, rank * kDCols, xn, [&](int col, float v, int sub) {
         Broadcast(x_s + col, x_s[col] + v, sub, &events[out]);
       });
@@ -264,10 +284,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();
     inner(layer, 0);
-    PushBlockPartial<kHalfPartials>(wpart, cpart, mine, merge_weights, rank, &events[kEvSelf]);
+    push_partial(kEvSelf);
     done();
     // -- Merge + output projection + residual.
-    merge_project(w.out_w, w.out_b, kEvSelf, kEvOut);
+    merge_project(w.out_w, w.out_b, kEvSelf, kEvSelfGather, kEvOut);
     // -- LN2 + cross-attention query.
     {
       Slice<kD, kDCols> s;
@@ -282,14 +302,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     wait(kEvCq, layer);
     BarrierWait(&stage_bar, static_cast<unsigned>(layer & 1));
     inner(layer, 1);
-    if (attention) CrossAttentionWarps(stage_k, stage_v, a1 - a0, qkv_s, p.scale, wpart);
+    if (attention && p.cluster_balanced_cross) {
+      CrossAttentionBalanced(stage_k, stage_v, a1 - a0, qkv_s, p.scale, wpart);
+    } else if (attention) {
+      CrossAttentionWarps(stage_k, stage_v, a1 - a0, qkv_s, p.scale, wpart);
+    }
     __syncthreads();
     inner(layer, 2);
     if (layer + 1 < p.n_layers) stage_cross(layer + 1);  // the stage is free
-    PushBlockPartial<kHalfPartials>(wpart, cpart, mine, merge_weights, rank, &events[kEvCross]);
+    push_partial(kEvCross);
     done();
     // -- Merge + cross output projection + residual.
-    merge_project(w.cout_w, w.cout_b, kEvCross, kEvCout);
+    merge_project(w.cout_w, w.cout_b, kEvCross, kEvCrossGather, kEvCout);
     // -- LN3 + FFN1 + GELU.
     {
       Slice<kD, kFfCols> s;
@@ -642,6 +666,14 @@ cudaLaunchConfig_t LayersConfig(int batch, size_t smem, cudaStream_t stream,
   return config;
 }
 
+// The layers' kernel of a configuration (scatter wins over half).
+using LayersKernelFn = void (*)(PersistentDecoderParams, float*, int);
+LayersKernelFn LayersKernel(bool scatter, bool half) {
+  if (scatter) return ClusterLayersKernel<PartialsMerge::kScatter>;
+  return half ? ClusterLayersKernel<PartialsMerge::kHalf>
+              : ClusterLayersKernel<PartialsMerge::kFull>;
+}
+
 }  // namespace
 
 bool ClusterDecoderAvailable(const PersistentDecoderParams& p) {
@@ -660,8 +692,9 @@ bool ClusterDecoderAvailable(const PersistentDecoderParams& p) {
     const size_t smem = LayerSmemBytes(keys);
     int clusters = 0;
     const int optin = OptInSharedBytes();
-    for (const void* kernel : {reinterpret_cast<const void*>(ClusterLayersKernel<false>),
-                               reinterpret_cast<const void*>(ClusterLayersKernel<true>)}) {
+    for (const void* kernel : {reinterpret_cast<const void*>(LayersKernel(false, false)),
+                               reinterpret_cast<const void*>(LayersKernel(false, true)),
+                               reinterpret_cast<const void*>(LayersKernel(true, false))}) {
       cudaFuncAttributes attributes = {};
       if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess ||
           smem + attributes.sharedSizeBytes > static_cast<size_t>(optin) ||
@@ -675,7 +708,7 @@ bool ClusterDecoderAvailable(const PersistentDecoderParams& p) {
     if (clusters == 0) {
       cudaLaunchAttribute attribute[1];
       const cudaLaunchConfig_t config = LayersConfig(1, smem, nullptr, attribute);
-      if (cudaOccupancyMaxActiveClusters(&clusters, ClusterLayersKernel<false>, &config) !=
+      if (cudaOccupancyMaxActiveClusters(&clusters, LayersKernel(true, false), &config) !=
           cudaSuccess) {
         clusters = 0;
       }
@@ -707,9 +740,8 @@ cudaError_t LaunchClusterDecoder(const LaunchContext& ctx, const PersistentDecod
   cudaLaunchAttribute attribute[2];
   const cudaLaunchConfig_t config =
       LayersConfig(p.batch, LayerSmemBytes(stage_keys), ctx.stream, attribute, /*pdl=*/true);
-  cudaError_t err = cudaLaunchKernelEx(
-      &config, p.cluster_half_partials ? ClusterLayersKernel<true> : ClusterLayersKernel<false>,
-      params, x_final, stage_keys);
+  const auto kernel = LayersKernel(p.cluster_scatter_merge, p.cluster_half_partials);
+  cudaError_t err = cudaLaunchKernelEx(&config, kernel, params, x_final, stage_keys);
   if (err != cudaSuccess || p.profile_mode == kProfileNoLogits) return err;
   const int optin = OptInSharedBytes();
   if (p.batch == 1) return LaunchLogits<1>(ctx, params, x_final, stats, optin);

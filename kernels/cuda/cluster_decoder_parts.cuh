@@ -118,11 +118,27 @@ __device__ __forceinline__ void Broadcast(float* local, float v, int sub,
 
 // The exchanges of a layer: each block's mbarrier per event completes when this many bytes
 // have arrived from the cluster's blocks (itself included).
-enum Event { kEvQkv, kEvSelf, kEvOut, kEvCq, kEvCross, kEvCout, kEvFf1, kEvFf2, kEvents };
+// (kEvSelfGather, kEvCrossGather: the merged attention dims of the reduce-scatter merge.)
+enum Event {
+  kEvQkv,
+  kEvSelf,
+  kEvOut,
+  kEvCq,
+  kEvCross,
+  kEvCout,
+  kEvFf1,
+  kEvFf2,
+  kEvSelfGather,
+  kEvCrossGather,
+  kEvents
+};
 // (`half`: the attention partials as f16 records, kHalfRec floats each.)
 constexpr int kHalfRec = kDh / 2 + 4;  // o[64] as f16, then m, l and two floats of padding
-__device__ __forceinline__ unsigned EventBytes(int e, bool half = false) {
-  const unsigned partials = kC * kH * (half ? kHalfRec : kRec) * 4;  // every block's partials
+// (`scatter`: the reduce-scatter merge, kScatterRec floats from every block.)
+constexpr int kScatterRec = kDCols + 4;  // a block's 24 dims of o, then (m, l) of two heads
+__device__ __forceinline__ unsigned EventBytes(int e, bool half = false, bool scatter = false) {
+  const unsigned partials = scatter ? kC * kScatterRec * 4  // the owned dims' records
+                                    : kC * kH * (half ? kHalfRec : kRec) * 4;  // every block's
   switch (e) {
     case kEvQkv:
       return 3 * kD * 4;
@@ -131,7 +147,7 @@ __device__ __forceinline__ unsigned EventBytes(int e, bool half = false) {
       return partials;
     case kEvFf1:
       return kFf * 4;
-    default:  // out, cq, cout, ffn2: 384 values
+    default:  // out, cq, cout, ffn2, the gathers: 384 values
       return kD * 4;
   }
 }
@@ -519,6 +535,107 @@ __device__ void CrossAttentionWarps(const __half* sk, const __half* sv, int n_ke
   if (has_b) WriteRecord(wpart, 4 + lane / 8, 8 * (lane % 8), ob, 8, mb, lb, lane % 8 == 0);
 }
 
+// Cross-attention over n_keys f16 rows in shared memory with every lane busy (the warps above
+// leave lanes 16-31 idle for heads 4 and 5): two passes. Pass "wide": one key per warp slot,
+// lane l dims 8 l (heads 0-3). Pass "pairs": two keys per warp slot, lanes 0-15 key 2 u, lanes
+// 16-31 key 2 u + 1, lane l dims 256 + 8 (l % 16) (heads 4, 5); the two halves' partials merged
+// at the end. Scores in log2 units (q scaled by scale · log2 e, exp2f), m returned in natural
+// units, so the records are those of CrossAttentionWarps.
+constexpr int kBalancedSlots = 3;  // warp slots scored before one softmax update
+constexpr float kLog2E = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+
+// One pass over `units` warp slots (keys, or key pairs): this lane's running (m, l, o[8]).
+__device__ __forceinline__ void CrossPass(const __half* sk, const __half* sv, int n_keys, int units,
+                                          bool pairs, const float (&q)[8], float& m, float& l,
+                                          float (&o)[8]) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int dim = pairs ? 2 * kD / 3 + 8 * (lane % 16) : 8 * lane;
+  const int half = pairs ? lane / 16 : 0;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  for (int base = warp; base < units; base += kWarps * kBalancedSlots) {
+    float s[kBalancedSlots];
+    uint4 v[kBalancedSlots];
+    bool valid[kBalancedSlots];
+#pragma unroll
+    for (int c = 0; c < kBalancedSlots; ++c) {
+      const int unit = base + c * kWarps;
+      const int key = pairs ? 2 * unit + half : unit;
+      valid[c] = unit < units && key < n_keys;
+      s[c] = 0.0f;
+      v[c] = zero;
+      if (valid[c]) {
+        const size_t at = static_cast<size_t>(key) * kD + dim;
+        const uint4 k = *reinterpret_cast<const uint4*>(sk + at);
+        v[c] = *reinterpret_cast<const uint4*>(sv + at);
+        float kf[8];
+        WidenHalves8(k, kf);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) s[c] = fmaf(q[i], kf[i], s[c]);
+      }
+    }
+#pragma unroll
+    for (int off = 4; off > 0; off /= 2) {  // the 8 lanes of a head
+#pragma unroll
+      for (int c = 0; c < kBalancedSlots; ++c) s[c] += __shfl_xor_sync(kFullMask, s[c], off);
+    }
+    float top = m;
+#pragma unroll
+    for (int c = 0; c < kBalancedSlots; ++c) {
+      if (valid[c]) top = fmaxf(top, s[c]);
+    }
+    // (top stays -inf only for a pair lane whose keys are all past the end: nothing to add.)
+    const float corr = top == -INFINITY ? 1.0f : exp2f(m - top);
+    l *= corr;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[i] *= corr;
+#pragma unroll
+    for (int c = 0; c < kBalancedSlots; ++c) {
+      if (valid[c]) {
+        const float pr = exp2f(s[c] - top);
+        l += pr;
+        float vf[8];
+        WidenHalves8(v[c], vf);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) o[i] = fmaf(pr, vf[i], o[i]);
+      }
+    }
+    m = top;
+  }
+}
+
+__device__ void CrossAttentionBalanced(const __half* sk, const __half* sv, int n_keys,
+                                       const float* q, float scale, float* wpart) {
+  static_assert(kH == 6 && kDh == 64 && kD == 384, "heads 0-3 in 32 lanes, 4-5 in 16");
+  const int lane = threadIdx.x % kWarp;
+  const float qscale = scale * kLog2E;
+  float qa[8], qb[8], oa[8], ob[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    qa[i] = q[8 * lane + i] * qscale;
+    qb[i] = q[2 * kD / 3 + 8 * (lane % 16) + i] * qscale;
+    oa[i] = ob[i] = 0.0f;
+  }
+  float ma = -INFINITY, la = 0.0f, mb = -INFINITY, lb = 0.0f;
+  CrossPass(sk, sv, n_keys, n_keys, false, qa, ma, la, oa);
+  CrossPass(sk, sv, n_keys, (n_keys + 1) / 2, true, qb, mb, lb, ob);
+  // The pair halves (lanes l and l + 16: the same dims, other keys) merged.
+  const float m_other = __shfl_xor_sync(kFullMask, mb, 16);
+  const float l_other = __shfl_xor_sync(kFullMask, lb, 16);
+  const float top = fmaxf(mb, m_other);
+  const float w_mine = mb == -INFINITY ? 0.0f : exp2f(mb - top);
+  const float w_other = m_other == -INFINITY ? 0.0f : exp2f(m_other - top);
+  lb = lb * w_mine + l_other * w_other;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    ob[i] = ob[i] * w_mine + __shfl_xor_sync(kFullMask, ob[i], 16) * w_other;
+  }
+  auto natural = [](float m_log2) { return m_log2 == -INFINITY ? m_log2 : m_log2 * kLn2; };
+  WriteRecord(wpart, lane / 8, 8 * (lane % 8), oa, 8, natural(ma), la, lane % 8 == 0);
+  if (lane < 16) {
+    WriteRecord(wpart, 4 + lane / 8, 8 * (lane % 8), ob, 8, natural(top), lb, lane % 8 == 0);
+  }
+}
+
 // Softmax-merge weights of 16 partials per head: for head h (threads 16 h .. 16 h + 15 of the
 // first 96), weights[h][i] = exp(m_i - M) (/ L when `normalise`), M the largest m_i and L the
 // weighted sum of the l_i; without `normalise` also M and L into `merged`'s record h. Then a
@@ -551,9 +668,9 @@ __device__ __forceinline__ void MergeWeights(const float* records, float* weight
 // copied into record `rank` of cpart in every block (counted on `event`); with kHalf as f16
 // o and f32 m, l (kHalfRec floats a head: half the bytes). Call after a block barrier that
 // follows the warps'. `weights`: 96 floats of scratch.
-template <bool kHalf = false>
-__device__ void PushBlockPartial(const float* wpart, float* cpart, float* mine, float* weights,
-                                 int rank, unsigned long long* event) {
+// The block's 16 warp partials per head merged into one (o unnormalised, m, l) in `mine`; then a
+// block barrier. `weights`: 96 floats of scratch.
+__device__ __forceinline__ void MergeBlock(const float* wpart, float* mine, float* weights) {
   MergeWeights(wpart, weights, false, mine);
   if (threadIdx.x < kD) {
     const int h = threadIdx.x / kDh, d = threadIdx.x % kDh;
@@ -565,6 +682,12 @@ __device__ void PushBlockPartial(const float* wpart, float* cpart, float* mine, 
     mine[h * kRec + d] = o;
   }
   __syncthreads();
+}
+
+template <bool kHalf = false>
+__device__ void PushBlockPartial(const float* wpart, float* cpart, float* mine, float* weights,
+                                 int rank, unsigned long long* event) {
+  MergeBlock(wpart, mine, weights);
   if constexpr (kHalf) {
     constexpr int kHeadPieces = kHalfRec / 4, kPieces = kH * kHeadPieces;
     float* dst = cpart + rank * kH * kHalfRec;
@@ -617,6 +740,67 @@ __device__ void MergeCluster(const float* cpart, float* weights, float* att) {
     att[threadIdx.x] = o;
   }
   __syncthreads();
+}
+
+// ---- The reduce-scatter merge (PersistentDecoderParams::cluster_scatter_merge) ---------------
+// Block t owns the attention's output dims [24 t, 24 t + 24): every block sends block t only
+// those dims of its merged partial and the (m, l) of the one or two heads they lie in
+// (kScatterRec floats, 112 bytes, into record `rank` of t's cpart); block t merges the 16 records
+// and sends its 24 merged dims to every block. Two exchanges of 1.8 and 1.5 KB received instead
+// of one of 16 x 1632 bytes sent by every block (the send volume is what an exchange costs
+// beyond its ~700-cycle floor: docs/benchmarks.md, dsmem_exchange_bench).
+static_assert(kDh % 4 == 0 && kDCols % 4 == 0 && kDCols <= kDh, "owned dims span <= 2 heads");
+// The first (which 0) or last (which 1) head of block `owner`'s dims.
+__device__ __forceinline__ int OwnedHead(int owner, int which) {
+  return (kDCols * owner + (which != 0 ? kDCols - 1 : 0)) / kDh;
+}
+
+// The block's merged partial `mine` (MergeBlock) to the blocks owning its dims (on `event`).
+__device__ __forceinline__ void ScatterBlockPartial(const float* mine, float* cpart, int rank,
+                                                    unsigned long long* event) {
+  constexpr int kPieces = kScatterRec / 4;
+  if (threadIdx.x < kC * kPieces) {
+    const int owner = threadIdx.x / kPieces, piece = threadIdx.x % kPieces;
+    float4 v;
+    if (piece < kDCols / 4) {  // 4 dims, always of one head
+      const int dim = kDCols * owner + 4 * piece;
+      v = *reinterpret_cast<const float4*>(mine + (dim / kDh) * kRec + dim % kDh);
+    } else {
+      const float* first = mine + OwnedHead(owner, 0) * kRec + kDh;
+      const float* last = mine + OwnedHead(owner, 1) * kRec + kDh;
+      v = make_float4(first[0], first[1], last[0], last[1]);
+    }
+    StoreAsync4(cpart + rank * kScatterRec + 4 * piece, v, static_cast<unsigned>(owner), event);
+  }
+}
+
+// This block's dims merged from the 16 records in cpart, normalised, and sent into
+// att[24 rank, +24) of every block (on `event`). `weights`: 32 floats of scratch.
+__device__ __forceinline__ void GatherOwnedDims(const float* cpart, float* weights, float* att,
+                                                int rank, unsigned long long* event) {
+  if (threadIdx.x < 2 * kC) {  // lanes 0-15: the first head's 16 records, 16-31: the last's
+    const int which = threadIdx.x / kC, b = threadIdx.x % kC;
+    const float* ml = cpart + b * kScatterRec + kDCols + 2 * which;
+    const float m_b = ml[0];
+    float m = m_b;
+#pragma unroll
+    for (int o = kC / 2; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, o));
+    const float e = m == -INFINITY ? 0.0f : expf(m_b - m);
+    float l = ml[1] * e;
+#pragma unroll
+    for (int o = kC / 2; o > 0; o /= 2) l += __shfl_xor_sync(kFullMask, l, o);
+    weights[which * kC + b] = l > 0.0f ? e / l : 0.0f;
+  }
+  __syncthreads();
+  if (threadIdx.x < kC * kDCols) {  // one (target, dim) each
+    const int target = threadIdx.x / kDCols, i = threadIdx.x % kDCols;
+    const int dim = kDCols * rank + i;
+    const float* w = weights + (dim / kDh - OwnedHead(rank, 0)) * kC;
+    float o = 0.0f;
+#pragma unroll
+    for (int b = 0; b < kC; ++b) o = fmaf(cpart[b * kScatterRec + i], w[b], o);
+    StoreAsync(att + dim, o, static_cast<unsigned>(target), event);
+  }
 }
 
 }  // namespace waav::cuda::cluster_detail

@@ -135,6 +135,12 @@ struct PersistentDecoderParams {
   bool cluster_norm_all_warps = false;
   // The cluster step's attention partials exchanged with o as f16 (m, l f32): half the bytes.
   bool cluster_half_partials = false;
+  // The cluster step's cross-attention by CrossAttentionBalanced (every lane busy).
+  bool cluster_balanced_cross = false;
+  // The cluster step's attention partials merged by a reduce-scatter (each block merges 24 of
+  // the 384 dims, then sends them to all) instead of every block sending its whole partial to
+  // every block; cluster_half_partials then has no effect.
+  bool cluster_scatter_merge = false;
   unsigned long long* error_word = nullptr;  // set by the launcher from the context
   // For timing only (outputs are wrong): kProfile* below, 0 for the real step.
   int profile_mode = 0;

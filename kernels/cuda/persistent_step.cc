@@ -236,6 +236,8 @@ absl::Status PersistentDecoderStep::RunWith(const DecoderStepIo& io, const Extra
   p.logits_pace_ns = t.logits_pace_ns;
   p.cluster_norm_all_warps = t.cluster_norm_all_warps;
   p.cluster_half_partials = t.cluster_half_partials;
+  p.cluster_balanced_cross = t.cluster_balanced_cross;
+  p.cluster_scatter_merge = t.cluster_scatter_merge;
   return ext_.LaunchRaw(
       "PersistentDecoderStep",
       [p](const LaunchContext& ctx) { return static_cast<int>(LaunchPersistentDecoder(ctx, p)); },
@@ -263,7 +265,9 @@ absl::Status PersistentDecoderStep::RunWith(const DecoderStepIo& io, const Extra
        p.logits_mma,
        p.logits_pace_ns,
        p.cluster_norm_all_warps,
-       p.cluster_half_partials});
+       p.cluster_half_partials,
+       p.cluster_balanced_cross,
+       p.cluster_scatter_merge});
 }
 
 }  // namespace waav::cuda

@@ -43,6 +43,16 @@ struct PersistentStepTuning {
   // the engine's fused-step parity allows (1e-5 against its op-by-op step): off by default
   // (docs/benchmarks.md, session 8).
   bool cluster_half_partials = false;
+  // The cluster step's cross-attention with every lane busy (CrossAttentionBalanced in
+  // cluster_decoder_parts.cuh: heads 4-5 of two keys per warp pass); false: heads 4-5 beside
+  // heads 0-3 of one key, lanes 16-31 idle for them (the step before session 12).
+  bool cluster_balanced_cross = true;
+  // The cluster step's attention partials merged by a reduce-scatter: block t merges dims
+  // [24 t, 24 t + 24) of the 16 blocks' partials and sends them to every block (two exchanges of
+  // ~1.8 KB received instead of one of 26 KB sent by each block; exact, f32; faster at 1 to 8
+  // rows on an H100, docs/benchmarks.md, session 12). cluster_half_partials applies only
+  // without it.
+  bool cluster_scatter_merge = true;
   // Grid barriers in two halves with the next phase's constant loads between (arrive, load,
   // wait).
   bool split_barrier = true;

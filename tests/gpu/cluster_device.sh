@@ -10,7 +10,8 @@
 # tests.log, summary.txt (and bench-late.log with CLUSTER_LATE_POSITION).
 #   bash .device/cluster/cluster_device.sh     (CLUSTER_BUDGET_S: the whole run, default 420)
 # CLUSTER_LATE_POSITION=P: also the cluster step, its one-warp LayerNorms and f16 partials
-# variants at position P (whisper_gpu_bench --position), late in a window.
+# variants at position P (whisper_gpu_bench --position), late in a window (CLUSTER_LATE_VARIANTS:
+# more, ";"-separated).
 set -uo pipefail
 scripts=$(cd "$(dirname "$0")" && pwd)
 here=/tmp/waav-cluster
@@ -45,7 +46,7 @@ bench_rc=$?
 if [ -n "${CLUSTER_LATE_POSITION:-}" ]; then
   timeout "$(left 60)" "$here/bin/whisper_gpu_bench" --no-ops --encoder-batches none \
     --position "$CLUSTER_LATE_POSITION" \
-    --only "persistent, cluster step, f16 cross, CUDA graph;persistent, cluster step, LayerNorms by one warp;persistent, cluster step, f16 attention partials;persistent, cluster step, f16 cross, CUDA graph (repeat)" \
+    --only "persistent, cluster step, f16 cross, CUDA graph;persistent, cluster step, LayerNorms by one warp;persistent, cluster step, f16 attention partials${CLUSTER_LATE_VARIANTS:+;$CLUSTER_LATE_VARIANTS};persistent, cluster step, f16 cross, CUDA graph (repeat)" \
     > "$out/bench-late.log" 2>&1
   echo "late bench rc=$?" >> "$out/bench-late.log"
 fi

@@ -21,6 +21,8 @@ build=$1 dest=$2 models=$3 data=$4
 # WAAV_STAGE_EXTRA: the optional binaries to stage (default: whisper_gpu_bench cuda_backend_test;
 # both and the model's second part exceed 64 MiB with the repository, so name one or none);
 # WAAV_STAGE_LEAN=1 stages neither (waavd_device.sh runs them only when asked to).
+# WAAV_STAGE_BINARIES: paths of more prebuilt binaries to stage as they are (not built here),
+# e.g. a waavd built with other backend defaults for an A/B ramp (waavd_device.sh WAAV_RAMPS).
 extra=${WAAV_STAGE_EXTRA-whisper_gpu_bench cuda_backend_test}
 [ "${WAAV_STAGE_LEAN:-}" = 1 ] && extra=""
 # shellcheck disable=SC2086  # a list of target names
@@ -34,6 +36,7 @@ cp "$build/server/waavd" "$build/tools/waav/waav" "$build/load-tests/waav-load" 
 for target in $extra; do
   find "$build" -name "$target" -type f -perm -u+x -exec cp {} "$stage/bin/" \; -quit
 done
+for binary in ${WAAV_STAGE_BINARIES:-}; do cp "$binary" "$stage/bin/"; done
 strip "$stage/bin/"*
 # Every shared library outside the C runtime (the GPU machine runs another distribution); the
 # CUDA runtime is linked in statically and cuBLAS is loaded from the machine's CUDA install.

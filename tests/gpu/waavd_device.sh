@@ -8,7 +8,9 @@
 #   3. bench/streaming_latency.sh (jfk.wav, paced real-time streams, ramp WAAV_RAMP) against
 #      waavd --backend cuda, then --backend cpu, then (time permitting) cuda with --max-batch 32;
 #      or, when WAAV_RAMPS is set, the ramps it lists ("name|steps|waavd args;..."), e.g.
-#      WAAV_RAMPS="b32|64,128,256|--backend cuda --max-batch 32 --log-level debug".
+#      WAAV_RAMPS="b32|64,128,256|--backend cuda --max-batch 32 --log-level debug"; a fourth
+#      field names another server binary staged in bin/ (WAAV_STAGE_EXTRA), e.g. a waavd built
+#      with other backend defaults, for an A/B on one machine.
 # Options (environment): WAAV_SKIP_CPU=1 leaves the CPU out of part 2; WAAV_BACKEND_TEST, when
 # set, runs cuda_backend_test with that --gtest_filter after part 1; WAAV_BENCH_ARGS, when
 # set, runs whisper_gpu_bench with them (random weights: micro benchmarks) after part 1, into
@@ -136,11 +138,11 @@ else
 fi
 pack
 
-ramp_run() {  # ramp_run NAME RAMP WAAVD-ARGS
-  local name=$1 steps=$2 args=$3
+ramp_run() {  # ramp_run NAME RAMP WAAVD-ARGS [WAAVD-BINARY]
+  local name=$1 steps=$2 args=$3 binary=${4:-waavd}
   if (( SECONDS > budget_s - 150 )); then say "skipped $name: ${SECONDS} s used"; return; fi
-  say "== 3. ramp $name ($steps): waavd $args"
-  timeout $(( budget_s - SECONDS )) bash "$d/bench/streaming_latency.sh" --waavd "$d/bin/waavd" \
+  say "== 3. ramp $name ($steps): $binary $args"
+  timeout $(( budget_s - SECONDS )) bash "$d/bench/streaming_latency.sh" --waavd "$d/bin/$binary" \
     --waav "$d/bin/waav" --waav-load "$d/bin/waav-load" --data "$d/data" --skip-lj --port 50171 \
     --ramp "$steps" --out "$r/$name" \
     --waavd-args "--model-dir $model --vad-model $vad --max-streams $max_streams $args" \
@@ -159,8 +161,8 @@ ramp_run() {  # ramp_run NAME RAMP WAAVD-ARGS
 if [ -n "${WAAV_RAMPS:-}" ]; then
   IFS=';' read -r -a specs <<< "$WAAV_RAMPS"
   for spec in "${specs[@]}"; do
-    IFS='|' read -r name steps args <<< "$spec"
-    ramp_run "$name" "$steps" "$args"
+    IFS='|' read -r name steps args binary <<< "$spec"
+    ramp_run "$name" "$steps" "$args" "$binary"
   done
 else
   ramp_run cuda "$ramp" "--backend cuda"
