@@ -17,9 +17,15 @@
 // computes its LayerNorms itself. No buffer is overwritten before every block has read it: a
 // block sends a phase's values only after it has received every block's values of the phase
 // before, and each buffer is written again at least two exchanges after it was read.
-// Attention: one warp per key (a lane holds 4 (f32) or 8 (f16) dims of a head), online softmax
-// per warp, the block's 16 warps merged into one partial (o, m, l) per head, the cluster's 16
-// partials merged by every block. The new position's K/V come from shared memory.
+// Attention: warps over keys (self: a lane holds 4 f32 dims of a head; cross: two passes that
+// keep every lane busy, CrossAttentionBalanced), online softmax per warp, the block's 16 warps
+// merged into one partial (o, m, l) per head, then the cluster's 16 partials merged: by default
+// by a reduce-scatter (block t merges output dims [24 t, +24) from the 16 blocks' records in its
+// cpart and sends them into every block's xn: two exchanges, kEvSelf/kEvCross then the gathers),
+// else by every block from all 16 whole partials. (xn, written by other blocks in the gather, is
+// read by this block's LayerNorm'ed GEMVs only after it has sent the partials that the gather
+// depends on, and written by its next LayerNorm only after the gather has completed.) The new
+// position's K/V come from shared memory.
 #include <algorithm>
 #include <atomic>
 #include <climits>
