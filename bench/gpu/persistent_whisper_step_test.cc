@@ -59,6 +59,7 @@ struct StepCase {
   bool half_partials = false;     // its attention partials exchanged with o as f16
   bool idle_cross_lanes = false;  // its cross-attention as before session 12 (lanes idle)
   bool full_merge = false;        // its whole attention partials to every block (no reduce-scatter)
+  bool narrow_logits = false;     // its logits as before session 13 (no wide tiles at 1-4 rows)
 };
 void PrintTo(const StepCase& c, std::ostream* os) {
   *os << (c.f16_cross ? "f16" : "f32") << " cross, "
@@ -69,7 +70,8 @@ void PrintTo(const StepCase& c, std::ostream* os) {
       << (c.norm_one_warp ? ", LayerNorms by one warp" : "")
       << (c.half_partials ? ", f16 attention partials" : "")
       << (c.idle_cross_lanes ? ", cross-attention with idle lanes" : "")
-      << (c.full_merge ? ", whole partials to every block" : "");
+      << (c.full_merge ? ", whole partials to every block" : "")
+      << (c.narrow_logits ? ", narrow logits tiles" : "");
 }
 
 class PersistentStepTest : public ::testing::TestWithParam<StepCase> {};
@@ -138,6 +140,7 @@ TEST_P(PersistentStepTest, MatchesCpuDecodeStep) {
     step_options.tuning.fuse_self_out = GetParam().fuse_self_out;
     step_options.tuning.cluster = GetParam().cluster;
     step_options.tuning.logits_mma = GetParam().logits_mma;
+    step_options.tuning.logits_mma_wide = !GetParam().narrow_logits;
     step_options.tuning.logits_pace_ns = GetParam().logits_pace_ns;
     step_options.tuning.cluster_norm_all_warps = !GetParam().norm_one_warp;
     step_options.tuning.cluster_half_partials = GetParam().half_partials;
@@ -317,12 +320,14 @@ INSTANTIATE_TEST_SUITE_P(
         StepCase{true, true, false, false, true, true, 8000, true},
         StepCase{true, true, false, false, true, true, 8000, false, true},
         StepCase{true, true, false, false, true, true, 8000, false, false, true},
-        StepCase{true, true, false, false, true, true, 8000, false, false, false, true}),
+        StepCase{true, true, false, false, true, true, 8000, false, false, false, true},
+        StepCase{true, true, false, false, true, true, 8000, false, false, false, false, true}),
     [](const ::testing::TestParamInfo<StepCase>& info) {
       if (info.param.norm_one_warp) return std::string("ClusterStepNormOneWarp");
       if (info.param.half_partials) return std::string("ClusterStepHalfPartials");
       if (info.param.idle_cross_lanes) return std::string("ClusterStepIdleCrossLanes");
       if (info.param.full_merge) return std::string("ClusterStepFullMerge");
+      if (info.param.narrow_logits) return std::string("ClusterStepNarrowLogits");
       if (info.param.cluster && info.param.logits_pace_ns > 0) {
         return std::string("ClusterStepPacedLogits");
       }

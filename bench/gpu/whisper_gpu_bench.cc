@@ -204,12 +204,13 @@ void PrintClusterTimeline(const std::vector<int64_t>& all, int batch) {
   std::cout << absl::StrFormat(
                    "timeline B=%d (ns from the layers' start): layers end %lld, logits block 0 "
                    "start %lld, wait returned %lld, normed %lld, staged columns %lld, "
-                   "columns done %lld",
+                   "register columns %lld, columns done %lld",
                    batch, static_cast<long long>(stamps[g + 1] - t0),
                    static_cast<long long>(stamps[g + 2] - t0),
                    static_cast<long long>(stamps[g + 3] - t0),
                    static_cast<long long>(stamps[g + 5] - t0),
                    static_cast<long long>(stamps[g + 6] - t0),
+                   static_cast<long long>(stamps[g + 7] - t0),
                    static_cast<long long>(stamps[g + 4] - t0))
             << std::endl;
 }
@@ -701,6 +702,22 @@ int Main(int argc, char** argv) {
     cluster(o);
     o.tuning.logits_mma = false;
     o.write_logits = false;
+  });
+  // The logits as before session 13 (PersistentStepTuning::logits_mma_wide false): at one row on
+  // the CUDA cores, from two rows LogitsMma (the inputs as A, 8 columns per mma).
+  add_persistent("cluster step, narrow logits tiles", true, [&](auto& o) {
+    cluster(o);
+    o.tuning.logits_mma_wide = false;
+  });
+  add_persistent("cluster step, narrow logits tiles, argmax only", true, [&](auto& o) {
+    cluster(o);
+    o.tuning.logits_mma_wide = false;
+    o.write_logits = false;
+  });
+  add_persistent("cluster step, narrow logits tiles, profile: timeline", true, [&](auto& o) {
+    cluster(o);
+    o.tuning.logits_mma_wide = false;
+    o.tuning.profile_mode = cuda::kProfileTimeline;
   });
   add_persistent("cluster step, L2 hints: logits evict-first, layers evict-last", true,
                  [&](auto& o) {

@@ -422,6 +422,8 @@ __device__ __forceinline__ void GemvColumns(const WeightRegs<kD> (&w)[N], const 
 // ---- The logits' kernel -------------------------------------------------------------------
 // Shared memory of the tensor-core logits' A fragments: 24 k-steps x 32 lanes x 4 registers.
 constexpr int kLogitsFragmentBytes = (kD / 16) * kWarp * 16;
+// ... and of the wide tiles' B fragments (LogitsMmaWide): 24 k-steps x 32 lanes x 2 registers.
+constexpr int kLogitsWideFragmentBytes = (kD / 16) * kWarp * 8;
 
 // Logits of staged columns [c0, staged_end) (rows swizzled, SwizzledOffset) on tensor cores:
 // D (16 x 8 columns) += A (16 x 16) · B (16 x 8) per k-step, A's row r the batch row r's
@@ -473,6 +475,88 @@ __device__ void LogitsMma(const PersistentDecoderParams& p, const float* xs, con
         TakeLogit(p, p.batch, quad_row, col, v, best, bits, bits_word0);
       } else if (p.logits != nullptr) {
         p.logits[static_cast<size_t>(quad_row) * p.vocab + col] = v;
+      }
+    }
+  }
+}
+
+// The wide logits tiles (LogitsMmaWide) at up to four rows: D (16 columns x 8) += A (16 staged
+// embedding rows x 16 k) · B (16 k x 8) per k-step, B's column 2r the batch row r's LayerNorm'ed
+// input rounded to f16 and column 2r + 1 its rounding error, so that a logit is D[c][2r] +
+// D[c][2r + 1] (as exact as f32 inputs times f16 weights). One mma.sync serves 16 columns
+// (LogitsMma: 8). B's fragments, the same for every tile, are packed once per block into
+// `fragments` (kLogitsWideFragmentBytes: lane l's two registers of k-step s at [s][l]; column
+// n = l / 4, k = 16 s + 2 (l % 4) + {0, 1} and the same + 8). Every thread calls it; a barrier
+// must follow before LogitsMmaWide.
+__device__ void PackWideFragments(const PersistentDecoderParams& p, const float* xs,
+                                  uint2* fragments) {
+  for (int i = threadIdx.x; i < (kD / 16) * kWarp; i += kThreads) {
+    const int step = i / kWarp, l = i % kWarp, n = l / 4, r = n / 2;
+    uint32_t packed[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int k = 16 * step + 8 * h + 2 * (l % 4);
+      float part[2];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        float hi = 0.0f, lo = 0.0f;
+        if (r < p.batch) SplitHalf(xs[r * kD + k + j], hi, lo);
+        part[j] = n % 2 != 0 ? lo : hi;
+      }
+      packed[h] = mma::PackHalf2(part[0], part[1]);
+    }
+    fragments[i] = make_uint2(packed[0], packed[1]);
+  }
+}
+
+// This warp's wide tiles of staged columns [c0, staged_end): tiles w, w + 16, ... for warp w.
+// Lane l ends with D's rows l / 4 and l / 4 + 8 at columns 2 (l % 4) and 2 (l % 4) + 1: batch
+// row l % 4's logits of two columns, handed to epi. B comes from `fragments` at every k-step
+// (held in registers, ptxas spilled).
+constexpr int kWideChains = 4;
+template <typename Epi>
+__device__ __forceinline__ void LogitsMmaWide(const PersistentDecoderParams& p,
+                                              const __half* wstage, const uint2* fragments, int c0,
+                                              int staged_end, Epi&& epi) {
+  constexpr int kSteps = kD / 16;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int quad_row = lane / 4, quad_col = lane % 4;
+  const int n_cols = staged_end - c0, tiles = (n_cols + 15) / 16;
+  // ldmatrix addresses: lanes 0-7 rows 0-7 at chunk 2 s, 8-15 rows 8-15 at 2 s, 16-31 the same
+  // at chunk 2 s + 1 (A's four 8 x 8 blocks in fragment order). A row's swizzle (row % 8) is
+  // lane % 8 in every tile, so that chunk 2 s + l / 16 of the lane's row sits at 8 (s / 4) +
+  // ((2 (s % 4) + l / 16) ^ (l % 8)): four offsets per lane, then steps of 8 chunks. (Rows past
+  // the stage read row 0, results dropped.)
+  const int tile_row = lane % 8 + 8 * ((lane / 8) % 2);
+  int chunk_offset[kWideChains];
+#pragma unroll
+  for (int e = 0; e < kWideChains; ++e) chunk_offset[e] = 8 * ((2 * e + lane / 16) ^ (lane % 8));
+  const uint2* lane_fragments = fragments + lane;
+  for (int tile = warp; tile < tiles; tile += kWarps) {
+    const int row = 16 * tile + tile_row < n_cols ? 16 * tile + tile_row : 0;
+    const __half* row_base = wstage + row * kD;
+    // k-step s accumulates into chain s % kWideChains (independent mma chains; two measured
+    // the same on an H100). Partly unrolled: fully, the odd warps' tiles, run while their
+    // register-held columns' weights are live, spilled.
+    float acc[kWideChains][4] = {};
+#pragma unroll 1
+    for (int first = 0; first < kSteps; first += kWideChains) {
+#pragma unroll
+      for (int e = 0; e < kWideChains; ++e) {
+        uint32_t a[4];
+        mma::LdMatrix4(a, row_base + 16 * first + chunk_offset[e]);
+        const uint2 b = lane_fragments[(first + e) * kWarp];
+        mma::Mma16816(acc[e], a, b.x, b.y);
+      }
+    }
+    if (quad_col < p.batch) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int local = 16 * tile + quad_row + 8 * i;
+        float v = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kWideChains; ++e) v += acc[e][2 * i] + acc[e][2 * i + 1];
+        if (local < n_cols) epi(quad_col, c0 + local, v);
       }
     }
   }
@@ -557,11 +641,21 @@ __global__ void __launch_bounds__(kThreads, 1)
       p.logits[static_cast<size_t>(r) * p.vocab + col] = v;
     }
   };
-  // Staged columns on tensor cores (LogitsMma), or on the CUDA cores kSlots passes at a time
-  // (independent chains, the rows' inputs read once).
+  // The wide tiles (at most 4 rows): odd warps before their register-held columns, even warps
+  // after, so that a multiprocessor's tensor cores and shared memory (the tiles) and its CUDA
+  // cores (the register-held columns) work at once. The other paths' staged columns before the
+  // register-held ones: on tensor cores (LogitsMma), or on the CUDA cores kSlots passes at a
+  // time (independent chains, the rows' inputs read once).
+  const bool wide = MaxB <= 4 && p.logits_mma_wide;
+  auto* wide_fragments = reinterpret_cast<uint2*>(wstage + static_cast<size_t>(staged) * kD);
+  if (wide) {
+    PackWideFragments(p, xs, wide_fragments);
+    __syncthreads();
+    if (warp % 2 == 1) LogitsMmaWide(p, wstage, wide_fragments, c0, staged_end, epi);
+  }
   constexpr int kSlots = MaxB <= 2 ? 4 : 2;
   constexpr int kPass = kWarps * G::kCols;  // columns per pass of the block
-  if (p.logits_mma) {
+  if (p.logits_mma && !wide) {
     auto* fragments = reinterpret_cast<uint4*>(wstage + static_cast<size_t>(staged) * kD);
     Best mma_best{-INFINITY, 0.0f, INT_MAX};
     LogitsMma(p, xs, wstage, fragments, c0, staged_end, reduce, mma_best, bits, bits_word0);
@@ -593,18 +687,31 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     GemvColumns<MaxB, kSlots>(w, cols, staged_end, xs, epi);
   }
-  if (stamps != nullptr) stamps[kStampLogitsStaged] = GlobalNs();
+  if (stamps != nullptr && !wide) stamps[kStampLogitsStaged] = GlobalNs();
+  // The columns in registers (loaded before the wait), then those loaded after it.
   {
     int cols[kPasses];
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) cols[i] = staged_end + (i * kWarps + warp) * G::kCols + group;
     if (staged_end + warp * G::kCols < c1) GemvColumns<MaxB, kPasses>(regs, cols, c1, xs, epi);
   }
+  if (stamps != nullptr) stamps[kStampLogitsRegisters] = GlobalNs();
   for (int first = staged_end + (kPasses * kWarps + warp) * G::kCols; first < c1;
        first += kWarps * G::kCols) {
     WeightRegs<kD> wr;
     LoadWeightsHinted<kD>(p.token_embedding, nullptr, c1, first + group, wr, stream);
     GemvColumn<kD, MaxB>(wr, first + group, c1, xs, epi);
+  }
+  if (wide) {
+    if (warp % 2 == 0) LogitsMmaWide(p, wstage, wide_fragments, c0, staged_end, epi);
+    if (stamps != nullptr) stamps[kStampLogitsStaged] = GlobalNs();
+    // Lane l's partials are all of row l % 4 (GemvColumns' lanes r and r + 16 hold row r, the
+    // others nothing): merged over each half-warp's lanes of a row, lanes r and r + 16 hold
+    // row r as FinishLogits expects.
+    if (reduce) {
+      best = Merge(best, ShuffleXor(best, 4));
+      best = Merge(best, ShuffleXor(best, 8));
+    }
   }
   if (stamps != nullptr) stamps[kStampLogitsDone] = GlobalNs();
   if (reduce) FinishLogits<MaxB>(p, p.batch, best, stats, warp_best, &last_block);
@@ -634,7 +741,9 @@ cudaError_t LaunchLogits(const LaunchContext& ctx, const PersistentDecoderParams
   const int grid = 4 * idle >= 3 * ctx.sm_count ? idle : ctx.sm_count;
   const int per_block = (p.vocab + grid - 1) / grid;
   const size_t xs_bytes = sizeof(float) * MaxB * kD;
-  const int fragment_bytes = p.logits_mma ? kLogitsFragmentBytes : 0;
+  const int fragment_bytes = !p.logits_mma       ? 0
+                             : p.logits_mma_wide ? kLogitsWideFragmentBytes
+                                                 : kLogitsFragmentBytes;
   const int room = optin - static_cast<int>(xs_bytes) - kLogitsStaticBytes - fragment_bytes;
   const int staged = std::max(0, std::min(per_block, room / (kD * 2)));
   const size_t smem = xs_bytes + size_t{2} * staged * kD + fragment_bytes;
@@ -736,10 +845,12 @@ cudaError_t LaunchClusterDecoder(const LaunchContext& ctx, const PersistentDecod
   }
   PersistentDecoderParams params = p;
   params.error_word = ctx.error_word;
-  // Tensor-core logits from two rows up: at one row the CUDA cores' four independent chains per
-  // lane group finish sooner (H100: 99.8 against 103.1 us per step; at 8 rows 255.1 against
+  // Tensor-core logits: the wide tiles (embedding as A) at one to four rows; without them from
+  // two rows up, as at one row the CUDA cores' four independent chains per lane group finished
+  // sooner than LogitsMma's (H100: 99.8 against 103.1 us per step; at 8 rows 255.1 against
   // 232.1, docs/benchmarks.md).
-  params.logits_mma = p.logits_mma && p.batch > 1;
+  params.logits_mma_wide = p.logits_mma && p.logits_mma_wide && p.batch <= 4;
+  params.logits_mma = p.logits_mma && (p.batch > 1 || params.logits_mma_wide);
   float* x_final = p.workspace + lay.x;
   float* stats = p.workspace + lay.stats;
   const int stage_keys = StageKeys(p.audio_ctx);

@@ -18,8 +18,9 @@
 //    multiprocessors the layers leave idle and copy their share of the 40 MB embedding into
 //    shared memory and registers before they wait for the layers' output, with an L2
 //    evict-first policy (p.l2_hints) so that the layers' weights stay in L2, paced over the
-//    layers' time (p.logits_pace_ns) where they run beside them. From two rows up
-//    (p.logits_mma) the staged columns run on tensor cores.
+//    layers' time (p.logits_pace_ns) where they run beside them. The staged columns run on
+//    tensor cores (p.logits_mma): at one to four rows with the embedding as the mma's A operand
+//    (p.logits_mma_wide, 16 columns per mma.sync), at more rows with the inputs as A.
 //
 // CUDA only (sm_90 clusters); under HIP the launcher reports cudaErrorNotSupported.
 #pragma once

@@ -172,6 +172,7 @@ constexpr int kStampLogitsStart = kStampLayersStart + 2, kStampLogitsWaited = kS
 constexpr int kStampLogitsDone = kStampLayersStart + 4;
 constexpr int kStampLogitsNormed = kStampLayersStart + 5,
               kStampLogitsStaged = kStampLayersStart + 6;
+constexpr int kStampLogitsRegisters = kStampLayersStart + 7;  // the register-held columns done
 // (The memory clobber keeps loads and stores on their side of the stamp.)
 __device__ __forceinline__ long long Clock() {
   long long t;

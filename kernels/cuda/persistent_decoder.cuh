@@ -127,6 +127,10 @@ struct PersistentDecoderParams {
   // The cluster step's logits of the staged embedding rows on tensor cores (the inputs split
   // into f16 high and low parts) at two rows or more; false: on the CUDA cores.
   bool logits_mma = false;
+  // With logits_mma, at one to four rows: the staged embedding rows as the mma's A operand (16
+  // columns per mma.sync) and the rows' inputs as B's columns (LogitsMmaWide); set by the
+  // launcher only where it applies.
+  bool logits_mma_wide = false;
   // The cluster step's logits blocks, where they run beside the layers (one row), start loading
   // their embedding columns (b % 8) times this many ns after they start (0: at once), spreading
   // the 40 MB over the layers' time instead of streaming them all during the first layer.

@@ -233,6 +233,7 @@ absl::Status PersistentDecoderStep::RunWith(const DecoderStepIo& io, const Extra
   p.cluster = t.cluster;
   p.l2_hints = t.l2_hints;
   p.logits_mma = t.logits_mma;
+  p.logits_mma_wide = t.logits_mma_wide;
   p.logits_pace_ns = t.logits_pace_ns;
   p.cluster_norm_all_warps = t.cluster_norm_all_warps;
   p.cluster_half_partials = t.cluster_half_partials;
@@ -263,6 +264,7 @@ absl::Status PersistentDecoderStep::RunWith(const DecoderStepIo& io, const Extra
        p.cluster,
        p.l2_hints,
        p.logits_mma,
+       p.logits_mma_wide,
        p.logits_pace_ns,
        p.cluster_norm_all_warps,
        p.cluster_half_partials,

@@ -31,6 +31,12 @@ struct PersistentStepTuning {
   // The cluster step's logits (the staged embedding rows) on tensor cores at two rows or more;
   // false: on the CUDA cores.
   bool logits_mma = true;
+  // With logits_mma, at one to four rows: the staged embedding rows as the tensor cores' A
+  // operand (16 columns per mma.sync, the rows' inputs as B's columns, B held in registers) and
+  // the register-held columns first; false: at one row the CUDA cores, from two rows the
+  // inputs as A (8 columns per mma.sync, A read from shared memory at every tile: the step
+  // before session 13).
+  bool logits_mma_wide = true;
   // The cluster step's logits loads paced over 8 slots this many ns apart where the logits
   // blocks run beside the layers (0: all at once). Default 8 us (docs/benchmarks.md, "Paced
   // logits loads").
