@@ -362,8 +362,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // Columns cols[0..N) of the tied embedding for rows < MaxB of xs, weights in w (one lane group's
-// share each, no bias): N independent chains whose inputs are read once; epi(r, col, value) on
-// lane r of the group for the columns below `end`. Every lane of the warp must call it.
+// share each, no bias): N independent chains whose inputs are read once; epi(r, col, value) for
+// the columns below `end` on lane n · MaxB + r of the group (a lane's rows are all lane % MaxB).
+// Every lane of the warp must call it.
 template <int MaxB, int N, typename Epi>
 __device__ __forceinline__ void GemvColumns(const WeightRegs<kD> (&w)[N], const int (&cols)[N],
                                             int end, const float* xs, Epi&& epi) {
@@ -408,15 +409,22 @@ __device__ __forceinline__ void GemvColumns(const WeightRegs<kD> (&w)[N], const 
       for (int r = 0; r < MaxB; ++r) acc[n][r] += __shfl_xor_sync(kFullMask, acc[n][r], o);
     }
   }
+  // Every lane of the group holds every sum: lane n · MaxB + r takes column n's row r, so that
+  // the group's lanes run their epilogues at once (one each) instead of lane r running N.
+  static_assert(N * MaxB <= G::kLanes, "one epilogue per lane");
+  float v = 0.0f;
+  int col = end;
 #pragma unroll
   for (int n = 0; n < N; ++n) {
-    if (cols[n] < end) {
 #pragma unroll
-      for (int r = 0; r < MaxB; ++r) {
-        if (sub == r) epi(r, cols[n], acc[n][r]);
+    for (int r = 0; r < MaxB; ++r) {
+      if (sub == n * MaxB + r) {
+        v = acc[n][r];
+        col = cols[n];
       }
     }
   }
+  if (col < end) epi(sub % MaxB, col, v);
 }
 
 // ---- The logits' kernel -------------------------------------------------------------------
@@ -705,15 +713,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (wide) {
     if (warp % 2 == 0) LogitsMmaWide(p, wstage, wide_fragments, c0, staged_end, epi);
     if (stamps != nullptr) stamps[kStampLogitsStaged] = GlobalNs();
-    // Lane l's partials are all of row l % 4 (GemvColumns' lanes r and r + 16 hold row r, the
-    // others nothing): merged over each half-warp's lanes of a row, lanes r and r + 16 hold
-    // row r as FinishLogits expects.
-    if (reduce) {
-      best = Merge(best, ShuffleXor(best, 4));
-      best = Merge(best, ShuffleXor(best, 8));
-    }
   }
   if (stamps != nullptr) stamps[kStampLogitsDone] = GlobalNs();
+  // Lane l's partials are all of row l % MaxB (GemvColumns, GemvColumn's lanes r and r + 16,
+  // LogitsMma's lanes r < 8, LogitsMmaWide's lanes of row l % 4 < MaxB; the others nothing):
+  // merged over each half-warp's lanes of a row, lanes r and r + 16 hold row r as FinishLogits
+  // expects.
+  if (reduce) {
+#pragma unroll
+    for (int o = MaxB; o < kWarp / 2; o *= 2) best = Merge(best, ShuffleXor(best, o));
+  }
   if (reduce) FinishLogits<MaxB>(p, p.batch, best, stats, warp_best, &last_block);
 }
 
