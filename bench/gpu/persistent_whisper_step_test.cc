@@ -60,6 +60,9 @@ struct StepCase {
   bool idle_cross_lanes = false;  // its cross-attention as before session 12 (lanes idle)
   bool full_merge = false;        // its whole attention partials to every block (no reduce-scatter)
   bool narrow_logits = false;     // its logits as before session 13 (no wide tiles at 1-4 rows)
+  // Its weight columns staged in shared memory (PersistentStepTuning::cluster_staged_weights): 2
+  // FFN1, FFN2 and QKV; 1 FFN2 and QKV; 0 none, all loaded into registers (before session 14).
+  int staged_weights = 2;
 };
 void PrintTo(const StepCase& c, std::ostream* os) {
   *os << (c.f16_cross ? "f16" : "f32") << " cross, "
@@ -71,7 +74,10 @@ void PrintTo(const StepCase& c, std::ostream* os) {
       << (c.half_partials ? ", f16 attention partials" : "")
       << (c.idle_cross_lanes ? ", cross-attention with idle lanes" : "")
       << (c.full_merge ? ", whole partials to every block" : "")
-      << (c.narrow_logits ? ", narrow logits tiles" : "");
+      << (c.narrow_logits ? ", narrow logits tiles" : "")
+      << (c.staged_weights == 0   ? ", weights into registers"
+          : c.staged_weights == 1 ? ", FFN2 and QKV weights staged"
+                                  : "");
 }
 
 class PersistentStepTest : public ::testing::TestWithParam<StepCase> {};
@@ -145,6 +151,7 @@ TEST_P(PersistentStepTest, MatchesCpuDecodeStep) {
     step_options.tuning.cluster_norm_all_warps = !GetParam().norm_one_warp;
     step_options.tuning.cluster_half_partials = GetParam().half_partials;
     step_options.tuning.cluster_balanced_cross = !GetParam().idle_cross_lanes;
+    step_options.tuning.cluster_staged_weights = GetParam().staged_weights;
     // (f16 partials apply to the whole-partials merge only.)
     step_options.tuning.cluster_scatter_merge = !GetParam().full_merge && !GetParam().half_partials;
     ASSERT_TRUE((*persistent)->Prepare(**gpu_state, step_options).ok());
@@ -321,13 +328,17 @@ INSTANTIATE_TEST_SUITE_P(
         StepCase{true, true, false, false, true, true, 8000, false, true},
         StepCase{true, true, false, false, true, true, 8000, false, false, true},
         StepCase{true, true, false, false, true, true, 8000, false, false, false, true},
-        StepCase{true, true, false, false, true, true, 8000, false, false, false, false, true}),
+        StepCase{true, true, false, false, true, true, 8000, false, false, false, false, true},
+        StepCase{true, true, false, false, true, true, 8000, false, false, false, false, false, 0},
+        StepCase{true, true, false, false, true, true, 8000, false, false, false, false, false, 1}),
     [](const ::testing::TestParamInfo<StepCase>& info) {
       if (info.param.norm_one_warp) return std::string("ClusterStepNormOneWarp");
       if (info.param.half_partials) return std::string("ClusterStepHalfPartials");
       if (info.param.idle_cross_lanes) return std::string("ClusterStepIdleCrossLanes");
       if (info.param.full_merge) return std::string("ClusterStepFullMerge");
       if (info.param.narrow_logits) return std::string("ClusterStepNarrowLogits");
+      if (info.param.staged_weights == 0) return std::string("ClusterStepRegisterWeights");
+      if (info.param.staged_weights == 1) return std::string("ClusterStepStagedFfn2Qkv");
       if (info.param.cluster && info.param.logits_pace_ns > 0) {
         return std::string("ClusterStepPacedLogits");
       }

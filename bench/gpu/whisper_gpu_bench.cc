@@ -749,6 +749,17 @@ int Main(int argc, char** argv) {
     o.tuning.cluster_scatter_merge = false;
   });
 
+  // Every weight column loaded into registers just before its phase (PersistentStepTuning::
+  // cluster_staged_weights 0: the step before session 14), and only FFN2's and QKV's staged (1).
+  add_persistent("cluster step, weights from L2 into registers", true, [&](auto& o) {
+    cluster(o);
+    o.tuning.cluster_staged_weights = 0;
+  });
+  add_persistent("cluster step, FFN2 and QKV weights staged", true, [&](auto& o) {
+    cluster(o);
+    o.tuning.cluster_staged_weights = 1;
+  });
+
   // Attribution of the cluster step (timing only, outputs wrong): one part left out each.
   const std::pair<const char*, int> cluster_profiles[] = {
       {"layers only (no logits launch)", cuda::kProfileNoLogits},

@@ -3,12 +3,13 @@
 //
 // Layers, per block of a cluster (rank b of kC = 16) and layer, eight phases; each starts when
 // its inputs have arrived (the mbarrier of that exchange completes), its weights loaded into
-// registers just before:
+// registers just before (by default the QKV, FFN1 and FFN2 columns bulk-copied into shared
+// memory earlier instead: staged weights, below):
 //
 //   LN1 + QKV columns [72 b, 72 b + 72) (this block's K, V kept for the self caches) |
 //   self-attention over keys [L b / 16, L (b + 1) / 16), all heads | merge + out-proj columns
 //   [24 b, +24) + residual | LN2 + cross-Q columns | cross-attention over this block's ~94 of
-//   the 1500 cross keys (bulk-copied into shared memory a layer ahead) | merge + cross out-proj
+//   the 1500 cross keys (bulk-copied into shared memory ahead) | merge + cross out-proj
 //   + residual | LN3 + FFN1 + GELU columns [96 b, +96) | FFN2 columns [24 b, +24) + residual.
 //
 // Every value a phase produces is stored into the shared memory of all 16 blocks with st.async
@@ -61,12 +62,31 @@ __host__ __device__ constexpr int LogitsRegPasses() {
   return MaxB <= 2 ? 5 : 2;
 }
 
-// Shared memory of the layers' blocks (floats, then the f16 stage).
-constexpr size_t kLayerFixedFloats = size_t{kD} + kFf + 3 * kD + kFf + size_t{kWarps} * kH * kRec +
-                                     size_t{kC} * kH * kRec + 6 * kD + kH * kRec + 16 * kH +
-                                     kPersistentMaxLayers * kQkvCols;
-size_t LayerSmemBytes(int stage_keys) {
-  return sizeof(float) * kLayerFixedFloats + size_t{2} * stage_keys * kD * sizeof(__half);
+// Shared memory of the layers' blocks (floats, then the f16 stage). The cluster's partials
+// (cpart): 16 whole records, or the reduce-scatter's 16 small ones where only that merge runs
+// (the kernels with staged weights).
+__host__ __device__ constexpr size_t CpartFloats(bool scatter_only) {
+  return scatter_only ? size_t{kC} * kScatterRec : size_t{kC} * kH * kRec;
+}
+__host__ __device__ constexpr size_t LayerFixedFloats(bool scatter_only) {
+  return size_t{kD} + kFf + 3 * kD + kFf + size_t{kWarps} * kH * kRec + CpartFloats(scatter_only) +
+         6 * kD + kH * kRec + 16 * kH + kPersistentMaxLayers * kQkvCols;
+}
+// The stage also holds weight columns between the cross-attention and their phases
+// (p.cluster_staged_weights, `staged` below): level 1 a layer's FFN2 columns and the next
+// layer's QKV columns (FFN2's at its start, QKV's after); level 2 also the FFN1 columns (FFN1's
+// at its start, FFN2's after, the next QKV's where FFN1's were).
+constexpr size_t kStagedFfn1Halves = size_t{kFfCols} * kD;
+constexpr size_t kStagedFfn2Halves = size_t{kDCols} * kFf;
+constexpr size_t kStagedQkvHalves = size_t{kQkvCols} * kD;
+constexpr size_t StagedWeightHalves(int staged) {
+  return staged >= 2   ? kStagedFfn1Halves + kStagedFfn2Halves
+         : staged == 1 ? kStagedFfn2Halves + kStagedQkvHalves
+                       : 0;
+}
+size_t LayerSmemBytes(int stage_keys, int staged) {
+  const size_t stage = std::max(size_t{2} * stage_keys * kD, StagedWeightHalves(staged));
+  return sizeof(float) * LayerFixedFloats(staged > 0) + stage * sizeof(__half);
 }
 int StageKeys(int audio_ctx) { return (audio_ctx + kC - 1) / kC; }
 
@@ -74,9 +94,10 @@ int StageKeys(int audio_ctx) { return (audio_ctx + kC - 1) / kC; }
 // How the attention partials are merged, a template parameter so that each variant's registers
 // are its own: every block's whole partial to every block in f32 (kFull) or with o as f16
 // (kHalf, p.cluster_half_partials), or the reduce-scatter merge (kScatter,
-// p.cluster_scatter_merge).
+// p.cluster_scatter_merge). kStaged: p.cluster_staged_weights (with the reduce-scatter merge,
+// not in the profile modes without weights; a run-time flag made ptxas spill ~550 bytes).
 enum class PartialsMerge { kFull, kHalf, kScatter };
-template <PartialsMerge kMerge>
+template <PartialsMerge kMerge, int kStaged>
 __global__ void __launch_bounds__(kThreads, 1)
     ClusterLayersKernel(const __grid_constant__ PersistentDecoderParams p, float* x_out,
                         int stage_keys) {
@@ -87,7 +108,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* h_s = qkv_s + 3 * kD;                      // FFN hidden units
   float* wpart = h_s + kFf;                         // [warp][head] partials
   float* cpart = wpart + kWarps * kH * kRec;        // [block][head] partials
-  float* norms = cpart + kC * kH * kRec;            // the layer's LN1, LN2, LN3 gains, biases
+  float* norms = cpart + CpartFloats(kStaged > 0);  // the layer's LN1, LN2, LN3 gains, biases
   float* mine = norms + 6 * kD;                     // this block's merged partial
   float* merge_weights = mine + kH * kRec;          // [head][16]
   float* kv_keep = merge_weights + 16 * kH;         // [layer][column]: this block's K/V of the step
@@ -132,13 +153,41 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Data exchange: each phase's values arrive by st.async, completing this block's mbarrier
   // of that event once all kEventBytes have landed (one phase of it per layer).
   __shared__ unsigned long long events[kEvents];
-  __shared__ unsigned long long stage_bar;
+  __shared__ unsigned long long stage_bar, ffn1_bar, ffn2_bar, qkv_bar;
+  // Staged weights (kStaged, LayerSmemBytes): the FFN2 and QKV columns (level 1; level 2 also
+  // FFN1's) read from the stage instead of loaded into registers just before their phases, each
+  // bulk-copied a phase or more ahead, completing phase `layer & 1` of its mbarrier: FFN1's once
+  // the cross-attention has read the stage, FFN2's after the FFN1 phase's loads (so that those
+  // go first), the next layer's QKV in the FFN2 phase (layer 0's at the start); the layer's cross
+  // K/V then in its out-projection phase (after that phase's loads), once the QKV phase has read
+  // its columns.
+  constexpr bool staged = kStaged > 0, ffn1_staged = kStaged >= 2;
+  static_assert(!staged || kMerge == PartialsMerge::kScatter, "cpart sized for the scatter");
+  // The thread that issues the stage's bulk copies (warp 15: the one the self-attention leaves
+  // idle first, and with the fewest FFN2 columns).
+  const int stager = staged ? kThreads - kWarp : 0;
+  __half* const staged_ffn1 = stage_k;
+  __half* const staged_ffn2 = stage_k + (ffn1_staged ? kStagedFfn1Halves : 0);
+  __half* const staged_qkv = stage_k + (ffn1_staged ? 0 : kStagedFfn2Halves);
+  auto stage_ffn1 = [&](int layer) {
+    StageColumns<kStagedFfn1Halves>(staged_ffn1, p.layers[layer].ff1_w, rank, &ffn1_bar, keep);
+  };
+  auto stage_ffn2 = [&](int layer) {
+    StageColumns<kStagedFfn2Halves>(staged_ffn2, p.layers[layer].ff2_w, rank, &ffn2_bar, keep);
+  };
+  auto stage_qkv = [&](int layer) {
+    StageColumns<kStagedQkvHalves>(staged_qkv, p.layers[layer].qkv_w, rank, &qkv_bar, keep);
+  };
   if (threadIdx.x == 0) {
     for (int e = 0; e < kEvents; ++e) {
       BarrierInit(&events[e]);
       BarrierExpectBytes(&events[e], EventBytes(e, kHalfPartials, scatter));
     }
     BarrierInit(&stage_bar);
+    BarrierInit(&ffn1_bar);
+    BarrierInit(&ffn2_bar);
+    BarrierInit(&qkv_bar);
+    if (staged) stage_qkv(0);  // model constants: before the wait
   }
   // A layer's LayerNorm vectors (cp.async, one group), issued while the previous layer's
   // FFN runs (after its LN3 read the last ones).
@@ -215,11 +264,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
   // A layer's cross K/V rows of this block: two bulk copies completing phase `layer & 1` of
-  // stage_bar, issued as soon as the previous layer's cross-attention has read the stage.
+  // stage_bar, issued as soon as the previous layer's cross-attention has read the stage (with
+  // staged weights: in the layer's out-projection phase, see above).
   auto stage_cross = [&](int layer) {
-    if (threadIdx.x != 0) return;
-    const size_t offset = (static_cast<size_t>(row) * p.audio_ctx + a0) * kD;
-    const unsigned bytes = static_cast<unsigned>((a1 - a0) * kD * 2);
+    if (threadIdx.x != stager) return;
+    // (Staged: this block's cross keys computed here again, not taken from a0 and a1, with
+    // which ptxas kept values alive longer and spilled 12 bytes.)
+    const int first = staged ? static_cast<int>(static_cast<int64_t>(p.audio_ctx) * rank / kC) : a0;
+    const int end =
+        staged ? static_cast<int>(static_cast<int64_t>(p.audio_ctx) * (rank + 1) / kC) : a1;
+    const size_t block_row = staged ? static_cast<size_t>(blockIdx.x / kC) : row;
+    const size_t offset = (block_row * p.audio_ctx + first) * kD;
+    const unsigned bytes = static_cast<unsigned>((end - first) * kD * 2);
     FenceProxyAsync();
     BarrierExpectBytes(&stage_bar, 2 * bytes);
     BulkCopy(stage_k, static_cast<const __half*>(p.cross_k[layer]) + offset, bytes, &stage_bar,
@@ -227,7 +283,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     BulkCopy(stage_v, static_cast<const __half*>(p.cross_v[layer]) + offset, bytes, &stage_bar,
              keep);
   };
-  if (!barriers_only) stage_cross(0);
+  if (!barriers_only && !staged) stage_cross(0);
   for (int c = threadIdx.x; c < kD; c += kThreads) {
     x_s[c] = __half2float(p.token_embedding[static_cast<size_t>(row_token) * kD + c]) +
              p.position_table[static_cast<size_t>(position) * kD + c];
@@ -252,6 +308,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto merge_project = [&](const __half* wo, const float* bo, int in, int gather, int out) {
       Slice<kD, kDCols> s;
       LoadSlice(wo, bo, rank * kDCols, s, keep, weights);
+      if (staged && in == kEvSelf) stage_cross(layer);  // the staged QKV columns have been read
       wait(in, layer);
       if constexpr (scatter) {
         GatherOwnedDims(cpart, merge_weights, xn, rank, &events[gather]);
@@ -267,7 +324,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     // -- LN1 + QKV (this block's K/V columns kept for the self caches).
     {
       Slice<kD, kQkvCols> s;
-      LoadSlice(w.qkv_w, w.qkv_b, rank * kQkvCols, s, keep, weights);
+      if (staged) {
+        LoadSliceBias(w.qkv_b, rank * kQkvCols, s);
+      } else {
+        LoadSlice(w.qkv_w, w.qkv_b, rank * kQkvCols, s, keep, weights);
+      }
       gpu::CopyAsyncWaitAll();  // the LayerNorm vectors
       if (layer > 0) {
         wait(kEvFf2, layer - 1);  // the residual stream
@@ -276,6 +337,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         mark();
       }
       norm(norms, norms + kD);
+      if (staged) {
+        BarrierWait(&qkv_bar, static_cast<unsigned>(layer & 1));
+        LoadSliceStaged(staged_qkv, s);
+      }
       RunSlice(s, rank * kQkvCols, xn, [&](int col, float v, int sub) {
         Broadcast(qkv_s + col, v, sub, &events[kEvQkv]);
         if (sub == 0) kv_keep[layer * kQkvCols + col - rank * kQkvCols] = v;
@@ -315,18 +380,30 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();
     inner(layer, 2);
-    if (layer + 1 < p.n_layers) stage_cross(layer + 1);  // the stage is free
+    if (!staged && layer + 1 < p.n_layers) stage_cross(layer + 1);  // the stage is free
     push_partial(kEvCross);
+    // The stage is free: this layer's FFN1 columns (issued after the partials are sent, where
+    // ptxas keeps the kernel from spilling).
+    if (ffn1_staged && threadIdx.x == stager) stage_ffn1(layer);
     done();
     // -- Merge + cross output projection + residual.
     merge_project(w.cout_w, w.cout_b, kEvCross, kEvCrossGather, kEvCout);
     // -- LN3 + FFN1 + GELU.
     {
       Slice<kD, kFfCols> s;
-      LoadSlice(w.ff1_w, w.ff1_b, rank * kFfCols, s, keep, weights);
+      if (ffn1_staged) {
+        LoadSliceBias(w.ff1_b, rank * kFfCols, s);
+      } else {
+        LoadSlice(w.ff1_w, w.ff1_b, rank * kFfCols, s, keep, weights);
+      }
+      if (staged && threadIdx.x == stager) stage_ffn2(layer);  // the stage is free
       wait(kEvCout, layer);
       norm(norms + 4 * kD, norms + 5 * kD);
       if (layer + 1 < p.n_layers) stage_norms(layer + 1);  // LN3 has read this layer's
+      if (ffn1_staged) {
+        BarrierWait(&ffn1_bar, static_cast<unsigned>(layer & 1));
+        LoadSliceStaged(staged_ffn1, s);
+      }
       RunSlice(s, rank * kFfCols, xn, [&](int col, float v, int sub) {
         Broadcast(h_s + col, GeluExact(v), sub, &events[kEvFf1]);
       });
@@ -335,8 +412,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     // -- FFN2 + residual.
     {
       Slice<kFf, kDCols> s;
-      LoadSlice(w.ff2_w, w.ff2_b, rank * kDCols, s, keep, weights);
+      if (staged) {
+        LoadSliceBias(w.ff2_b, rank * kDCols, s);
+      } else {
+        LoadSlice(w.ff2_w, w.ff2_b, rank * kDCols, s, keep, weights);
+      }
       wait(kEvFf1, layer);
+      if (staged && threadIdx.x == stager && layer + 1 < p.n_layers) stage_qkv(layer + 1);
+      if (staged) {
+        BarrierWait(&ffn2_bar, static_cast<unsigned>(layer & 1));
+        LoadSliceStaged(staged_ffn2, s);
+      }
       RunSlice(s, rank * kDCols, h_s, [&](int col, float v, int sub) {
         Broadcast(x_s + col, x_s[col] + v, sub, &events[kEvFf2]);
       });
@@ -792,10 +878,24 @@ cudaLaunchConfig_t LayersConfig(int batch, size_t smem, cudaStream_t stream,
 
 // The layers' kernel of a configuration (scatter wins over half).
 using LayersKernelFn = void (*)(PersistentDecoderParams, float*, int);
-LayersKernelFn LayersKernel(bool scatter, bool half) {
-  if (scatter) return ClusterLayersKernel<PartialsMerge::kScatter>;
-  return half ? ClusterLayersKernel<PartialsMerge::kHalf>
-              : ClusterLayersKernel<PartialsMerge::kFull>;
+// (`staged`: the level, StagedLevel.)
+LayersKernelFn LayersKernel(bool scatter, bool half, int staged) {
+  if (scatter) {
+    return staged >= 2   ? ClusterLayersKernel<PartialsMerge::kScatter, 2>
+           : staged == 1 ? ClusterLayersKernel<PartialsMerge::kScatter, 1>
+                         : ClusterLayersKernel<PartialsMerge::kScatter, 0>;
+  }
+  return half ? ClusterLayersKernel<PartialsMerge::kHalf, 0>
+              : ClusterLayersKernel<PartialsMerge::kFull, 0>;
+}
+// The staged weights' level a step runs with: with the reduce-scatter merge only, and not in
+// the profile modes without weights or without the layers' loop.
+int StagedLevel(const PersistentDecoderParams& p) {
+  if (!p.cluster_scatter_merge || p.profile_mode == kProfileNoWeights ||
+      p.profile_mode == kProfileBarriersOnly) {
+    return 0;
+  }
+  return std::clamp(p.cluster_staged_weights, 0, 2);
 }
 
 }  // namespace
@@ -813,12 +913,19 @@ bool ClusterDecoderAvailable(const PersistentDecoderParams& p) {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return false;
   if (cached_keys.load() != keys || cached_device.load() != device) {
-    const size_t smem = LayerSmemBytes(keys);
     int clusters = 0;
     const int optin = OptInSharedBytes();
-    for (const void* kernel : {reinterpret_cast<const void*>(LayersKernel(false, false)),
-                               reinterpret_cast<const void*>(LayersKernel(false, true)),
-                               reinterpret_cast<const void*>(LayersKernel(true, false))}) {
+    const struct {
+      LayersKernelFn kernel;
+      int staged;
+    } variants[] = {{LayersKernel(false, false, 0), 0},
+                    {LayersKernel(false, true, 0), 0},
+                    {LayersKernel(true, false, 0), 0},
+                    {LayersKernel(true, false, 1), 1},
+                    {LayersKernel(true, false, 2), 2}};
+    for (const auto& [fn, staged] : variants) {
+      const void* kernel = reinterpret_cast<const void*>(fn);
+      const size_t smem = LayerSmemBytes(keys, staged);
       cudaFuncAttributes attributes = {};
       if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess ||
           smem + attributes.sharedSizeBytes > static_cast<size_t>(optin) ||
@@ -831,8 +938,9 @@ bool ClusterDecoderAvailable(const PersistentDecoderParams& p) {
     }
     if (clusters == 0) {
       cudaLaunchAttribute attribute[1];
-      const cudaLaunchConfig_t config = LayersConfig(1, smem, nullptr, attribute);
-      if (cudaOccupancyMaxActiveClusters(&clusters, LayersKernel(true, false), &config) !=
+      const cudaLaunchConfig_t config =
+          LayersConfig(1, LayerSmemBytes(keys, 0), nullptr, attribute);
+      if (cudaOccupancyMaxActiveClusters(&clusters, LayersKernel(true, false, 0), &config) !=
           cudaSuccess) {
         clusters = 0;
       }
@@ -863,10 +971,11 @@ cudaError_t LaunchClusterDecoder(const LaunchContext& ctx, const PersistentDecod
   float* x_final = p.workspace + lay.x;
   float* stats = p.workspace + lay.stats;
   const int stage_keys = StageKeys(p.audio_ctx);
+  const int staged = StagedLevel(p);
   cudaLaunchAttribute attribute[2];
-  const cudaLaunchConfig_t config =
-      LayersConfig(p.batch, LayerSmemBytes(stage_keys), ctx.stream, attribute, /*pdl=*/true);
-  const auto kernel = LayersKernel(p.cluster_scatter_merge, p.cluster_half_partials);
+  const cudaLaunchConfig_t config = LayersConfig(p.batch, LayerSmemBytes(stage_keys, staged),
+                                                 ctx.stream, attribute, /*pdl=*/true);
+  const auto kernel = LayersKernel(p.cluster_scatter_merge, p.cluster_half_partials, staged);
   cudaError_t err = cudaLaunchKernelEx(&config, kernel, params, x_final, stage_keys);
   if (err != cudaSuccess || p.profile_mode == kProfileNoLogits) return err;
   const int optin = OptInSharedBytes();

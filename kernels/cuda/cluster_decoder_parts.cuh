@@ -78,6 +78,17 @@ __device__ __forceinline__ void BarrierWait(unsigned long long* bar, unsigned pa
 __device__ __forceinline__ void FenceProxyAsync() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
+// Staged weights: this block's `Halves` contiguous halves of `w` (block `rank`'s columns) into
+// `dst` by one bulk copy, completing the next phase of `bar` (one thread; the stage free: read
+// by every thread before a block barrier).
+template <size_t Halves>
+__device__ __forceinline__ void StageColumns(__half* dst, const __half* w, int rank,
+                                             unsigned long long* bar, uint64_t policy) {
+  constexpr unsigned kBytes = Halves * sizeof(__half);
+  FenceProxyAsync();
+  BarrierExpectBytes(bar, kBytes);
+  BulkCopy(dst, w + rank * Halves, kBytes, bar, policy);
+}
 
 // Mapped address of `local` (this block's shared memory) in cluster block `rank`. (Computed at
 // each store, volatile asm: hoisted out of the loops, 16 per buffer took the registers the
@@ -266,6 +277,38 @@ __device__ __forceinline__ void LoadSlice(const __half* w, const float* bias, in
   for (int i = 0; i < Slice<K, Cols>::kPasses; ++i) {
     LoadWeightsHinted<K>(w, bias, end, col0 + (i * kWarps + warp) * G::kCols + group, s.pass[i],
                          policy);
+  }
+}
+
+// A slice whose weights were bulk-copied into shared memory (`staged`: columns [col0, col0 +
+// Cols) of W, each K halves as in global memory): the biases first (before the phase's wait),
+// then the weights into the same registers LoadSlice fills, read just before RunSlice.
+// (16-byte reads: each quarter-warp reads 128 contiguous bytes, no bank conflicts.)
+template <int K, int Cols>
+__device__ __forceinline__ void LoadSliceBias(const float* bias, int col0, Slice<K, Cols>& s) {
+  using G = Geom<K>;
+  const int warp = threadIdx.x / kWarp, group = threadIdx.x % kWarp / G::kLanes;
+#pragma unroll
+  for (int i = 0; i < Slice<K, Cols>::kPasses; ++i) {
+    const int c = (i * kWarps + warp) * G::kCols + group;
+    s.pass[i].bias = c < Cols ? bias[col0 + c] : 0.0f;
+  }
+}
+template <int K, int Cols>
+__device__ __forceinline__ void LoadSliceStaged(const __half* staged, Slice<K, Cols>& s) {
+  using G = Geom<K>;
+  const int warp = threadIdx.x / kWarp, group = threadIdx.x % kWarp / G::kLanes;
+  const int sub = threadIdx.x % G::kLanes;
+#pragma unroll
+  for (int i = 0; i < Slice<K, Cols>::kPasses; ++i) {
+    const int c = (i * kWarps + warp) * G::kCols + group;
+#pragma unroll
+    for (int j = 0; j < G::kPerLane; ++j) {
+      s.pass[i].v[j] = c < Cols
+                           ? *reinterpret_cast<const uint4*>(staged + static_cast<size_t>(c) * K +
+                                                             (sub + j * G::kLanes) * 8)
+                           : make_uint4(0, 0, 0, 0);
+    }
   }
 }
 

@@ -145,6 +145,10 @@ struct PersistentDecoderParams {
   // the 384 dims, then sends them to all) instead of every block sending its whole partial to
   // every block; cluster_half_partials then has no effect.
   bool cluster_scatter_merge = false;
+  // The cluster step's weight columns staged in shared memory (PersistentStepTuning::
+  // cluster_staged_weights: 2 FFN1, FFN2 and QKV; 1 FFN2 and QKV; 0 none), with
+  // cluster_scatter_merge only.
+  int cluster_staged_weights = 0;
   unsigned long long* error_word = nullptr;  // set by the launcher from the context
   // For timing only (outputs are wrong): kProfile* below, 0 for the real step.
   int profile_mode = 0;

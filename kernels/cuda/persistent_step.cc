@@ -239,6 +239,7 @@ absl::Status PersistentDecoderStep::RunWith(const DecoderStepIo& io, const Extra
   p.cluster_half_partials = t.cluster_half_partials;
   p.cluster_balanced_cross = t.cluster_balanced_cross;
   p.cluster_scatter_merge = t.cluster_scatter_merge;
+  p.cluster_staged_weights = t.cluster_staged_weights;
   return ext_.LaunchRaw(
       "PersistentDecoderStep",
       [p](const LaunchContext& ctx) { return static_cast<int>(LaunchPersistentDecoder(ctx, p)); },
@@ -269,7 +270,8 @@ absl::Status PersistentDecoderStep::RunWith(const DecoderStepIo& io, const Extra
        p.cluster_norm_all_warps,
        p.cluster_half_partials,
        p.cluster_balanced_cross,
-       p.cluster_scatter_merge});
+       p.cluster_scatter_merge,
+       p.cluster_staged_weights});
 }
 
 }  // namespace waav::cuda

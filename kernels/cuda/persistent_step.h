@@ -59,6 +59,13 @@ struct PersistentStepTuning {
   // rows on an H100, docs/benchmarks.md, session 12). cluster_half_partials applies only
   // without it.
   bool cluster_scatter_merge = true;
+  // The cluster step's weight columns staged in shared memory: bulk-copied into the cross K/V
+  // stage a phase or more ahead (once the cross-attention has read it; the next layer's cross
+  // K/V then copied in its out-projection phase) and read from there in their phases, instead of
+  // loaded into registers from L2 just before each phase. 2: the FFN1, FFN2 and QKV columns
+  // (H100: -3.5..-5 us a step at one row, -10 at 8 rows, docs/benchmarks.md, session 14); 1:
+  // FFN2 and QKV only; 0: none (the step before session 14). Needs cluster_scatter_merge.
+  int cluster_staged_weights = 2;
   // Grid barriers in two halves with the next phase's constant loads between (arrive, load,
   // wait).
   bool split_barrier = true;

@@ -5,7 +5,7 @@
 # real step, then (CLPROF_NCU=1) Nsight Compute on one layers launch and one logits launch at
 # batch 1, caches as they are: the hottest instructions by warp stall samples
 # (tests/gpu/ncu_source_top.py). Results under $OUT: bench.log (and ncu_layers.txt,
-# ncu_logits.txt).
+# ncu_logits.txt; with CLPROF_KEEP_CSV=1 the source pages, ncu_layers.csv.xz, ncu_logits.csv.xz).
 #   bash .device/clprof/cluster_profile_device.sh
 set -uo pipefail
 scripts=$(cd "$(dirname "$0")" && pwd)
@@ -41,6 +41,8 @@ for kernel in Layers Logits; do
     --only "persistent, cluster step, f16 cross, direct launch" > "$out/ncu_${kernel,,}.csv" 2>&1
   echo "ncu $kernel rc=$?" >> "$out/bench.log"
   python3 "$scripts/ncu_source_top.py" "$out/ncu_${kernel,,}.csv" 45 > "$out/ncu_${kernel,,}.txt" 2>&1
-  rm -f "$out/ncu_${kernel,,}.csv"
+  # CLPROF_KEEP_CSV=1: the whole source page too (xz), to map its addresses to source lines
+  # with nvdisasm --print-line-info on the same build's cubin.
+  if [ "${CLPROF_KEEP_CSV:-0}" = 1 ]; then xz -6 -f "$out/ncu_${kernel,,}.csv"; else rm -f "$out/ncu_${kernel,,}.csv"; fi
 done
 cat "$out/bench.log"
