@@ -63,6 +63,7 @@ struct StepCase {
   // Its weight columns staged in shared memory (PersistentStepTuning::cluster_staged_weights): 2
   // FFN1, FFN2 and QKV; 1 FFN2 and QKV; 0 none, all loaded into registers (before session 14).
   int staged_weights = 2;
+  bool cuda_core_cross = false;  // its cross-attention on the CUDA cores (before session 15)
 };
 void PrintTo(const StepCase& c, std::ostream* os) {
   *os << (c.f16_cross ? "f16" : "f32") << " cross, "
@@ -73,6 +74,7 @@ void PrintTo(const StepCase& c, std::ostream* os) {
       << (c.norm_one_warp ? ", LayerNorms by one warp" : "")
       << (c.half_partials ? ", f16 attention partials" : "")
       << (c.idle_cross_lanes ? ", cross-attention with idle lanes" : "")
+      << (c.cuda_core_cross ? ", cross-attention on CUDA cores" : "")
       << (c.full_merge ? ", whole partials to every block" : "")
       << (c.narrow_logits ? ", narrow logits tiles" : "")
       << (c.staged_weights == 0   ? ", weights into registers"
@@ -151,6 +153,8 @@ TEST_P(PersistentStepTest, MatchesCpuDecodeStep) {
     step_options.tuning.cluster_norm_all_warps = !GetParam().norm_one_warp;
     step_options.tuning.cluster_half_partials = GetParam().half_partials;
     step_options.tuning.cluster_balanced_cross = !GetParam().idle_cross_lanes;
+    step_options.tuning.cluster_mma_cross =
+        !GetParam().idle_cross_lanes && !GetParam().cuda_core_cross;
     step_options.tuning.cluster_staged_weights = GetParam().staged_weights;
     // (f16 partials apply to the whole-partials merge only.)
     step_options.tuning.cluster_scatter_merge = !GetParam().full_merge && !GetParam().half_partials;
@@ -330,7 +334,9 @@ INSTANTIATE_TEST_SUITE_P(
         StepCase{true, true, false, false, true, true, 8000, false, false, false, true},
         StepCase{true, true, false, false, true, true, 8000, false, false, false, false, true},
         StepCase{true, true, false, false, true, true, 8000, false, false, false, false, false, 0},
-        StepCase{true, true, false, false, true, true, 8000, false, false, false, false, false, 1}),
+        StepCase{true, true, false, false, true, true, 8000, false, false, false, false, false, 1},
+        StepCase{true, true, false, false, true, true, 8000, false, false, false, false, false, 2,
+                 true}),
     [](const ::testing::TestParamInfo<StepCase>& info) {
       if (info.param.norm_one_warp) return std::string("ClusterStepNormOneWarp");
       if (info.param.half_partials) return std::string("ClusterStepHalfPartials");
@@ -339,6 +345,7 @@ INSTANTIATE_TEST_SUITE_P(
       if (info.param.narrow_logits) return std::string("ClusterStepNarrowLogits");
       if (info.param.staged_weights == 0) return std::string("ClusterStepRegisterWeights");
       if (info.param.staged_weights == 1) return std::string("ClusterStepStagedFfn2Qkv");
+      if (info.param.cuda_core_cross) return std::string("ClusterStepCudaCoreCross");
       if (info.param.cluster && info.param.logits_pace_ns > 0) {
         return std::string("ClusterStepPacedLogits");
       }

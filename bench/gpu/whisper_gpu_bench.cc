@@ -740,7 +740,14 @@ int Main(int argc, char** argv) {
   // pass, lanes 16-31 idle for them (PersistentStepTuning::cluster_balanced_cross false).
   add_persistent("cluster step, cross-attention with idle lanes", true, [&](auto& o) {
     cluster(o);
+    o.tuning.cluster_mma_cross = false;
     o.tuning.cluster_balanced_cross = false;
+  });
+  // The cross-attention on the CUDA cores, every lane busy (PersistentStepTuning::
+  // cluster_mma_cross false: the step before session 15).
+  add_persistent("cluster step, cross-attention on CUDA cores", true, [&](auto& o) {
+    cluster(o);
+    o.tuning.cluster_mma_cross = false;
   });
   // Every block's whole attention partial to every block (PersistentStepTuning::
   // cluster_scatter_merge false: the step before session 12).

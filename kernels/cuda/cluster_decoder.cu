@@ -35,6 +35,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/persistent_decoder_common.cuh"
 #if !defined(WAAV_HIP)
+#include "kernels/cuda/cluster_cross_mma.cuh"
 #include "kernels/cuda/cluster_decoder_parts.cuh"
 #endif
 
@@ -84,9 +85,11 @@ constexpr size_t StagedWeightHalves(int staged) {
          : staged == 1 ? kStagedFfn2Halves + kStagedQkvHalves
                        : 0;
 }
-size_t LayerSmemBytes(int stage_keys, int staged) {
-  const size_t stage = std::max(size_t{2} * stage_keys * kD, StagedWeightHalves(staged));
-  return sizeof(float) * LayerFixedFloats(staged > 0) + stage * sizeof(__half);
+// (The stage starts at the next 1024-byte boundary: the tensor copy's swizzle.)
+constexpr size_t kStageAlign = 1024;
+size_t LayerSmemBytes(int staged) {
+  const size_t stage = std::max(kCrossStageHalves, StagedWeightHalves(staged));
+  return sizeof(float) * LayerFixedFloats(staged > 0) + kStageAlign + stage * sizeof(__half);
 }
 int StageKeys(int audio_ctx) { return (audio_ctx + kC - 1) / kC; }
 
@@ -99,8 +102,8 @@ int StageKeys(int audio_ctx) { return (audio_ctx + kC - 1) / kC; }
 enum class PartialsMerge { kFull, kHalf, kScatter };
 template <PartialsMerge kMerge, int kStaged>
 __global__ void __launch_bounds__(kThreads, 1)
-    ClusterLayersKernel(const __grid_constant__ PersistentDecoderParams p, float* x_out,
-                        int stage_keys) {
+    ClusterLayersKernel(const __grid_constant__ PersistentDecoderParams p,
+                        const __grid_constant__ CrossStageMaps maps, float* x_out) {
   extern __shared__ float4 smem_raw[];
   float* x_s = reinterpret_cast<float*>(smem_raw);  // the residual stream
   float* xn = x_s + kD;                             // LayerNorm'ed row / merged attention
@@ -112,8 +115,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* mine = norms + 6 * kD;                     // this block's merged partial
   float* merge_weights = mine + kH * kRec;          // [head][16]
   float* kv_keep = merge_weights + 16 * kH;         // [layer][column]: this block's K/V of the step
+  // The cross K/V stage (cluster_cross_stage.cuh): head regions of `region` halves.
   __half* stage_k = reinterpret_cast<__half*>(kv_keep + kPersistentMaxLayers * kQkvCols);
-  __half* stage_v = stage_k + static_cast<size_t>(stage_keys) * kD;
+  stage_k += (kStageAlign - SharedAddress(stage_k) % kStageAlign) % kStageAlign / sizeof(__half);
+  constexpr int region = kCrossStageRows * kDh;
+  __half* stage_v = stage_k + kH * region;
   __shared__ int row_token, row_position, row_length;
   __shared__ bool row_ok;
 
@@ -125,6 +131,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const bool weights = p.profile_mode != kProfileNoWeights && !barriers_only;
   constexpr bool kHalfPartials = kMerge == PartialsMerge::kHalf;
   constexpr bool scatter = kMerge == PartialsMerge::kScatter;
+  // The cross-attention on tensor cores (its partial straight into mine: the reduce-scatter
+  // merge only).
+  const bool mma_cross = scatter && attention && p.cluster_mma_cross;
   // The layers' weights and cross K/V: evict-last with the "keep" hints (read again next
   // step), else normal.
   const uint64_t keep =
@@ -188,6 +197,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     BarrierInit(&ffn2_bar);
     BarrierInit(&qkv_bar);
     if (staged) stage_qkv(0);  // model constants: before the wait
+    for (int layer = 0; layer < p.n_layers; ++layer) {
+      PrefetchStageMap(&maps.k[layer]);
+      PrefetchStageMap(&maps.v[layer]);
+    }
   }
   // A layer's LayerNorm vectors (cp.async, one group), issued while the previous layer's
   // FFN runs (after its LN3 read the last ones).
@@ -263,25 +276,21 @@ __global__ void __launch_bounds__(kThreads, 1)
       NormLocal(x_s, g, b, p.eps, xn);
     }
   };
-  // A layer's cross K/V rows of this block: two bulk copies completing phase `layer & 1` of
+  // A layer's cross K/V rows of this block: a tensor copy per matrix (its box: the block's keys
+  // rounded up to 8, in the stage's swizzled layout), completing phase `layer & 1` of
   // stage_bar, issued as soon as the previous layer's cross-attention has read the stage (with
   // staged weights: in the layer's out-projection phase, see above).
   auto stage_cross = [&](int layer) {
     if (threadIdx.x != stager) return;
-    // (Staged: this block's cross keys computed here again, not taken from a0 and a1, with
-    // which ptxas kept values alive longer and spilled 12 bytes.)
+    // (Staged: this block's first key computed here again, not taken from a0, with which ptxas
+    // kept values alive longer and spilled 12 bytes.)
     const int first = staged ? static_cast<int>(static_cast<int64_t>(p.audio_ctx) * rank / kC) : a0;
-    const int end =
-        staged ? static_cast<int>(static_cast<int64_t>(p.audio_ctx) * (rank + 1) / kC) : a1;
-    const size_t block_row = staged ? static_cast<size_t>(blockIdx.x / kC) : row;
-    const size_t offset = (block_row * p.audio_ctx + first) * kD;
-    const unsigned bytes = static_cast<unsigned>((end - first) * kD * 2);
+    const int block_row = staged ? static_cast<int>(blockIdx.x / kC) : row;
     FenceProxyAsync();
-    BarrierExpectBytes(&stage_bar, 2 * bytes);
-    BulkCopy(stage_k, static_cast<const __half*>(p.cross_k[layer]) + offset, bytes, &stage_bar,
-             keep);
-    BulkCopy(stage_v, static_cast<const __half*>(p.cross_v[layer]) + offset, bytes, &stage_bar,
-             keep);
+    BarrierExpectBytes(&stage_bar, static_cast<unsigned>(2 * kH * region * sizeof(__half)));
+    const int key = block_row * p.audio_ctx + first;
+    CopyStage(stage_k, &maps.k[layer], key, &stage_bar, keep);
+    CopyStage(stage_v, &maps.v[layer], key, &stage_bar, keep);
   };
   if (!barriers_only && !staged) stage_cross(0);
   for (int c = threadIdx.x; c < kD; c += kThreads) {
@@ -373,15 +382,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     wait(kEvCq, layer);
     BarrierWait(&stage_bar, static_cast<unsigned>(layer & 1));
     inner(layer, 1);
-    if (attention && p.cluster_balanced_cross) {
-      CrossAttentionBalanced(stage_k, stage_v, a1 - a0, qkv_s, p.scale, wpart);
+    if (mma_cross) {  // (the block's partial into mine, then a block barrier)
+      CrossAttentionMma(stage_k, stage_v, a1 - a0, region, qkv_s, p.scale, wpart, mine);
+    } else if (attention && p.cluster_balanced_cross) {
+      CrossAttentionBalanced(stage_k, stage_v, a1 - a0, region, qkv_s, p.scale, wpart);
     } else if (attention) {
-      CrossAttentionWarps(stage_k, stage_v, a1 - a0, qkv_s, p.scale, wpart);
+      CrossAttentionWarps(stage_k, stage_v, a1 - a0, region, qkv_s, p.scale, wpart);
     }
-    __syncthreads();
+    if (!mma_cross) __syncthreads();
     inner(layer, 2);
     if (!staged && layer + 1 < p.n_layers) stage_cross(layer + 1);  // the stage is free
-    push_partial(kEvCross);
+    if (mma_cross) {
+      ScatterBlockPartial(mine, cpart, rank, &events[kEvCross]);
+    } else {
+      push_partial(kEvCross);
+    }
     // The stage is free: this layer's FFN1 columns (issued after the partials are sent, where
     // ptxas keeps the kernel from spilling).
     if (ffn1_staged && threadIdx.x == stager) stage_ffn1(layer);
@@ -445,72 +460,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (rank == 0) {
     for (int c = threadIdx.x; c < kD; c += kThreads) x_out[row * kD + c] = x_s[c];
   }
-}
-
-// Columns cols[0..N) of the tied embedding for rows < MaxB of xs, weights in w (one lane group's
-// share each, no bias): N independent chains whose inputs are read once; epi(r, col, value) for
-// the columns below `end` on lane n · MaxB + r of the group (a lane's rows are all lane % MaxB).
-// Every lane of the warp must call it.
-template <int MaxB, int N, typename Epi>
-__device__ __forceinline__ void GemvColumns(const WeightRegs<kD> (&w)[N], const int (&cols)[N],
-                                            int end, const float* xs, Epi&& epi) {
-  using G = Geom<kD>;
-  const int sub = threadIdx.x % kWarp % G::kLanes;
-  float acc[N][MaxB];
-#pragma unroll
-  for (int n = 0; n < N; ++n) {
-#pragma unroll
-    for (int r = 0; r < MaxB; ++r) acc[n][r] = 0.0f;
-  }
-#pragma unroll
-  for (int j = 0; j < G::kPerLane; ++j) {
-    const int k0 = (sub + j * G::kLanes) * 8;
-    float wf[N][8];
-#pragma unroll
-    for (int n = 0; n < N; ++n) WidenHalves8(w[n].v[j], wf[n]);
-#pragma unroll
-    for (int r = 0; r < MaxB; ++r) {
-      const float4 a = *reinterpret_cast<const float4*>(xs + r * kD + k0);
-      const float4 b = *reinterpret_cast<const float4*>(xs + r * kD + k0 + 4);
-#pragma unroll
-      for (int n = 0; n < N; ++n) {
-        float s = acc[n][r];
-        s = fmaf(wf[n][0], a.x, s);
-        s = fmaf(wf[n][1], a.y, s);
-        s = fmaf(wf[n][2], a.z, s);
-        s = fmaf(wf[n][3], a.w, s);
-        s = fmaf(wf[n][4], b.x, s);
-        s = fmaf(wf[n][5], b.y, s);
-        s = fmaf(wf[n][6], b.z, s);
-        s = fmaf(wf[n][7], b.w, s);
-        acc[n][r] = s;
-      }
-    }
-  }
-#pragma unroll
-  for (int o = G::kLanes / 2; o > 0; o /= 2) {
-#pragma unroll
-    for (int n = 0; n < N; ++n) {
-#pragma unroll
-      for (int r = 0; r < MaxB; ++r) acc[n][r] += __shfl_xor_sync(kFullMask, acc[n][r], o);
-    }
-  }
-  // Every lane of the group holds every sum: lane n · MaxB + r takes column n's row r, so that
-  // the group's lanes run their epilogues at once (one each) instead of lane r running N.
-  static_assert(N * MaxB <= G::kLanes, "one epilogue per lane");
-  float v = 0.0f;
-  int col = end;
-#pragma unroll
-  for (int n = 0; n < N; ++n) {
-#pragma unroll
-    for (int r = 0; r < MaxB; ++r) {
-      if (sub == n * MaxB + r) {
-        v = acc[n][r];
-        col = cols[n];
-      }
-    }
-  }
-  if (col < end) epi(sub % MaxB, col, v);
 }
 
 // ---- The logits' kernel -------------------------------------------------------------------
@@ -877,7 +826,7 @@ cudaLaunchConfig_t LayersConfig(int batch, size_t smem, cudaStream_t stream,
 }
 
 // The layers' kernel of a configuration (scatter wins over half).
-using LayersKernelFn = void (*)(PersistentDecoderParams, float*, int);
+using LayersKernelFn = void (*)(PersistentDecoderParams, CrossStageMaps, float*);
 // (`staged`: the level, StagedLevel.)
 LayersKernelFn LayersKernel(bool scatter, bool half, int staged) {
   if (scatter) {
@@ -902,17 +851,16 @@ int StagedLevel(const PersistentDecoderParams& p) {
 
 bool ClusterDecoderAvailable(const PersistentDecoderParams& p) {
   if (!p.cross_f16 || p.batch < 1 || p.batch > kPersistentMaxBatch || p.n_layers < 1 ||
-      p.n_layers > kPersistentMaxLayers || p.audio_ctx < 1 || p.text_ctx < 1) {
+      p.n_layers > kPersistentMaxLayers || p.audio_ctx < 1 || p.text_ctx < 1 ||
+      StageKeys(p.audio_ctx) > kCrossStageRows) {
     return false;
   }
-  // Per stage size, once: the kernel's attributes (the non-portable cluster size, its dynamic
-  // shared memory) and whether one cluster of it fits on the device.
-  // (Keyed by device and stage size: the attributes are per device.)
-  static std::atomic<int> cached_keys{-1}, cached_device{-1}, cached_clusters{0};
-  const int keys = StageKeys(p.audio_ctx);
+  // Once per device: the kernel's attributes (the non-portable cluster size, its dynamic shared
+  // memory) and whether one cluster of it fits on the device.
+  static std::atomic<int> cached_device{-1}, cached_clusters{0};
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return false;
-  if (cached_keys.load() != keys || cached_device.load() != device) {
+  if (cached_device.load() != device) {
     int clusters = 0;
     const int optin = OptInSharedBytes();
     const struct {
@@ -925,7 +873,7 @@ bool ClusterDecoderAvailable(const PersistentDecoderParams& p) {
                     {LayersKernel(true, false, 2), 2}};
     for (const auto& [fn, staged] : variants) {
       const void* kernel = reinterpret_cast<const void*>(fn);
-      const size_t smem = LayerSmemBytes(keys, staged);
+      const size_t smem = LayerSmemBytes(staged);
       cudaFuncAttributes attributes = {};
       if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess ||
           smem + attributes.sharedSizeBytes > static_cast<size_t>(optin) ||
@@ -938,8 +886,7 @@ bool ClusterDecoderAvailable(const PersistentDecoderParams& p) {
     }
     if (clusters == 0) {
       cudaLaunchAttribute attribute[1];
-      const cudaLaunchConfig_t config =
-          LayersConfig(1, LayerSmemBytes(keys, 0), nullptr, attribute);
+      const cudaLaunchConfig_t config = LayersConfig(1, LayerSmemBytes(0), nullptr, attribute);
       if (cudaOccupancyMaxActiveClusters(&clusters, LayersKernel(true, false, 0), &config) !=
           cudaSuccess) {
         clusters = 0;
@@ -947,7 +894,6 @@ bool ClusterDecoderAvailable(const PersistentDecoderParams& p) {
     }
     (void)cudaGetLastError();  // a refusal above is an answer, not an error of the next launch
     cached_clusters.store(clusters);
-    cached_keys.store(keys);
     cached_device.store(device);
   }
   return cached_clusters.load() >= 1;
@@ -970,13 +916,15 @@ cudaError_t LaunchClusterDecoder(const LaunchContext& ctx, const PersistentDecod
   params.logits_mma = p.logits_mma && (p.batch > 1 || params.logits_mma_wide);
   float* x_final = p.workspace + lay.x;
   float* stats = p.workspace + lay.stats;
-  const int stage_keys = StageKeys(p.audio_ctx);
   const int staged = StagedLevel(p);
   cudaLaunchAttribute attribute[2];
-  const cudaLaunchConfig_t config = LayersConfig(p.batch, LayerSmemBytes(stage_keys, staged),
-                                                 ctx.stream, attribute, /*pdl=*/true);
+  const cudaLaunchConfig_t config =
+      LayersConfig(p.batch, LayerSmemBytes(staged), ctx.stream, attribute, /*pdl=*/true);
   const auto kernel = LayersKernel(p.cluster_scatter_merge, p.cluster_half_partials, staged);
-  cudaError_t err = cudaLaunchKernelEx(&config, kernel, params, x_final, stage_keys);
+  CrossStageMaps maps;
+  cudaError_t err = EncodeCrossStageMaps(p, maps);
+  if (err != cudaSuccess) return err;
+  err = cudaLaunchKernelEx(&config, kernel, params, maps, x_final);
   if (err != cudaSuccess || p.profile_mode == kProfileNoLogits) return err;
   const int optin = OptInSharedBytes();
   if (p.batch == 1) return LaunchLogits<1>(ctx, params, x_final, stats, optin);

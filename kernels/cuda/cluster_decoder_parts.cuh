@@ -2,11 +2,13 @@
 // their launchers): the split of the work over a cluster of kC blocks, the exchange between the
 // blocks' shared memory (st.async counted on mbarriers, TMA bulk copies), the timeline stamps
 // of the profile mode, the GEMV over a block's columns, the attention warps and the partials'
-// merges. CUDA only (sm_90 PTX); device code for that one translation unit.
+// merges. CUDA only (sm_90 PTX); device code for cluster_decoder.cu (and the
+// one-block check of cluster_cross_check.cu).
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/cuda/cluster_cross_stage.cuh"
 #include "kernels/cuda/cluster_decoder.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
@@ -358,6 +360,72 @@ __device__ __forceinline__ void RunSlice(const Slice<K, Cols>& s, int col0, cons
   }
 }
 
+// Columns cols[0..N) of the tied embedding for rows < MaxB of xs, weights in w (one lane group's
+// share each, no bias): N independent chains whose inputs are read once; epi(r, col, value) for
+// the columns below `end` on lane n · MaxB + r of the group (a lane's rows are all lane % MaxB).
+// Every lane of the warp must call it.
+template <int MaxB, int N, typename Epi>
+__device__ __forceinline__ void GemvColumns(const WeightRegs<kD> (&w)[N], const int (&cols)[N],
+                                            int end, const float* xs, Epi&& epi) {
+  using G = Geom<kD>;
+  const int sub = threadIdx.x % kWarp % G::kLanes;
+  float acc[N][MaxB];
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+#pragma unroll
+    for (int r = 0; r < MaxB; ++r) acc[n][r] = 0.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < G::kPerLane; ++j) {
+    const int k0 = (sub + j * G::kLanes) * 8;
+    float wf[N][8];
+#pragma unroll
+    for (int n = 0; n < N; ++n) WidenHalves8(w[n].v[j], wf[n]);
+#pragma unroll
+    for (int r = 0; r < MaxB; ++r) {
+      const float4 a = *reinterpret_cast<const float4*>(xs + r * kD + k0);
+      const float4 b = *reinterpret_cast<const float4*>(xs + r * kD + k0 + 4);
+#pragma unroll
+      for (int n = 0; n < N; ++n) {
+        float s = acc[n][r];
+        s = fmaf(wf[n][0], a.x, s);
+        s = fmaf(wf[n][1], a.y, s);
+        s = fmaf(wf[n][2], a.z, s);
+        s = fmaf(wf[n][3], a.w, s);
+        s = fmaf(wf[n][4], b.x, s);
+        s = fmaf(wf[n][5], b.y, s);
+        s = fmaf(wf[n][6], b.z, s);
+        s = fmaf(wf[n][7], b.w, s);
+        acc[n][r] = s;
+      }
+    }
+  }
+#pragma unroll
+  for (int o = G::kLanes / 2; o > 0; o /= 2) {
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+#pragma unroll
+      for (int r = 0; r < MaxB; ++r) acc[n][r] += __shfl_xor_sync(kFullMask, acc[n][r], o);
+    }
+  }
+  // Every lane of the group holds every sum: lane n · MaxB + r takes column n's row r, so that
+  // the group's lanes run their epilogues at once (one each) instead of lane r running N.
+  static_assert(N * MaxB <= G::kLanes, "one epilogue per lane");
+  float v = 0.0f;
+  int col = end;
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+#pragma unroll
+    for (int r = 0; r < MaxB; ++r) {
+      if (sub == n * MaxB + r) {
+        v = acc[n][r];
+        col = cols[n];
+      }
+    }
+  }
+  if (col < end) epi(sub % MaxB, col, v);
+}
+
 // out[0, 384) = LayerNorm(x) with gain g and bias b (all in shared memory), by warp 0; then a
 // block barrier.
 __device__ __forceinline__ void NormLocal(const float* x, const float* g, const float* b, float eps,
@@ -445,9 +513,9 @@ __device__ __forceinline__ void WriteRecord(float* wpart, int head, int dim, con
 
 // Self-attention over keys [k0, k1) of f32 caches (global; key `position` from shared memory):
 // a partial per (warp, head) into wpart. Lane l holds dims 4 l + 128 c (head 2 c + l / 16).
-__device__ void SelfAttentionWarps(const float* kc, const float* vc, int k0, int k1, int position,
-                                   const float* q, const float* new_k, const float* new_v,
-                                   float scale, float* wpart) {
+__device__ inline void SelfAttentionWarps(const float* kc, const float* vc, int k0, int k1,
+                                          int position, const float* q, const float* new_k,
+                                          const float* new_v, float scale, float* wpart) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   float qv[3][4], o[3][4], m[3], l[3];
 #pragma unroll
@@ -493,12 +561,13 @@ __device__ void SelfAttentionWarps(const float* kc, const float* vc, int k0, int
   }
 }
 
-// Cross-attention over n_keys f16 rows in shared memory: a partial per (warp, head) into wpart.
+// Cross-attention over n_keys f16 keys in the stage (cluster_cross_stage.cuh; head regions of
+// `region` halves): a partial per (warp, head) into wpart.
 // Lane l holds dims 8 l (head l / 8) and, for l < 16, dims 256 + 8 l (head 4 + l / 8). A warp
 // scores kKeyChunk keys before one softmax update (one rescale of o per chunk, not per key).
 constexpr int kKeyChunk = 4;
-__device__ void CrossAttentionWarps(const __half* sk, const __half* sv, int n_keys, const float* q,
-                                    float scale, float* wpart) {
+__device__ inline void CrossAttentionWarps(const __half* sk, const __half* sv, int n_keys,
+                                           int region, const float* q, float scale, float* wpart) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const bool has_b = lane < 16;
   float qa[8], qb[8], oa[8], ob[8];
@@ -519,11 +588,12 @@ __device__ void CrossAttentionWarps(const __half* sk, const __half* sv, int n_ke
       sa[c] = sb[c] = 0.0f;
       va[c] = vb[c] = zero;
       if (j < n_keys) {
-        const uint4* kr = reinterpret_cast<const uint4*>(sk + static_cast<size_t>(j) * kD);
-        const uint4* vr = reinterpret_cast<const uint4*>(sv + static_cast<size_t>(j) * kD);
-        const uint4 ka = kr[lane], kb = has_b ? kr[32 + lane] : zero;
-        va[c] = vr[lane];
-        vb[c] = has_b ? vr[32 + lane] : zero;
+        const int at_a = StageOffset(region, j, 8 * lane);
+        const int at_b = StageOffset(region, j, 256 + 8 * (lane % 16));
+        const uint4 ka = *reinterpret_cast<const uint4*>(sk + at_a);
+        const uint4 kb = has_b ? *reinterpret_cast<const uint4*>(sk + at_b) : zero;
+        va[c] = *reinterpret_cast<const uint4*>(sv + at_a);
+        vb[c] = has_b ? *reinterpret_cast<const uint4*>(sv + at_b) : zero;
         float kf[8];
         WidenHalves8(ka, kf);
 #pragma unroll
@@ -589,9 +659,9 @@ constexpr int kBalancedSlots = 3;  // warp slots scored before one softmax updat
 constexpr float kLog2E = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
 // One pass over `units` warp slots (keys, or key pairs): this lane's running (m, l, o[8]).
-__device__ __forceinline__ void CrossPass(const __half* sk, const __half* sv, int n_keys, int units,
-                                          bool pairs, const float (&q)[8], float& m, float& l,
-                                          float (&o)[8]) {
+__device__ __forceinline__ void CrossPass(const __half* sk, const __half* sv, int n_keys,
+                                          int region, int units, bool pairs, const float (&q)[8],
+                                          float& m, float& l, float (&o)[8]) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int dim = pairs ? 2 * kD / 3 + 8 * (lane % 16) : 8 * lane;
   const int half = pairs ? lane / 16 : 0;
@@ -608,7 +678,7 @@ __device__ __forceinline__ void CrossPass(const __half* sk, const __half* sv, in
       s[c] = 0.0f;
       v[c] = zero;
       if (valid[c]) {
-        const size_t at = static_cast<size_t>(key) * kD + dim;
+        const int at = StageOffset(region, key, dim);
         const uint4 k = *reinterpret_cast<const uint4*>(sk + at);
         v[c] = *reinterpret_cast<const uint4*>(sv + at);
         float kf[8];
@@ -647,8 +717,9 @@ __device__ __forceinline__ void CrossPass(const __half* sk, const __half* sv, in
   }
 }
 
-__device__ void CrossAttentionBalanced(const __half* sk, const __half* sv, int n_keys,
-                                       const float* q, float scale, float* wpart) {
+__device__ inline void CrossAttentionBalanced(const __half* sk, const __half* sv, int n_keys,
+                                              int region, const float* q, float scale,
+                                              float* wpart) {
   static_assert(kH == 6 && kDh == 64 && kD == 384, "heads 0-3 in 32 lanes, 4-5 in 16");
   const int lane = threadIdx.x % kWarp;
   const float qscale = scale * kLog2E;
@@ -660,8 +731,8 @@ __device__ void CrossAttentionBalanced(const __half* sk, const __half* sv, int n
     oa[i] = ob[i] = 0.0f;
   }
   float ma = -INFINITY, la = 0.0f, mb = -INFINITY, lb = 0.0f;
-  CrossPass(sk, sv, n_keys, n_keys, false, qa, ma, la, oa);
-  CrossPass(sk, sv, n_keys, (n_keys + 1) / 2, true, qb, mb, lb, ob);
+  CrossPass(sk, sv, n_keys, region, n_keys, false, qa, ma, la, oa);
+  CrossPass(sk, sv, n_keys, region, (n_keys + 1) / 2, true, qb, mb, lb, ob);
   // The pair halves (lanes l and l + 16: the same dims, other keys) merged.
   const float m_other = __shfl_xor_sync(kFullMask, mb, 16);
   const float l_other = __shfl_xor_sync(kFullMask, lb, 16);
@@ -765,7 +836,7 @@ __device__ void PushBlockPartial(const float* wpart, float* cpart, float* mine, 
 // att[0, 384) = the cluster's partials merged and normalised (kHalf: f16 records); then a block
 // barrier.
 template <bool kHalf = false>
-__device__ void MergeCluster(const float* cpart, float* weights, float* att) {
+__device__ inline void MergeCluster(const float* cpart, float* weights, float* att) {
   if constexpr (kHalf) {
     MergeWeights<kHalfRec, kDh / 2>(cpart, weights, true, nullptr);
   } else {

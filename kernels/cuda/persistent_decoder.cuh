@@ -141,6 +141,9 @@ struct PersistentDecoderParams {
   bool cluster_half_partials = false;
   // The cluster step's cross-attention by CrossAttentionBalanced (every lane busy).
   bool cluster_balanced_cross = false;
+  // The cluster step's cross-attention on tensor cores (CrossAttentionMma), with
+  // cluster_scatter_merge only; cluster_balanced_cross then has no effect.
+  bool cluster_mma_cross = false;
   // The cluster step's attention partials merged by a reduce-scatter (each block merges 24 of
   // the 384 dims, then sends them to all) instead of every block sending its whole partial to
   // every block; cluster_half_partials then has no effect.

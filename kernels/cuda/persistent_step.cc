@@ -238,6 +238,7 @@ absl::Status PersistentDecoderStep::RunWith(const DecoderStepIo& io, const Extra
   p.cluster_norm_all_warps = t.cluster_norm_all_warps;
   p.cluster_half_partials = t.cluster_half_partials;
   p.cluster_balanced_cross = t.cluster_balanced_cross;
+  p.cluster_mma_cross = t.cluster_mma_cross;
   p.cluster_scatter_merge = t.cluster_scatter_merge;
   p.cluster_staged_weights = t.cluster_staged_weights;
   return ext_.LaunchRaw(
@@ -270,6 +271,7 @@ absl::Status PersistentDecoderStep::RunWith(const DecoderStepIo& io, const Extra
        p.cluster_norm_all_warps,
        p.cluster_half_partials,
        p.cluster_balanced_cross,
+       p.cluster_mma_cross,
        p.cluster_scatter_merge,
        p.cluster_staged_weights});
 }

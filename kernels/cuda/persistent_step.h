@@ -53,6 +53,11 @@ struct PersistentStepTuning {
   // cluster_decoder_parts.cuh: heads 4-5 of two keys per warp pass); false: heads 4-5 beside
   // heads 0-3 of one key, lanes 16-31 idle for them (the step before session 12).
   bool cluster_balanced_cross = true;
+  // The cluster step's cross-attention on tensor cores (cluster_cross_mma.cuh: two warps a head,
+  // scores and values by mma.sync with the query and the probabilities split into f16 parts and
+  // rounding errors); false: on the CUDA cores (cluster_balanced_cross; the step before session
+  // 15). Needs cluster_scatter_merge.
+  bool cluster_mma_cross = true;
   // The cluster step's attention partials merged by a reduce-scatter: block t merges dims
   // [24 t, 24 t + 24) of the 16 blocks' partials and sends them to every block (two exchanges of
   // ~1.8 KB received instead of one of 26 KB sent by each block; exact, f32; faster at 1 to 8

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Side-by-side timings of cluster-step variants on the device, alternating so that the
+# machine's drift falls on every variant alike (staged like cluster_device.sh, whose payload it
+# unpacks). Each round runs whisper_gpu_bench once per variant (its own median over many steps);
+# AB_ROUNDS rounds (default 4) at AB_BATCHES (default 1,8). AB_VARIANTS: ";"-separated bench
+# variant names (default: the cluster step, and its cross-attention on the CUDA cores). With
+# AB_OLD_BENCH=file.xz (an earlier build's whisper_gpu_bench, xz-compressed, in the staged
+# folder), that binary's first variant runs too, as "old: NAME". Then the timeline once and the
+# cluster step's parity tests. Results under $OUT: ab.log (one line per round, variant and
+# batch), ab-summary.txt (per variant and batch: the rounds' medians, their median and spread),
+# timeline.log, tests.log.
+#   bash .device/cluster/cluster_ab_device.sh
+set -uo pipefail
+scripts=$(cd "$(dirname "$0")" && pwd)
+here=/tmp/waav-cluster
+rm -rf "$here" && mkdir -p "$here" && tar -C "$here" -xJf "$scripts/payload.tar.xz" || exit 1
+out=${OUT:-/tmp/waav-cluster-out}
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+variants=${AB_VARIANTS:-"persistent, cluster step, f16 cross, CUDA graph;persistent, cluster step, cross-attention on CUDA cores"}
+batches=${AB_BATCHES:-1,8}
+old=""
+if [ -n "${AB_OLD_BENCH:-}" ]; then
+  old="$here/old_bench"
+  xz -dc "$scripts/$AB_OLD_BENCH" > "$old" && chmod +x "$old"
+fi
+run() {  # binary, variant, label
+  "$1" --no-ops --encoder-batches none --decoder-batches "$batches" --only "$2" 2>&1 |
+    grep "^decoder step" | sed -E "s/ +/ /g" |
+    awk -v r="$round" -v name="$3" '{for (i = 1; i <= NF; i++) if ($i ~ /^B=/) print "round " r "\t" name "\t" $i "\t" $(i + 1)}'
+}
+IFS=';' read -r -a names <<< "$variants"
+for round in $(seq "${AB_ROUNDS:-4}"); do
+  for v in "${names[@]}"; do run "$here/bin/whisper_gpu_bench" "$v" "$v"; done
+  [ -n "$old" ] && run "$old" "${names[0]}" "old: ${names[0]}"
+done > "$out/ab.log"
+# Per variant and batch: the rounds' figures, their median and spread (max - min).
+awk -F'\t' '{k = $2 "\t" $3; v[k] = v[k] " " $4; n[k]++} END {for (k in v) print k "\t" v[k]}' \
+  "$out/ab.log" | sort | while IFS=$'\t' read -r name batch values; do
+  stats=$(tr ' ' '\n' <<< "$values" | grep . | sort -g |
+    awk '{a[NR] = $1} END {m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; printf "median %.1f us, spread %.1f (%d rounds)", m, a[NR] - a[1], NR}')
+  printf '%s\t%s\t%s\t%s\n' "$name" "$batch" "$stats" "$values"
+done > "$out/ab-summary.txt"
+"$here/bin/whisper_gpu_bench" --no-ops --encoder-batches none --decoder-batches 1 \
+  --only "persistent, cluster step, profile: timeline" > "$out/timeline.log" 2>&1
+{
+  timeout 60 "$here/bin/cuda_backend_test" --gtest_filter='ClusterCross*'
+  echo "cuda_backend_test ClusterCross* rc=$?"
+  timeout 120 "$here/bin/persistent_whisper_step_test" --gtest_filter='*ClusterStep*'
+  echo "persistent_whisper_step_test rc=$?"
+} > "$out/tests.log" 2>&1
+cat "$out/ab-summary.txt"
+grep -E " rc=" "$out/tests.log"
