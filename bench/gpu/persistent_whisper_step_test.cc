@@ -154,7 +154,7 @@ TEST_P(PersistentStepTest, MatchesCpuDecodeStep) {
     step_options.tuning.cluster_half_partials = GetParam().half_partials;
     step_options.tuning.cluster_balanced_cross = !GetParam().idle_cross_lanes;
     step_options.tuning.cluster_mma_cross =
-        !GetParam().idle_cross_lanes && !GetParam().cuda_core_cross;
+        !GetParam().cuda_core_cross && !GetParam().idle_cross_lanes;
     step_options.tuning.cluster_staged_weights = GetParam().staged_weights;
     // (f16 partials apply to the whole-partials merge only.)
     step_options.tuning.cluster_scatter_merge = !GetParam().full_merge && !GetParam().half_partials;

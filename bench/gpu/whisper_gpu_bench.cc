@@ -743,8 +743,8 @@ int Main(int argc, char** argv) {
     o.tuning.cluster_mma_cross = false;
     o.tuning.cluster_balanced_cross = false;
   });
-  // The cross-attention on the CUDA cores, every lane busy (PersistentStepTuning::
-  // cluster_mma_cross false: the step before session 15).
+  // The cross-attention on the CUDA cores, its K/V rows bulk-copied as they are
+  // (PersistentStepTuning::cluster_mma_cross false: the step before session 15).
   add_persistent("cluster step, cross-attention on CUDA cores", true, [&](auto& o) {
     cluster(o);
     o.tuning.cluster_mma_cross = false;

@@ -38,12 +38,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int region = (n_keys + 7) / 8 * 8 * kDh;  // (any multiple of 8 keys)
   __half* sv = sk + kH * region;
   for (int i = threadIdx.x; i < kD; i += kThreads) q_s[i] = q[i];
-  // The keys as the layers' tensor copies leave them (cluster_cross_stage.cuh).
+  // The keys as the layers' copies leave them: in swizzled head regions for the tensor cores
+  // (cluster_cross_stage.cuh), as in global memory for the CUDA cores.
   constexpr int kPieces = kD / 8;
   for (int i = threadIdx.x; i < n_keys * kPieces; i += kThreads) {
     const int key = i / kPieces, piece = i % kPieces;
-    const size_t from = static_cast<size_t>(key) * kD + 8 * piece;
-    const int to = StageOffset(region, key, 8 * piece);
+    const int from = key * kD + 8 * piece;
+    const int to = use_mma ? StageOffset(region, key, 8 * piece) : from;
     *reinterpret_cast<uint4*>(sk + to) = *reinterpret_cast<const uint4*>(k + from);
     *reinterpret_cast<uint4*>(sv + to) = *reinterpret_cast<const uint4*>(v + from);
   }
@@ -51,7 +52,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (use_mma) {
     CrossAttentionMma(sk, sv, n_keys, region, q_s, scale, wpart, mine);
   } else {
-    CrossAttentionBalanced(sk, sv, n_keys, region, q_s, scale, wpart);
+    CrossAttentionBalanced(sk, sv, n_keys, q_s, scale, wpart);
     __syncthreads();
     MergeBlock(wpart, mine, weights);
   }

@@ -37,7 +37,7 @@ cudaError_t EncodeCrossStageMaps(const PersistentDecoderParams& p, CrossStageMap
   // need not grow with the dimension).
   const cuuint64_t dims[3] = {64, static_cast<cuuint64_t>(keys), 6};
   const cuuint64_t strides[2] = {384 * 2, 64 * 2};  // bytes, dimensions 1 and 2
-  const cuuint32_t box[3] = {64, kCrossStageRows, 6};
+  const cuuint32_t box[3] = {64, kCrossStageRows, 6 / kCrossStageCopies};
   const cuuint32_t element_strides[3] = {1, 1, 1};
   for (int layer = 0; layer < p.n_layers; ++layer) {
     for (int which = 0; which < 2; ++which) {
@@ -46,7 +46,7 @@ cudaError_t EncodeCrossStageMaps(const PersistentDecoderParams& p, CrossStageMap
       const CUresult r =
           encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, const_cast<void*>(base), dims, strides,
                  box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                 CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
       if (r != CUDA_SUCCESS) return cudaErrorInvalidValue;
     }
   }

@@ -26,6 +26,8 @@ namespace waav::cuda {
 inline constexpr int kCrossStageRows = 96;
 // Halves of the stage's K and V: 2 matrices x 6 heads x rows x 64.
 inline constexpr size_t kCrossStageHalves = size_t{2} * 6 * kCrossStageRows * 64;
+// Tensor copies per matrix and layer (each of 6 / kCrossStageCopies heads).
+inline constexpr int kCrossStageCopies = 2;
 
 // Per layer, the tensor maps of p.cross_k and p.cross_v (kernel parameter).
 struct CrossStageMaps {  // (CUtensorMap carries its own alignment)
@@ -51,12 +53,13 @@ __device__ __forceinline__ int StageOffset(int region, int key, int dim) {
 // into `dst` (1024-byte aligned), completing `bar`'s phase by the box's bytes (the caller has
 // armed it with them). `map`: a kernel parameter's CUtensorMap.
 __device__ __forceinline__ void CopyStage(void* dst, const CUtensorMap* map, int first_key,
-                                          unsigned long long* bar, uint64_t policy) {
+                                          int first_head, unsigned long long* bar,
+                                          uint64_t policy) {
   asm volatile(
       "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
       ".L2::cache_hint [%0], [%1, {%2, %3, %4}], [%5], %6;" ::"r"(
           static_cast<unsigned>(__cvta_generic_to_shared(dst))),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(0), "r"(first_key), "r"(0),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(0), "r"(first_key), "r"(first_head),
       "r"(static_cast<unsigned>(__cvta_generic_to_shared(bar))), "l"(policy)
       : "memory");
 }

@@ -99,8 +99,10 @@ int StageKeys(int audio_ctx) { return (audio_ctx + kC - 1) / kC; }
 // (kHalf, p.cluster_half_partials), or the reduce-scatter merge (kScatter,
 // p.cluster_scatter_merge). kStaged: p.cluster_staged_weights (with the reduce-scatter merge,
 // not in the profile modes without weights; a run-time flag made ptxas spill ~550 bytes).
+// kMmaCross: p.cluster_mma_cross (with the reduce-scatter merge and staged weights at level 2;
+// as a run-time flag the tensor-core code in the default kernel cost it ~3.6 us a step).
 enum class PartialsMerge { kFull, kHalf, kScatter };
-template <PartialsMerge kMerge, int kStaged>
+template <PartialsMerge kMerge, int kStaged, bool kMmaCross = false>
 __global__ void __launch_bounds__(kThreads, 1)
     ClusterLayersKernel(const __grid_constant__ PersistentDecoderParams p,
                         const __grid_constant__ CrossStageMaps maps, float* x_out) {
@@ -133,7 +135,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool scatter = kMerge == PartialsMerge::kScatter;
   // The cross-attention on tensor cores (its partial straight into mine: the reduce-scatter
   // merge only).
-  const bool mma_cross = scatter && attention && p.cluster_mma_cross;
+  static_assert(!kMmaCross || kMerge == PartialsMerge::kScatter, "the partial goes to the scatter");
+  const bool mma_cross = kMmaCross && attention;
   // The layers' weights and cross K/V: evict-last with the "keep" hints (read again next
   // step), else normal.
   const uint64_t keep =
@@ -197,7 +200,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     BarrierInit(&ffn2_bar);
     BarrierInit(&qkv_bar);
     if (staged) stage_qkv(0);  // model constants: before the wait
-    for (int layer = 0; layer < p.n_layers; ++layer) {
+    for (int layer = 0; layer < (mma_cross ? p.n_layers : 0); ++layer) {
       PrefetchStageMap(&maps.k[layer]);
       PrefetchStageMap(&maps.v[layer]);
     }
@@ -276,23 +279,43 @@ __global__ void __launch_bounds__(kThreads, 1)
       NormLocal(x_s, g, b, p.eps, xn);
     }
   };
-  // A layer's cross K/V rows of this block: a tensor copy per matrix (its box: the block's keys
-  // rounded up to 8, in the stage's swizzled layout), completing phase `layer & 1` of
-  // stage_bar, issued as soon as the previous layer's cross-attention has read the stage (with
-  // staged weights: in the layer's out-projection phase, see above).
-  auto stage_cross = [&](int layer) {
+  // A layer's cross K/V rows of this block, completing phase `layer & 1` of stage_bar, issued as
+  // soon as the previous layer's cross-attention has read the stage (with staged weights: in
+  // the layer's out-projection phase, see above): two bulk copies of the rows as they are in
+  // global memory, or for the tensor-core cross-attention (mma_cross) tensor copies into the
+  // swizzled head regions (cluster_cross_stage.cuh), copy `part` of kCrossStageCopies (the
+  // first in the out-projection phase, the rest in the cross query's).
+  auto stage_cross = [&](int layer, int part) {
     if (threadIdx.x != stager) return;
-    // (Staged: this block's first key computed here again, not taken from a0, with which ptxas
-    // kept values alive longer and spilled 12 bytes.)
+    // (Staged: this block's cross keys computed here again, not taken from a0 and a1, with
+    // which ptxas kept values alive longer and spilled 12 bytes.)
     const int first = staged ? static_cast<int>(static_cast<int64_t>(p.audio_ctx) * rank / kC) : a0;
     const int block_row = staged ? static_cast<int>(blockIdx.x / kC) : row;
     FenceProxyAsync();
-    BarrierExpectBytes(&stage_bar, static_cast<unsigned>(2 * kH * region * sizeof(__half)));
-    const int key = block_row * p.audio_ctx + first;
-    CopyStage(stage_k, &maps.k[layer], key, &stage_bar, keep);
-    CopyStage(stage_v, &maps.v[layer], key, &stage_bar, keep);
+    if (mma_cross) {
+      if (part == 0) {
+        BarrierExpectBytes(&stage_bar, static_cast<unsigned>(2 * kH * region * sizeof(__half)));
+      }
+      const int key = block_row * p.audio_ctx + first, head = part * (kH / kCrossStageCopies);
+      CopyStage(stage_k + head * region, &maps.k[layer], key, head, &stage_bar, keep);
+      CopyStage(stage_v + head * region, &maps.v[layer], key, head, &stage_bar, keep);
+    } else if (part == 0) {
+      const int end =
+          staged ? static_cast<int>(static_cast<int64_t>(p.audio_ctx) * (rank + 1) / kC) : a1;
+      const size_t offset = (static_cast<size_t>(block_row) * p.audio_ctx + first) * kD;
+      const unsigned bytes = static_cast<unsigned>((end - first) * kD * 2);
+      BarrierExpectBytes(&stage_bar, 2 * bytes);
+      BulkCopy(stage_k, static_cast<const __half*>(p.cross_k[layer]) + offset, bytes, &stage_bar,
+               keep);
+      BulkCopy(stage_v, static_cast<const __half*>(p.cross_v[layer]) + offset, bytes, &stage_bar,
+               keep);
+    }
   };
-  if (!barriers_only && !staged) stage_cross(0);
+  auto stage_cross_all = [&](int layer) {
+    for (int part = 0; part < kCrossStageCopies; ++part) stage_cross(layer, part);
+  };
+
+  if (!barriers_only && !staged) stage_cross_all(0);
   for (int c = threadIdx.x; c < kD; c += kThreads) {
     x_s[c] = __half2float(p.token_embedding[static_cast<size_t>(row_token) * kD + c]) +
              p.position_table[static_cast<size_t>(position) * kD + c];
@@ -317,7 +340,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto merge_project = [&](const __half* wo, const float* bo, int in, int gather, int out) {
       Slice<kD, kDCols> s;
       LoadSlice(wo, bo, rank * kDCols, s, keep, weights);
-      if (staged && in == kEvSelf) stage_cross(layer);  // the staged QKV columns have been read
+      if (staged && in == kEvSelf) stage_cross(layer, 0);  // the staged QKV columns have been read
       wait(in, layer);
       if constexpr (scatter) {
         GatherOwnedDims(cpart, merge_weights, xn, rank, &events[gather]);
@@ -372,6 +395,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     {
       Slice<kD, kDCols> s;
       LoadSlice(w.cq_w, w.cq_b, rank * kDCols, s, keep, weights);
+      if (staged && mma_cross) {
+        for (int part = 1; part < kCrossStageCopies; ++part) stage_cross(layer, part);
+      }
       wait(kEvOut, layer);
       norm(norms + 2 * kD, norms + 3 * kD);
       RunSlice(s, rank * kDCols, xn,
@@ -385,13 +411,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (mma_cross) {  // (the block's partial into mine, then a block barrier)
       CrossAttentionMma(stage_k, stage_v, a1 - a0, region, qkv_s, p.scale, wpart, mine);
     } else if (attention && p.cluster_balanced_cross) {
-      CrossAttentionBalanced(stage_k, stage_v, a1 - a0, region, qkv_s, p.scale, wpart);
+      CrossAttentionBalanced(stage_k, stage_v, a1 - a0, qkv_s, p.scale, wpart);
     } else if (attention) {
-      CrossAttentionWarps(stage_k, stage_v, a1 - a0, region, qkv_s, p.scale, wpart);
+      CrossAttentionWarps(stage_k, stage_v, a1 - a0, qkv_s, p.scale, wpart);
     }
     if (!mma_cross) __syncthreads();
     inner(layer, 2);
-    if (!staged && layer + 1 < p.n_layers) stage_cross(layer + 1);  // the stage is free
+    if (!staged && layer + 1 < p.n_layers) stage_cross_all(layer + 1);  // the stage is free
     if (mma_cross) {
       ScatterBlockPartial(mine, cpart, rank, &events[kEvCross]);
     } else {
@@ -828,7 +854,10 @@ cudaLaunchConfig_t LayersConfig(int batch, size_t smem, cudaStream_t stream,
 // The layers' kernel of a configuration (scatter wins over half).
 using LayersKernelFn = void (*)(PersistentDecoderParams, CrossStageMaps, float*);
 // (`staged`: the level, StagedLevel.)
-LayersKernelFn LayersKernel(bool scatter, bool half, int staged) {
+LayersKernelFn LayersKernel(bool scatter, bool half, int staged, bool mma_cross = false) {
+  if (scatter && staged >= 2 && mma_cross) {
+    return ClusterLayersKernel<PartialsMerge::kScatter, 2, true>;
+  }
   if (scatter) {
     return staged >= 2   ? ClusterLayersKernel<PartialsMerge::kScatter, 2>
            : staged == 1 ? ClusterLayersKernel<PartialsMerge::kScatter, 1>
@@ -866,11 +895,9 @@ bool ClusterDecoderAvailable(const PersistentDecoderParams& p) {
     const struct {
       LayersKernelFn kernel;
       int staged;
-    } variants[] = {{LayersKernel(false, false, 0), 0},
-                    {LayersKernel(false, true, 0), 0},
-                    {LayersKernel(true, false, 0), 0},
-                    {LayersKernel(true, false, 1), 1},
-                    {LayersKernel(true, false, 2), 2}};
+    } variants[] = {{LayersKernel(false, false, 0), 0}, {LayersKernel(false, true, 0), 0},
+                    {LayersKernel(true, false, 0), 0},  {LayersKernel(true, false, 1), 1},
+                    {LayersKernel(true, false, 2), 2},  {LayersKernel(true, false, 2, true), 2}};
     for (const auto& [fn, staged] : variants) {
       const void* kernel = reinterpret_cast<const void*>(fn);
       const size_t smem = LayerSmemBytes(staged);
@@ -920,9 +947,11 @@ cudaError_t LaunchClusterDecoder(const LaunchContext& ctx, const PersistentDecod
   cudaLaunchAttribute attribute[2];
   const cudaLaunchConfig_t config =
       LayersConfig(p.batch, LayerSmemBytes(staged), ctx.stream, attribute, /*pdl=*/true);
-  const auto kernel = LayersKernel(p.cluster_scatter_merge, p.cluster_half_partials, staged);
-  CrossStageMaps maps;
-  cudaError_t err = EncodeCrossStageMaps(p, maps);
+  const bool mma_cross = p.cluster_mma_cross && p.cluster_scatter_merge && staged >= 2;
+  const auto kernel =
+      LayersKernel(p.cluster_scatter_merge, p.cluster_half_partials, staged, mma_cross);
+  CrossStageMaps maps = {};  // (the tensor copies' maps: only the tensor-core cross-attention's)
+  cudaError_t err = mma_cross ? EncodeCrossStageMaps(p, maps) : cudaSuccess;
   if (err != cudaSuccess) return err;
   err = cudaLaunchKernelEx(&config, kernel, params, maps, x_final);
   if (err != cudaSuccess || p.profile_mode == kProfileNoLogits) return err;

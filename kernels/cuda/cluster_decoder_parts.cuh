@@ -561,13 +561,13 @@ __device__ inline void SelfAttentionWarps(const float* kc, const float* vc, int 
   }
 }
 
-// Cross-attention over n_keys f16 keys in the stage (cluster_cross_stage.cuh; head regions of
-// `region` halves): a partial per (warp, head) into wpart.
+// Cross-attention over n_keys f16 rows in shared memory (384 halves each, as in global memory):
+// a partial per (warp, head) into wpart.
 // Lane l holds dims 8 l (head l / 8) and, for l < 16, dims 256 + 8 l (head 4 + l / 8). A warp
 // scores kKeyChunk keys before one softmax update (one rescale of o per chunk, not per key).
 constexpr int kKeyChunk = 4;
 __device__ inline void CrossAttentionWarps(const __half* sk, const __half* sv, int n_keys,
-                                           int region, const float* q, float scale, float* wpart) {
+                                           const float* q, float scale, float* wpart) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const bool has_b = lane < 16;
   float qa[8], qb[8], oa[8], ob[8];
@@ -588,12 +588,11 @@ __device__ inline void CrossAttentionWarps(const __half* sk, const __half* sv, i
       sa[c] = sb[c] = 0.0f;
       va[c] = vb[c] = zero;
       if (j < n_keys) {
-        const int at_a = StageOffset(region, j, 8 * lane);
-        const int at_b = StageOffset(region, j, 256 + 8 * (lane % 16));
-        const uint4 ka = *reinterpret_cast<const uint4*>(sk + at_a);
-        const uint4 kb = has_b ? *reinterpret_cast<const uint4*>(sk + at_b) : zero;
-        va[c] = *reinterpret_cast<const uint4*>(sv + at_a);
-        vb[c] = has_b ? *reinterpret_cast<const uint4*>(sv + at_b) : zero;
+        const uint4* kr = reinterpret_cast<const uint4*>(sk + static_cast<size_t>(j) * kD);
+        const uint4* vr = reinterpret_cast<const uint4*>(sv + static_cast<size_t>(j) * kD);
+        const uint4 ka = kr[lane], kb = has_b ? kr[32 + lane] : zero;
+        va[c] = vr[lane];
+        vb[c] = has_b ? vr[32 + lane] : zero;
         float kf[8];
         WidenHalves8(ka, kf);
 #pragma unroll
@@ -659,9 +658,9 @@ constexpr int kBalancedSlots = 3;  // warp slots scored before one softmax updat
 constexpr float kLog2E = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
 // One pass over `units` warp slots (keys, or key pairs): this lane's running (m, l, o[8]).
-__device__ __forceinline__ void CrossPass(const __half* sk, const __half* sv, int n_keys,
-                                          int region, int units, bool pairs, const float (&q)[8],
-                                          float& m, float& l, float (&o)[8]) {
+__device__ __forceinline__ void CrossPass(const __half* sk, const __half* sv, int n_keys, int units,
+                                          bool pairs, const float (&q)[8], float& m, float& l,
+                                          float (&o)[8]) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int dim = pairs ? 2 * kD / 3 + 8 * (lane % 16) : 8 * lane;
   const int half = pairs ? lane / 16 : 0;
@@ -678,7 +677,7 @@ __device__ __forceinline__ void CrossPass(const __half* sk, const __half* sv, in
       s[c] = 0.0f;
       v[c] = zero;
       if (valid[c]) {
-        const int at = StageOffset(region, key, dim);
+        const size_t at = static_cast<size_t>(key) * kD + dim;
         const uint4 k = *reinterpret_cast<const uint4*>(sk + at);
         v[c] = *reinterpret_cast<const uint4*>(sv + at);
         float kf[8];
@@ -718,8 +717,7 @@ __device__ __forceinline__ void CrossPass(const __half* sk, const __half* sv, in
 }
 
 __device__ inline void CrossAttentionBalanced(const __half* sk, const __half* sv, int n_keys,
-                                              int region, const float* q, float scale,
-                                              float* wpart) {
+                                              const float* q, float scale, float* wpart) {
   static_assert(kH == 6 && kDh == 64 && kD == 384, "heads 0-3 in 32 lanes, 4-5 in 16");
   const int lane = threadIdx.x % kWarp;
   const float qscale = scale * kLog2E;
@@ -731,8 +729,8 @@ __device__ inline void CrossAttentionBalanced(const __half* sk, const __half* sv
     oa[i] = ob[i] = 0.0f;
   }
   float ma = -INFINITY, la = 0.0f, mb = -INFINITY, lb = 0.0f;
-  CrossPass(sk, sv, n_keys, region, n_keys, false, qa, ma, la, oa);
-  CrossPass(sk, sv, n_keys, region, (n_keys + 1) / 2, true, qb, mb, lb, ob);
+  CrossPass(sk, sv, n_keys, n_keys, false, qa, ma, la, oa);
+  CrossPass(sk, sv, n_keys, (n_keys + 1) / 2, true, qb, mb, lb, ob);
   // The pair halves (lanes l and l + 16: the same dims, other keys) merged.
   const float m_other = __shfl_xor_sync(kFullMask, mb, 16);
   const float l_other = __shfl_xor_sync(kFullMask, lb, 16);

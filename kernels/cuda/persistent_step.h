@@ -55,8 +55,11 @@ struct PersistentStepTuning {
   bool cluster_balanced_cross = true;
   // The cluster step's cross-attention on tensor cores (cluster_cross_mma.cuh: two warps a head,
   // scores and values by mma.sync with the query and the probabilities split into f16 parts and
-  // rounding errors); false: on the CUDA cores (cluster_balanced_cross; the step before session
-  // 15). Needs cluster_scatter_merge.
+  // rounding errors, the cross K/V staged by tensor copies into swizzled head regions); false:
+  // on the CUDA cores (cluster_balanced_cross), the rows bulk-copied as they are. H100, against
+  // the step before session 15 in one call: 85.3 against 87.9 us at one row, 205.9 against
+  // 211.4 at 8 (docs/benchmarks.md, session 15). With cluster_scatter_merge and
+  // cluster_staged_weights 2 (its own kernel); otherwise the CUDA cores.
   bool cluster_mma_cross = true;
   // The cluster step's attention partials merged by a reduce-scatter: block t merges dims
   // [24 t, 24 t + 24) of the 16 blocks' partials and sends them to every block (two exchanges of

@@ -4,9 +4,9 @@
 # unpacks). Each round runs whisper_gpu_bench once per variant (its own median over many steps);
 # AB_ROUNDS rounds (default 4) at AB_BATCHES (default 1,8). AB_VARIANTS: ";"-separated bench
 # variant names (default: the cluster step, and its cross-attention on the CUDA cores). With
-# AB_OLD_BENCH=file.xz (an earlier build's whisper_gpu_bench, xz-compressed, in the staged
-# folder), that binary's first variant runs too, as "old: NAME". Then the timeline once and the
-# cluster step's parity tests. Results under $OUT: ab.log (one line per round, variant and
+# AB_OLD_BENCH="a.xz;b.xz" (earlier builds' whisper_gpu_bench, xz-compressed, in the staged
+# folder), each binary's run of the first variant too, as "a.xz: NAME". Then the timeline once and the
+# cluster step's parity tests (the timeline of each binary). Results under $OUT: ab.log (one line per round, variant and
 # batch), ab-summary.txt (per variant and batch: the rounds' medians, their median and spread),
 # timeline.log, tests.log.
 #   bash .device/cluster/cluster_ab_device.sh
@@ -19,11 +19,10 @@ mkdir -p "$out"
 export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 variants=${AB_VARIANTS:-"persistent, cluster step, f16 cross, CUDA graph;persistent, cluster step, cross-attention on CUDA cores"}
 batches=${AB_BATCHES:-1,8}
-old=""
-if [ -n "${AB_OLD_BENCH:-}" ]; then
-  old="$here/old_bench"
-  xz -dc "$scripts/$AB_OLD_BENCH" > "$old" && chmod +x "$old"
-fi
+IFS=';' read -r -a olds <<< "${AB_OLD_BENCH:-}"
+for o in "${olds[@]}"; do
+  xz -dc "$scripts/$o" > "$here/$o.bin" && chmod +x "$here/$o.bin"
+done
 run() {  # binary, variant, label
   "$1" --no-ops --encoder-batches none --decoder-batches "$batches" --only "$2" 2>&1 |
     grep "^decoder step" | sed -E "s/ +/ /g" |
@@ -32,7 +31,7 @@ run() {  # binary, variant, label
 IFS=';' read -r -a names <<< "$variants"
 for round in $(seq "${AB_ROUNDS:-4}"); do
   for v in "${names[@]}"; do run "$here/bin/whisper_gpu_bench" "$v" "$v"; done
-  [ -n "$old" ] && run "$old" "${names[0]}" "old: ${names[0]}"
+  for o in "${olds[@]}"; do run "$here/$o.bin" "${names[0]}" "$o: ${names[0]}"; done
 done > "$out/ab.log"
 # Per variant and batch: the rounds' figures, their median and spread (max - min).
 awk -F'\t' '{k = $2 "\t" $3; v[k] = v[k] " " $4; n[k]++} END {for (k in v) print k "\t" v[k]}' \
@@ -41,8 +40,12 @@ awk -F'\t' '{k = $2 "\t" $3; v[k] = v[k] " " $4; n[k]++} END {for (k in v) print
     awk '{a[NR] = $1} END {m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; printf "median %.1f us, spread %.1f (%d rounds)", m, a[NR] - a[1], NR}')
   printf '%s\t%s\t%s\t%s\n' "$name" "$batch" "$stats" "$values"
 done > "$out/ab-summary.txt"
-"$here/bin/whisper_gpu_bench" --no-ops --encoder-batches none --decoder-batches 1 \
-  --only "persistent, cluster step, profile: timeline" > "$out/timeline.log" 2>&1
+for bench in "$here/bin/whisper_gpu_bench" "${olds[@]/#/$here/}"; do
+  [ "$bench" = "$here/bin/whisper_gpu_bench" ] || bench="$bench.bin"
+  echo "== $(basename "$bench")"
+  "$bench" --no-ops --encoder-batches none --decoder-batches 1 \
+    --only "persistent, cluster step, profile: timeline" 2>&1 | grep "timeline B=1"
+done > "$out/timeline.log"
 {
   timeout 60 "$here/bin/cuda_backend_test" --gtest_filter='ClusterCross*'
   echo "cuda_backend_test ClusterCross* rc=$?"
