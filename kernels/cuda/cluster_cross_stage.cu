@@ -27,12 +27,15 @@ PFN_cuTensorMapEncodeTiled_v12000 Encoder() {
 }  // namespace
 
 cudaError_t EncodeCrossStageMaps(const PersistentDecoderParams& p, CrossStageMaps& maps) {
-  const auto encode = Encoder();
-  if (encode == nullptr) return cudaErrorNotSupported;
   const int64_t keys = int64_t{p.batch} * p.audio_ctx;
-  if (keys < 1 || keys > INT32_MAX || p.n_layers > kPersistentMaxLayers) {
+  if (keys < 1 || keys > INT32_MAX || p.n_layers < 1 || p.n_layers > kPersistentMaxLayers) {
     return cudaErrorInvalidValue;
   }
+  for (int layer = 0; layer < p.n_layers; ++layer) {
+    if (p.cross_k[layer] == nullptr || p.cross_v[layer] == nullptr) return cudaErrorInvalidValue;
+  }
+  const auto encode = Encoder();
+  if (encode == nullptr) return cudaErrorNotSupported;
   // {dims of a head, keys, heads}: the heads 128 bytes apart, the keys 768 (a map's strides
   // need not grow with the dimension).
   const cuuint64_t dims[3] = {64, static_cast<cuuint64_t>(keys), 6};

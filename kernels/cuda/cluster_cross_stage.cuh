@@ -36,8 +36,9 @@ struct CrossStageMaps {  // (CUtensorMap carries its own alignment)
 };
 
 // Encodes p's cross K/V (f16, [p.batch x p.audio_ctx, 384] per layer) for boxes of
-// kCrossStageRows keys. cudaErrorNotSupported where the driver has no tensor maps,
-// cudaErrorInvalidValue for shapes a map cannot take.
+// kCrossStageRows keys. cudaErrorInvalidValue for shapes a map cannot take or a missing cache
+// (checked first, without the driver), cudaErrorNotSupported where the driver has no tensor
+// maps. Host function.
 cudaError_t EncodeCrossStageMaps(const PersistentDecoderParams& p, CrossStageMaps& maps);
 
 #if defined(__CUDACC__)

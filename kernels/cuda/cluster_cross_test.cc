@@ -2,7 +2,8 @@
 // softmax on fresh random keys, values and queries: the tensor-core version and the CUDA-core
 // one, at key counts of none, one, part of a 16-key tile, whole tiles, a warp's three-tile chunk
 // and more than one chunk per warp (the layers' kernel only ever gives them ~94), and with
-// scores large enough that the online softmax must rescale.
+// scores large enough that the online softmax must rescale. The stage's tensor maps refuse
+// shapes they cannot take (host-side, no GPU needed).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cluster_cross_check.h"
+#include "kernels/cuda/cluster_cross_stage.cuh"
 #include "kernels/cuda/gpu.h"
 
 namespace waav::cuda {
@@ -51,6 +53,32 @@ struct Device {
     cudaFree(out);
   }
 };
+
+TEST(CrossStageMaps, RefuseShapesAMapCannotTakeBeforeAskingTheDriver) {
+  static char cache[16];
+  PersistentDecoderParams p;
+  p.batch = 1;
+  p.audio_ctx = 1500;
+  p.n_layers = 4;
+  for (int layer = 0; layer < 4; ++layer) p.cross_k[layer] = p.cross_v[layer] = cache;
+  CrossStageMaps maps;
+  PersistentDecoderParams bad = p;
+  bad.n_layers = kPersistentMaxLayers + 1;
+  EXPECT_EQ(EncodeCrossStageMaps(bad, maps), cudaErrorInvalidValue);
+  bad = p;
+  bad.n_layers = 0;
+  EXPECT_EQ(EncodeCrossStageMaps(bad, maps), cudaErrorInvalidValue);
+  bad = p;
+  bad.batch = 8;
+  bad.audio_ctx = INT32_MAX / 4;  // more keys than a map's coordinate reaches
+  EXPECT_EQ(EncodeCrossStageMaps(bad, maps), cudaErrorInvalidValue);
+  bad = p;
+  bad.audio_ctx = 0;
+  EXPECT_EQ(EncodeCrossStageMaps(bad, maps), cudaErrorInvalidValue);
+  bad = p;
+  bad.cross_v[3] = nullptr;
+  EXPECT_EQ(EncodeCrossStageMaps(bad, maps), cudaErrorInvalidValue);
+}
 
 TEST(ClusterCrossAttention, MatchesCpuSoftmaxAtEveryKeyCount) {
   int devices = 0;

@@ -947,13 +947,14 @@ cudaError_t LaunchClusterDecoder(const LaunchContext& ctx, const PersistentDecod
   cudaLaunchAttribute attribute[2];
   const cudaLaunchConfig_t config =
       LayersConfig(p.batch, LayerSmemBytes(staged), ctx.stream, attribute, /*pdl=*/true);
-  const bool mma_cross = p.cluster_mma_cross && p.cluster_scatter_merge && staged >= 2;
+  // The tensor-core cross-attention where its maps encode (a driver without tensor maps: the
+  // CUDA cores, same shared memory).
+  CrossStageMaps maps = {};
+  const bool mma_cross = p.cluster_mma_cross && p.cluster_scatter_merge && staged >= 2 &&
+                         EncodeCrossStageMaps(p, maps) == cudaSuccess;
   const auto kernel =
       LayersKernel(p.cluster_scatter_merge, p.cluster_half_partials, staged, mma_cross);
-  CrossStageMaps maps = {};  // (the tensor copies' maps: only the tensor-core cross-attention's)
-  cudaError_t err = mma_cross ? EncodeCrossStageMaps(p, maps) : cudaSuccess;
-  if (err != cudaSuccess) return err;
-  err = cudaLaunchKernelEx(&config, kernel, params, maps, x_final);
+  cudaError_t err = cudaLaunchKernelEx(&config, kernel, params, maps, x_final);
   if (err != cudaSuccess || p.profile_mode == kProfileNoLogits) return err;
   const int optin = OptInSharedBytes();
   if (p.batch == 1) return LaunchLogits<1>(ctx, params, x_final, stats, optin);
