@@ -1,13 +1,16 @@
 // The cluster step's cross K/V stage (cluster_decoder.cu): where each block keeps its share of a
 // layer's cross keys and values in shared memory, and the tensor maps that copy them there.
 //
-// Layout: per matrix (K, then V) six head regions of `rows` keys x 64 dims (128 bytes a key),
+// Layout (for the tensor-core cross-attention, cluster_cross_mma.cuh; the CUDA-core one reads
+// the rows bulk-copied as they are in global memory): per matrix (K, then V) six head regions
+// of kCrossStageRows keys x 64 dims (128 bytes a key),
 // each region 1024-byte aligned and swizzled as the tensor copy's 128-byte swizzle leaves it:
 // the 16-byte chunk c of key r's row sits at chunk c ^ (r % 8). The 8 keys an ldmatrix reads at
 // one chunk so fall in 8 different bank groups (rows of 768 bytes would all share four banks),
 // and a warp reading one key's 384 dims (16 bytes a lane) still needs only its four wavefronts.
-// One 3-D tensor copy per matrix and layer fills it: {64 dims, rows keys, 6 heads} of the
-// [B x audio_ctx, 384] f16 cross cache (the heads 128 bytes apart, the keys 768).
+// kCrossStageCopies 3-D tensor copies per matrix and layer fill it, each a box of {64 dims,
+// kCrossStageRows keys, 6 / kCrossStageCopies heads} of the [B x audio_ctx, 384] f16 cross
+// cache (the heads 128 bytes apart, the keys 768).
 //
 // CUDA only (sm_90 tensor maps); under HIP nothing here is compiled.
 #pragma once

@@ -9,7 +9,8 @@
 //   LN1 + QKV columns [72 b, 72 b + 72) (this block's K, V kept for the self caches) |
 //   self-attention over keys [L b / 16, L (b + 1) / 16), all heads | merge + out-proj columns
 //   [24 b, +24) + residual | LN2 + cross-Q columns | cross-attention over this block's ~94 of
-//   the 1500 cross keys (bulk-copied into shared memory ahead) | merge + cross out-proj
+//   the 1500 cross keys (copied into shared memory ahead, cluster_cross_stage.cuh) | merge +
+//   cross out-proj
 //   + residual | LN3 + FFN1 + GELU columns [96 b, +96) | FFN2 columns [24 b, +24) + residual.
 //
 // Every value a phase produces is stored into the shared memory of all 16 blocks with st.async
@@ -18,9 +19,10 @@
 // computes its LayerNorms itself. No buffer is overwritten before every block has read it: a
 // block sends a phase's values only after it has received every block's values of the phase
 // before, and each buffer is written again at least two exchanges after it was read.
-// Attention: warps over keys (self: a lane holds 4 f32 dims of a head; cross: two passes that
-// keep every lane busy, CrossAttentionBalanced), online softmax per warp, the block's 16 warps
-// merged into one partial (o, m, l) per head, then the cluster's 16 partials merged: by default
+// Attention: warps over keys (self: a lane holds 4 f32 dims of a head; cross: on tensor cores,
+// two warps a head, cluster_cross_mma.cuh, or with the knob off two passes that keep every lane
+// busy, CrossAttentionBalanced), online softmax per warp, the block's warps merged into one
+// partial (o, m, l) per head, then the cluster's 16 partials merged: by default
 // by a reduce-scatter (block t merges output dims [24 t, +24) from the 16 blocks' records in its
 // cpart and sends them into every block's xn: two exchanges, kEvSelf/kEvCross then the gathers),
 // else by every block from all 16 whole partials. (xn, written by other blocks in the gather, is

@@ -9,8 +9,9 @@
 //    mbarrier: no cluster barrier between phases). Attention splits the keys over the blocks,
 //    all six heads per block, and merges the blocks' partials the same way. Eight exchanges
 //    per layer, no atomics (the sums have a fixed order), and the rows' clusters never wait for
-//    each other. Each block bulk-copies its share of the next layer's cross K/V (f16) into
-//    shared memory as soon as the current layer's cross-attention has read the last.
+//    each other. Each block copies its share of each layer's cross K/V (f16) into shared memory
+//    ahead of its cross-attention (tensor copies into swizzled head regions for the
+//    tensor-core cross-attention; cluster_cross_stage.cuh).
 //  * Logits: the final LayerNorm and the tied-embedding GEMV over every multiprocessor, with
 //    argmax (suppression), log-sum-exp and the optional raw logits as in the persistent step
 //    (the reduction only when one of its outputs is asked for).
