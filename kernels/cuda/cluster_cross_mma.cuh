@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/cluster_cross_stage.cuh"
 #include "kernels/cuda/cluster_decoder_parts.cuh"
 #include "kernels/cuda/mma.cuh"
 
@@ -67,7 +68,7 @@ __device__ __forceinline__ void CrossAttentionMmaWarp(const __half* sk, const __
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         mma::LdMatrix4(frag[k],
-                       sk + head * region + k_key * kDh + 8 * ((2 * k + lane / 16) ^ (k_key & 7)));
+                       sk + StageOffset(region, k_key, head * kDh + 16 * k + 8 * (lane / 16)));
       }
 #pragma unroll
       for (int k = 0; k < 4; ++k) mma::Mma16816(acc[c], frag[k], qb[k][0], qb[k][1]);
@@ -118,8 +119,8 @@ __device__ __forceinline__ void CrossAttentionMmaWarp(const __half* sk, const __
       uint32_t frag[4][4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        mma::LdMatrix4Trans(frag[j], sv + head * region + v_key * kDh +
-                                         8 * ((2 * j + (lane / 8) % 2) ^ (v_key & 7)));
+        mma::LdMatrix4Trans(
+            frag[j], sv + StageOffset(region, v_key, head * kDh + 16 * j + 8 * ((lane / 8) % 2)));
       }
 #pragma unroll
       for (int j = 0; j < 4; ++j) mma::Mma16816(o[j], frag[j], b0[c], b1[c]);

@@ -138,6 +138,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The cross-attention on tensor cores (its partial straight into mine: the reduce-scatter
   // merge only).
   static_assert(!kMmaCross || kMerge == PartialsMerge::kScatter, "the partial goes to the scatter");
+  static_assert(!kMmaCross || kStaged >= 2, "the tensor copies' second half: the staged phases");
   const bool mma_cross = kMmaCross && attention;
   // The layers' weights and cross K/V: evict-last with the "keep" hints (read again next
   // step), else normal.
@@ -313,11 +314,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                keep);
     }
   };
-  auto stage_cross_all = [&](int layer) {
-    for (int part = 0; part < kCrossStageCopies; ++part) stage_cross(layer, part);
-  };
 
-  if (!barriers_only && !staged) stage_cross_all(0);
+  if (!barriers_only && !staged) stage_cross(0, 0);
   for (int c = threadIdx.x; c < kD; c += kThreads) {
     x_s[c] = __half2float(p.token_embedding[static_cast<size_t>(row_token) * kD + c]) +
              p.position_table[static_cast<size_t>(position) * kD + c];
@@ -419,7 +417,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (!mma_cross) __syncthreads();
     inner(layer, 2);
-    if (!staged && layer + 1 < p.n_layers) stage_cross_all(layer + 1);  // the stage is free
+    if (!staged && layer + 1 < p.n_layers) stage_cross(layer + 1, 0);  // the stage is free
     if (mma_cross) {
       ScatterBlockPartial(mine, cpart, rank, &events[kEvCross]);
     } else {

@@ -8,7 +8,6 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/cluster_cross_stage.cuh"
 #include "kernels/cuda/cluster_decoder.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
