@@ -72,6 +72,8 @@ struct BackendVariant {
   bool stacked_cross = true;
   // WhisperModelOptions::half_cross_cache (false: f32 cross K/V caches, the rows before it).
   bool half_cross = true;
+  // WhisperModelOptions::absorbed_cross_attention (kNever: the K/V caches, the rows before it).
+  whisper::GraphUse absorbed_cross = whisper::GraphUse::kAuto;
 };
 
 struct Row {
@@ -226,6 +228,7 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
   model_options.stacked_cross_projection = variant.stacked_cross;
   // The persistent bench variants keep f32 caches (their f16 copies are RefreshCross()'s).
   model_options.half_cross_cache = variant.half_cross && !variant.persistent;
+  model_options.absorbed_cross_attention = variant.absorbed_cross;
   ASSIGN_OR_RETURN(std::unique_ptr<whisper::WhisperModel> model,
                    whisper::WhisperModel::Load(model_dir, *backend, model_options));
   if (model->fused_step_max_batch() > 0) {
@@ -657,6 +660,10 @@ int Main(int argc, char** argv) {
     o.decode_attention = true;
     o.decode_attention_evict_first = true;
   });
+  // Session 16: the op-by-op step's cross-attention with the K/V projections absorbed (over
+  // the encoder output, SharedKvAttention; the default) against the K/V caches.
+  add_engine("K/V-cache cross-attention (before session 16)", [](auto&) {});
+  variants.back().absorbed_cross = whisper::GraphUse::kNever;
   add_engine("defaults (repeat)", [](auto&) {});
   add("fused step, CUDA graph + PDL", CudaMath::kFast, true, true, true);
   auto add_persistent = [&](const std::string& name, bool capture,

@@ -46,6 +46,10 @@ absl::Status Backend::LinearPlanesAppend(const Tensor&, const Tensor&, const Ten
   return NotImplemented(name(), "LinearPlanesAppend");
 }
 
+absl::Status Backend::SharedKvAttention(const Tensor&, const Tensor&, int, float, const Tensor&) {
+  return NotImplemented(name(), "SharedKvAttention");
+}
+
 void Backend::SetLaunchHint(LaunchHint) {}
 
 absl::Status Backend::BeginCapture() {

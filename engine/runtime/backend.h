@@ -81,6 +81,12 @@ enum class Op : uint8_t {
   // Optional kernel (LinearPlanes whose last planes are caches appended to as WriteRows appends:
   // a decoder step's Q, K and V, K and V straight into the self-attention caches).
   kLinearPlanesAppend,
+  // Optional kernel (attention of several query heads over keys that are also the values:
+  // Whisper's cross-attention with its key and value projections absorbed into the query and
+  // output projections, so that a decoder step reads the encoder output once per layer instead
+  // of that layer's K and V caches). With kHalfActivations, kv may be f16 and Copy converts f32
+  // to f16 (the encoder output into such a cache).
+  kSharedKvAttention,
 };
 
 // A captured sequence of kernel calls. Replay() re-runs them on the tensors they were captured
@@ -202,7 +208,8 @@ class Backend {
   virtual absl::Status CopyFromHost(const void* src, size_t bytes, const Tensor& dst) = 0;
   // Device -> host; waits for prior work. `bytes` must equal src.size_bytes().
   virtual absl::Status CopyToHost(const Tensor& src, void* dst, size_t bytes) = 0;
-  // Device -> device, same dtype and element count (shapes may differ).
+  // Device -> device, same dtype and element count (shapes may differ). With
+  // Op::kHalfActivations also f32 src into an f16 dst, each value rounded to nearest.
   virtual absl::Status Copy(const Tensor& src, const Tensor& dst) = 0;
   // Waits until every submitted kernel has finished.
   virtual absl::Status Synchronize() = 0;
@@ -321,6 +328,19 @@ class Backend {
   virtual absl::Status LinearPlanesAppend(const Tensor& x, const Tensor& weight, const Tensor* bias,
                                           absl::Span<const Tensor> planes, int first_appended,
                                           const Tensor& positions);
+  // Attention of H query heads of width D over keys that are also the values, shared by the
+  // heads (one K/V head of width D, K = V):
+  //   q f32 [B, Tq, H·D], kv [B, Tk, D] (f32, or f16 with Op::kHalfActivations) -> out f32
+  //   [B, Tq, H·D] with out[b, t, h] = Σ_j softmax_j(scale · q[b, t, h]·kv[b, j]) · kv[b, j],
+  //   every query over all Tk ≥ 1 keys (no lengths, not causal).
+  // D is a multiple of 64 from 64 to kMaxSharedKvWidth (Whisper tiny's and base's d_model; the
+  // GPU kernel keeps a D/64-warp block's accumulators in registers). Whisper's cross-attention
+  // is this with q = its query projected back through each head's key projection (q_h·Wk_hᵀ)
+  // and kv = the encoder output, its output then projected through each head's value and
+  // output projections (WhisperModelOptions::absorbed_cross_attention).
+  static constexpr int kMaxSharedKvWidth = 512;
+  virtual absl::Status SharedKvAttention(const Tensor& q, const Tensor& kv, int num_heads,
+                                         float scale, const Tensor& out);
 
   // ---- Launch hints (optional) -------------------------------------------------------------
   // How the kernel calls issued from now on (eager, or recorded by a capture) are best launched;

@@ -105,10 +105,14 @@ absl::Status ValidateCopyToHost(DeviceKind device, const Tensor& src, const void
   return absl::OkStatus();
 }
 
-absl::Status ValidateCopy(DeviceKind device, const Tensor& src, const Tensor& dst) {
+absl::Status ValidateCopy(DeviceKind device, const Tensor& src, const Tensor& dst,
+                          bool half_activations) {
   constexpr const char* kOp = "Copy";
   RETURN_IF_ERROR(CheckTensor(device, kOp, "src", src, kAnyDType, -1));
-  RETURN_IF_ERROR(CheckTensor(device, kOp, "dst", dst, {src.dtype()}, -1));
+  const bool convert = half_activations && src.dtype() == DType::kF32;
+  const std::initializer_list<DType> same = {src.dtype()};
+  const std::initializer_list<DType> f32_or_f16 = {DType::kF32, DType::kF16};
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "dst", dst, convert ? f32_or_f16 : same, -1));
   if (src.numel() != dst.numel()) {
     return Invalid(kOp, absl::StrCat("src ", src.Describe(), " and dst ", dst.Describe(),
                                      " differ in element count"));
@@ -392,6 +396,36 @@ absl::StatusOr<AttentionDims> ValidateAttention(DeviceKind device, const Tensor&
   RETURN_IF_ERROR(CheckDisjoint(kOp, "out", out, "k", k));
   RETURN_IF_ERROR(CheckDisjoint(kOp, "out", out, "v", v));
   return AttentionDims{batch, tq, tk, num_heads, width / num_heads};
+}
+
+absl::StatusOr<SharedKvAttentionDims> ValidateSharedKvAttention(DeviceKind device, const Tensor& q,
+                                                                const Tensor& kv, int num_heads,
+                                                                float scale, const Tensor& out,
+                                                                bool half_activations) {
+  constexpr const char* kOp = "SharedKvAttention";
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "q", q, {DType::kF32}, 3));
+  const std::initializer_list<DType> f32_or_f16 = {DType::kF32, DType::kF16};
+  const std::initializer_list<DType> f32 = {DType::kF32};
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "kv", kv, half_activations ? f32_or_f16 : f32, 3));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "out", out, {DType::kF32}, 3));
+  const int64_t batch = q.dim(0), tq = q.dim(1), width = kv.dim(2), tk = kv.dim(1);
+  if (num_heads < 1 || q.dim(2) != num_heads * width) {
+    return Invalid(kOp, absl::StrCat("q ", q.Describe(), " must be [B, Tq, num_heads · ", width,
+                                     "] (num_heads ", num_heads, ") for kv ", kv.Describe()));
+  }
+  if (kv.dim(0) != batch) {
+    return Invalid(kOp, absl::StrCat("kv ", kv.Describe(), " must have q's ", batch, " rows"));
+  }
+  if (width < 64 || width > Backend::kMaxSharedKvWidth || width % 64 != 0) {
+    return Invalid(kOp, absl::StrCat("kv's width ", width, " must be a multiple of 64 from 64 to ",
+                                     Backend::kMaxSharedKvWidth));
+  }
+  if (tk < 1) return Invalid(kOp, absl::StrCat("kv ", kv.Describe(), " has no keys"));
+  RETURN_IF_ERROR(CheckShape(kOp, "out", out, q.shape(), "same as q"));
+  if (!std::isfinite(scale)) return Invalid(kOp, absl::StrCat("scale ", scale, " is not finite"));
+  RETURN_IF_ERROR(CheckDisjoint(kOp, "out", out, "q", q));
+  RETURN_IF_ERROR(CheckDisjoint(kOp, "out", out, "kv", kv));
+  return SharedKvAttentionDims{batch, tq, tk, num_heads, width};
 }
 
 absl::StatusOr<WriteRowsDims> ValidateWriteRows(DeviceKind device, const Tensor& src,

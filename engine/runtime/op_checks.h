@@ -37,7 +37,9 @@ absl::Status ValidateCopyFromHost(DeviceKind device, const void* src, size_t byt
                                   const Tensor& dst);
 absl::Status ValidateCopyToHost(DeviceKind device, const Tensor& src, const void* dst,
                                 size_t bytes);
-absl::Status ValidateCopy(DeviceKind device, const Tensor& src, const Tensor& dst);
+// (`half_activations`: dst may also be f16 for an f32 src, a conversion.)
+absl::Status ValidateCopy(DeviceKind device, const Tensor& src, const Tensor& dst,
+                          bool half_activations = false);
 
 struct LinearDims {
   int64_t m, n, k;
@@ -98,6 +100,15 @@ absl::StatusOr<AttentionDims> ValidateAttention(DeviceKind device, const Tensor&
                                                 int num_heads, float scale, const Tensor& out,
                                                 bool half_activations = false);
 // (`half_activations`: q, k and v may also be f16, all three alike; out stays f32.)
+
+struct SharedKvAttentionDims {
+  int64_t batch, q_len, kv_len, heads, width;
+};
+// Backend::SharedKvAttention's contract (`half_activations`: kv may be f16).
+absl::StatusOr<SharedKvAttentionDims> ValidateSharedKvAttention(DeviceKind device, const Tensor& q,
+                                                                const Tensor& kv, int num_heads,
+                                                                float scale, const Tensor& out,
+                                                                bool half_activations = false);
 
 struct WriteRowsDims {
   int64_t batch, rows, channels, capacity;

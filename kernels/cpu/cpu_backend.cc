@@ -455,6 +455,22 @@ class CpuBackend final : public Backend {
     });
   }
 
+  absl::Status SharedKvAttention(const Tensor& q, const Tensor& kv, int num_heads, float scale,
+                                 const Tensor& out) override {
+    constexpr const char* kOp = "SharedKvAttention";
+    ASSIGN_OR_RETURN(
+        const checks::SharedKvAttentionDims d,
+        checks::ValidateSharedKvAttention(DeviceKind::kCpu, q, kv, num_heads, scale, out));
+    RETURN_IF_ERROR(CheckBlasSize(kOp, "Tk", d.kv_len));
+    RETURN_IF_ERROR(CheckBlasSize(kOp, "Tq · num_heads", d.q_len * d.heads));
+    const cpu::SharedKvAttentionShape s{d.batch, d.q_len, d.kv_len, d.heads, d.width};
+    return Submit([state = state_, q, kv, out, s, scale]() {
+      cpu::SharedKvAttentionKernel(state->context(), q.data_as<float>(), kv.data_as<float>(), s,
+                                   scale, out.data_as<float>());
+      return state->ScratchStatus(kOp);
+    });
+  }
+
   absl::Status WriteRows(const Tensor& src, const Tensor& positions, const Tensor& dst) override {
     constexpr const char* kOp = "WriteRows";
     RETURN_IF_ERROR(CheckTensor(kOp, "src", src, {DType::kF32, DType::kF16, DType::kI32}, 3));

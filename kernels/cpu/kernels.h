@@ -54,6 +54,13 @@ void AttentionKernel(const KernelContext& ctx, const float* q, const float* k, c
                      const int32_t* kv_lengths, const AttentionShape& shape, float scale,
                      bool causal, float* out);
 
+// See Backend::SharedKvAttention: q[B, Tq, H·D], kv[B, Tk, D] (Tk ≥ 1), out[B, Tq, H·D].
+struct SharedKvAttentionShape {
+  int64_t batch, q_len, kv_len, heads, width;
+};
+void SharedKvAttentionKernel(const KernelContext& ctx, const float* q, const float* kv,
+                             const SharedKvAttentionShape& shape, float scale, float* out);
+
 // y[b, t] = token_table[tokens[b, t]] + position_table[start_positions[b] + t]; indices
 // already checked.
 void EmbedKernel(const KernelContext& ctx, const int32_t* tokens, const int32_t* start_positions,

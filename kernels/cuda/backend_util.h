@@ -51,7 +51,8 @@ enum class SigOp : int64_t {
   kFusedLinear,
   kRaw,
   kArgmaxLogSumExp,
-  kLaunchHint
+  kLaunchHint,
+  kSharedKvAttention
 };
 
 }  // namespace waav::cuda

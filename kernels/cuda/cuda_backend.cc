@@ -35,6 +35,7 @@
 #include "kernels/cuda/memory_pool.h"
 #include "kernels/cuda/norm.cuh"
 #include "kernels/cuda/persistent_step.h"
+#include "kernels/cuda/shared_kv_attention.cuh"
 #include "kernels/cuda/softmax.cuh"
 #include "spdlog/spdlog.h"
 
@@ -104,6 +105,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
         return options_.linear_planes && options_.linear_planes_append;
       case Op::kHalfActivations:  // the ops take f16 in any mode; kAccurate keeps f32 between them
         return options_.half_activations && options_.math == CudaMath::kFast;
+      case Op::kSharedKvAttention:  // its kernel reads kv as f16 (an f16 cache: kHalfActivations)
+        return cuda::SharedKvAttentionAvailable() && supports(Op::kHalfActivations);
       default:  // optional ops this backend does not implement
         return false;
     }
@@ -137,8 +140,15 @@ class CudaBackend final : public Backend, public CudaExtensions {
   }
 
   absl::Status Copy(const Tensor& src, const Tensor& dst) override {
-    RETURN_IF_ERROR(checks::ValidateCopy(kGpuKind, src, dst));
-    Sign({static_cast<int64_t>(SigOp::kCopy), static_cast<int64_t>(src.size_bytes())});
+    RETURN_IF_ERROR(checks::ValidateCopy(kGpuKind, src, dst, options_.half_activations));
+    const bool to_half = src.dtype() != dst.dtype();  // f32 → f16, rounded to nearest
+    Sign({static_cast<int64_t>(SigOp::kCopy), static_cast<int64_t>(src.size_bytes()), to_half});
+    if (to_half) {
+      return Submit([ctx = Ctx(), src, dst]() {
+        return GpuStatus("Copy",
+                         cuda::LaunchToHalf(ctx, src.data_as<float>(), src.numel(), dst.data()));
+      });
+    }
     return Submit([state = state_, src, dst]() {
       if (src.size_bytes() == 0) return absl::OkStatus();
       return GpuStatus("Copy", cudaMemcpyAsync(dst.data(), src.data(), src.size_bytes(),
@@ -486,6 +496,37 @@ class CudaBackend final : public Backend, public CudaExtensions {
     return Submit([state = state_, ctx = Ctx(), x, y]() {
       return GpuStatus("Gelu",
                        cuda::LaunchGelu(ctx, x.data_as<float>(), y.data_as<float>(), y.numel()));
+    });
+  }
+
+  absl::Status SharedKvAttention(const Tensor& q, const Tensor& kv, int num_heads, float scale,
+                                 const Tensor& out) override {
+    static_assert(cuda::kSharedKvMaxWidth == Backend::kMaxSharedKvWidth);
+    ASSIGN_OR_RETURN(const checks::SharedKvAttentionDims d,
+                     checks::ValidateSharedKvAttention(kGpuKind, q, kv, num_heads, scale, out,
+                                                       options_.half_activations));
+    if (!supports(Op::kSharedKvAttention) || kv.dtype() != DType::kF16) {
+      return absl::UnimplementedError(
+          "SharedKvAttention: the CUDA backend's kernel takes kv as f16 (half activations on, "
+          "CudaMath::kFast, a build with tensor cores)");
+    }
+    const cuda::SharedKvArgs args{q.data_as<float>(), kv.data(), out.data_as<float>(),      d.batch,
+                                  d.q_len * d.heads,  d.kv_len,  static_cast<int>(d.width), scale};
+    const cuda::SharedKvPlan plan = cuda::PlanSharedKvAttention(
+        args, state_->ctx.sm_count, kAttentionCounters, options_.shared_kv_splits);
+    if (!plan.supported) {
+      return absl::InvalidArgumentError(absl::StrCat("SharedKvAttention: kv ", kv.Describe(),
+                                                     " must be 16-byte aligned and out ",
+                                                     out.Describe(), " 8-byte aligned"));
+    }
+    ASSIGN_OR_RETURN(Tensor scratch, Scratch(plan.partial_bytes));
+    Sign({static_cast<int64_t>(SigOp::kSharedKvAttention), d.batch, d.q_len, d.kv_len, d.heads,
+          d.width, plan.splits});
+    return Submit([state = state_, ctx = Ctx(), q, kv, out, args, plan, scratch]() {
+      return GpuStatus("SharedKvAttention",
+                       cuda::LaunchSharedKvAttention(
+                           ctx, args, plan, scratch.defined() ? scratch.data_as<float>() : nullptr,
+                           state->counters.data_as<int>()));
     });
   }
 

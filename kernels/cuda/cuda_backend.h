@@ -146,6 +146,9 @@ struct CudaBackendOptions {
   // Flash v2 key ranges per query block: 0 lets the plan choose (as many as one wave of
   // resident blocks holds, up to 4); 1 to 4 forces that many (for measurements).
   int flash_splits = 0;
+  // SharedKvAttention's key ranges per (row, group of 8 queries): 0 lets the plan choose (until
+  // the grid fills the resident blocks once); n > 0 forces n (for tests and measurements).
+  int shared_kv_splits = 0;
   // Report LinearResidual as supported, so that the Whisper encoder adds its residuals in the
   // projections (HalfGemm's epilogue, or cuBLAS with beta = 1 followed by the bias) instead of
   // separate Add kernels; the op itself works either way. Default: true.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The decoder-step device run (staged by tests/gpu/stage_device.sh with WAAV_STAGE_TARGETS=
 # "cuda_backend_test whisper_gpu_bench whisper_graph_cuda_test whisper_fused_step_cuda_test
-# persistent_whisper_step_test" and WAAV_STAGE_SCRIPTS=tests/gpu/dec_device.sh): timings first
+# persistent_whisper_step_test", optionally whisper_absorbed_cross_cuda_test, and
+# WAAV_STAGE_SCRIPTS=tests/gpu/dec_device.sh): timings first
 # on an idle GPU (waav's decoder steps at batch 1, 8, 64, 256 with f16 and with f32 cross K/V
 # caches, op by op and with the engine's persistent step; then the PyTorch anchor's steps), then
 # the tests (the whole CUDA backend suite, the engine's graphs and fused step on the GPU, the
@@ -46,6 +47,10 @@ fi
   echo "whisper_graph_cuda_test rc=$?"
   timeout "$(left 30)" "$here/bin/whisper_fused_step_cuda_test"
   echo "whisper_fused_step_cuda_test rc=$?"
+  if [ -x "$here/bin/whisper_absorbed_cross_cuda_test" ]; then
+    timeout "$(left 60)" "$here/bin/whisper_absorbed_cross_cuda_test" --gtest_filter='*cuda*'
+    echo "whisper_absorbed_cross_cuda_test rc=$?"
+  fi
   timeout "$(left 90)" "$here/bin/persistent_whisper_step_test"
   echo "persistent_whisper_step_test rc=$?"
   if command -v compute-sanitizer > /dev/null; then

@@ -27,6 +27,11 @@ absl::StatusOr<std::unique_ptr<DecoderStatePool>> DecoderStatePool::Create(
       RETURN_IF_ERROR(backend.CopyFromHost(zeros.data(), t->size_bytes(), *t));
     }
   }
+  if (s.cross_source().defined()) {
+    zeros.resize(std::max(zeros.size(), s.cross_source().size_bytes()), 0);
+    RETURN_IF_ERROR(
+        backend.CopyFromHost(zeros.data(), s.cross_source().size_bytes(), s.cross_source()));
+  }
   for (int bucket = 1;; bucket *= 2) {
     const int size = std::min(bucket, max_batch);
     ASSIGN_OR_RETURN(auto view, pool->slots_->Rows(0, size));

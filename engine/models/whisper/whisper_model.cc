@@ -273,6 +273,13 @@ absl::StatusOr<std::unique_ptr<WhisperModel>> WhisperModel::FromModelFile(
   if (options.stacked_cross_projection && backend.supports(Op::kLinearPlanes)) {
     RETURN_IF_ERROR(m.StackCrossProjections());
   }
+  // The absorbed cross-attention pays where the encoder output is kept in f16 (kAuto); kAlways
+  // takes it wherever the backend has the op.
+  const GraphUse absorbed = options.absorbed_cross_attention;
+  if (absorbed == GraphUse::kAlways ||
+      (absorbed == GraphUse::kAuto && m.cross_dtype_ == DType::kF16)) {
+    RETURN_IF_ERROR(m.PrepareAbsorbedCross(absorbed == GraphUse::kAlways));
+  }
   RETURN_IF_ERROR(backend.Synchronize());
   if (options.fused_decoder_step != GraphUse::kNever) {
     RETURN_IF_ERROR(m.PrepareFusedStep(options.fused_decoder_step == GraphUse::kAlways));
@@ -351,6 +358,10 @@ absl::StatusOr<std::unique_ptr<DecoderState>> WhisperModel::NewDecoderState(int 
     state->self_k_.push_back(sk);
     state->self_v_.push_back(sv);
   }
+  if (absorbed_cross_) {
+    ASSIGN_OR_RETURN(state->cross_source_,
+                     backend_.Allocate({b, dims_.n_audio_ctx, d}, cross_dtype_));
+  }
   ASSIGN_OR_RETURN(state->positions_, backend_.Allocate({b}, DType::kI32));
   ASSIGN_OR_RETURN(state->lengths_, backend_.Allocate({b}, DType::kI32));
   DecoderState::StepBuffers& step = state->step_;
@@ -373,6 +384,10 @@ absl::StatusOr<std::unique_ptr<DecoderState>> WhisperModel::NewDecoderState(int 
                      backend_.Allocate({b * decoder_layers_.front().ffn.in_w.dim(0)}, DType::kF16));
   }
   ASSIGN_OR_RETURN(step.logits, backend_.Allocate({b, dims_.n_vocab}, DType::kF32));
+  if (absorbed_cross_) {
+    ASSIGN_OR_RETURN(step.absorbed_q, backend_.Allocate({b, 1, dims_.n_heads * d}, DType::kF32));
+    ASSIGN_OR_RETURN(step.absorbed_out, backend_.Allocate({b, 1, dims_.n_heads * d}, DType::kF32));
+  }
   return state;
 }
 
@@ -396,6 +411,9 @@ absl::StatusOr<std::unique_ptr<DecoderState>> DecoderState::Rows(int begin, int 
     view->self_k_.push_back(sk);
     view->self_v_.push_back(sv);
   }
+  if (cross_source_.defined()) {
+    ASSIGN_OR_RETURN(view->cross_source_, rows(cross_source_));
+  }
   ASSIGN_OR_RETURN(view->positions_, rows(positions_));
   ASSIGN_OR_RETURN(view->lengths_, rows(lengths_));
   const StepBuffers& s = step_;
@@ -415,6 +433,10 @@ absl::StatusOr<std::unique_ptr<DecoderState>> DecoderState::Rows(int begin, int 
     ASSIGN_OR_RETURN(v.ffn_h, rows(s.ffn_h));
     const int64_t ffn_per_row = s.ffn_hidden.numel() / batch_size_;
     ASSIGN_OR_RETURN(v.ffn_hidden, s.ffn_hidden.Slice(begin * ffn_per_row, end * ffn_per_row));
+  }
+  if (s.absorbed_q.defined()) {
+    ASSIGN_OR_RETURN(v.absorbed_q, rows(s.absorbed_q));
+    ASSIGN_OR_RETURN(v.absorbed_out, rows(s.absorbed_out));
   }
   return view;
 }
@@ -712,8 +734,12 @@ absl::Status WhisperModel::DecodeStep(DecoderState& state) const {
     RETURN_IF_ERROR(RunAttention(layer.self_attention, s.x, state.self_k_[i], state.self_v_[i],
                                  &state.positions_, &state.lengths_, /*causal=*/true, s.out, ws,
                                  fuse));
-    RETURN_IF_ERROR(RunAttention(layer.cross_attention, s.x, state.cross_k_[i], state.cross_v_[i],
-                                 nullptr, nullptr, /*causal=*/false, s.out, ws, fuse));
+    if (absorbed_cross_) {
+      RETURN_IF_ERROR(RunAbsorbedCross(i, s.x, state, ws, fuse));
+    } else {
+      RETURN_IF_ERROR(RunAttention(layer.cross_attention, s.x, state.cross_k_[i], state.cross_v_[i],
+                                   nullptr, nullptr, /*causal=*/false, s.out, ws, fuse));
+    }
     RETURN_IF_ERROR(RunFeedForward(layer.ffn, s.x, ffn_ws, fuse));
   }
   RETURN_IF_ERROR(backend_.LayerNorm(s.x, decoder_norm_gamma_, decoder_norm_beta_, 1e-5f, s.x));
@@ -735,6 +761,9 @@ absl::Status WhisperModel::RunDecodeStep(DecoderState& state) const {
                                         &s.ffn_h,
                                         &s.ffn_hidden,
                                         &s.logits,
+                                        &s.absorbed_q,
+                                        &s.absorbed_out,
+                                        &state.cross_source_,
                                         &state.positions_,
                                         &state.lengths_};
   for (int i = 0; i < dims_.n_decoder_layers; ++i) {

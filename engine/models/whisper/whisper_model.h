@@ -95,6 +95,22 @@ struct WhisperModelOptions {
   // them to f32 as it reads), half the bytes that every decoder step reads, the largest read
   // from batch 8 up. Default: true.
   bool half_cross_cache = true;
+  // The cross-attention of decoder steps on the op-by-op path (one token a row: the batches
+  // above the fused step's rows, or every batch without it) with its key and value projections
+  // absorbed: per head h, scores = (q_h·Wk_hᵀ)·E_jᵀ and the output c_h·Wv_hᵀ·Wo_hᵀ, where E is
+  // the encoder output (the same for every layer) and c_h = Σ_j p_j E_j (Backend::
+  // SharedKvAttention). The state then also keeps E, one [n_audio_ctx, d_model] matrix a row
+  // (f16 with half_cross_cache), which each layer's step reads instead of that layer's K and V
+  // caches: half the bytes of a large batch's biggest read, for H times the multiply-adds on
+  // tensor cores. The cross query and output projections become one [H·d, d] and one [d, H·d]
+  // GEMM (folded at load, in double, stored in the weights' dtype); key biases cancel in the
+  // softmax and value biases fold into the output bias. Prompts (several tokens a row), the
+  // fused step and word alignment keep the K/V caches, which the encoder still writes.
+  // kAuto: where the backend has the op and f16 activations, and d_model is a multiple of 64 up
+  // to Backend::kMaxSharedKvWidth; kAlways: wherever the backend has the op (the CPU too:
+  // tests), else Load fails; kNever: the K/V caches everywhere. Logits equal the K/V form's to
+  // rounding. Default: kAuto.
+  GraphUse absorbed_cross_attention = GraphUse::kAuto;
 };
 
 // Cross-attention keys/values of one encoded window per batch row, and the self-attention cache.
@@ -122,6 +138,10 @@ class DecoderState {
   const Tensor& self_v(int layer) const { return self_v_[static_cast<size_t>(layer)]; }
   const Tensor& cross_k(int layer) const { return cross_k_[static_cast<size_t>(layer)]; }
   const Tensor& cross_v(int layer) const { return cross_v_[static_cast<size_t>(layer)]; }
+  // The encoder output [B, n_audio_ctx, d_model] (the cross caches' dtype) where the model
+  // absorbs the cross-attention projections (WhisperModelOptions::absorbed_cross_attention);
+  // undefined otherwise.
+  const Tensor& cross_source() const { return cross_source_; }
 
   // Rows [begin, end) of this state as a state of batch end − begin that shares its memory:
   // caches, step inputs, step activations and logits are views (Tensor::Slice), so creating one
@@ -138,10 +158,14 @@ class DecoderState {
     // f16 FFN input and hidden layer where the backend has f16 activations and LinearResidual
     // (undefined otherwise).
     Tensor ffn_h, ffn_hidden;
+    // The absorbed cross-attention's query and output, f32 [B, 1, H·d_model] (undefined
+    // without it).
+    Tensor absorbed_q, absorbed_out;
   };
   int batch_size_ = 0;
   std::vector<Tensor> cross_k_, cross_v_;  // per layer [B, n_audio_ctx, d_model]
   std::vector<Tensor> self_k_, self_v_;    // per layer [B, n_text_ctx, d_model]
+  Tensor cross_source_;                    // [B, n_audio_ctx, d_model] or undefined
   Tensor positions_;                       // i32 [B]: where the next tokens are written
   Tensor lengths_;                         // i32 [B]: positions + tokens in this call
   StepBuffers step_;
@@ -329,10 +353,17 @@ class WhisperModel {
     AttentionWeights self_attention;
     FeedForwardWeights ffn;
   };
+  // The cross-attention's projections with K and V absorbed (absorbed_cross_attention): the
+  // query [H·d, d] (row h·d + i: Σ_e Wk[h·64 + e][i] · Wq[h·64 + e][·]) and its bias, the output
+  // [d, H·d] (column h·d + i: Σ_e Wo[·][h·64 + e] · Wv[h·64 + e][i]) and its bias (bo + Wo·bv).
+  struct AbsorbedCrossWeights {
+    Tensor q_w, q_b, out_w, out_b;
+  };
   struct DecoderLayer {
     AttentionWeights self_attention;
     AttentionWeights cross_attention;
     FeedForwardWeights ffn;
+    AbsorbedCrossWeights absorbed_cross;  // undefined without absorbed_cross_attention
   };
 
   WhisperModel(Backend& backend, WhisperDims dims) : backend_(backend), dims_(dims) {}
@@ -381,6 +412,15 @@ class WhisperModel {
   // prepared_step_ from the loaded decoder weights where the backend offers it; `required`: an
   // error when it does not.
   absl::Status PrepareFusedStep(bool required);
+  // Each decoder layer's absorbed_cross from its loaded cross-attention weights, where
+  // WhisperModelOptions::absorbed_cross_attention takes it (absorbed_cross.cc); `required`
+  // (kAlways): an error where the backend or d_model does not take it.
+  absl::Status PrepareAbsorbedCross(bool required);
+  // x += the absorbed cross-attention of decoder layer `layer` over state's cross_source(),
+  // one token a row (LN, the folded query projection, SharedKvAttention, the folded output
+  // projection with the residual).
+  absl::Status RunAbsorbedCross(int layer, const Tensor& x, DecoderState& state,
+                                const Workspace& ws, bool fuse_residual) const;
   // New buffers holding `mel` (host [B, n_mels, n_frames]) transposed to time-major.
   absl::StatusOr<std::unique_ptr<EncoderBuffers>> UploadMel(absl::Span<const float> mel,
                                                             int batch) const;
@@ -405,6 +445,8 @@ class WhisperModel {
   // The backend's one-call decoder step over these weights (WhisperModelOptions::
   // fused_decoder_step), or null.
   std::unique_ptr<PreparedDecoderStep> prepared_step_;
+  // Whether decoder states keep the encoder output and op-by-op steps use absorbed_cross.
+  bool absorbed_cross_ = false;
 };
 
 }  // namespace waav::whisper

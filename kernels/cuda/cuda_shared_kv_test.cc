@@ -1,0 +1,197 @@
+// SharedKvAttention (shared_kv_attention.cu: several query heads over f16 keys that are also the
+// values, on tensor cores) against the CPU backend's on fresh random inputs: Whisper tiny's and
+// base's widths, one and several key ranges (merged by the last block), ranges and tiles that
+// end inside a tile, several groups of 8 queries, rows whose queries do not fill a group. Also
+// Copy's f32 → f16 conversion (how the encoder output reaches such a cache) and the plan's rules,
+// which need no GPU.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_parity_fixture.h"
+#include "kernels/cuda/shared_kv_attention.cuh"
+
+namespace waav {
+namespace {
+
+cuda::SharedKvArgs PlanArgs(int64_t batch, int64_t queries, int64_t kv_len, int width) {
+  alignas(16) static float storage[4] = {};
+  cuda::SharedKvArgs a;
+  a.q = a.out = storage;
+  a.kv = storage;
+  a.batch = batch;
+  a.queries = queries;
+  a.kv_len = kv_len;
+  a.width = width;
+  return a;
+}
+
+TEST(SharedKvAttentionPlan, SplitsKeysUntilTheGridFillsTheChipOnce) {
+  if (!cuda::SharedKvAttentionAvailable()) GTEST_SKIP() << "no tensor-core kernel in this build";
+  constexpr int kSms = 132;
+  // Whisper tiny (6 heads of 384: one group of 8 queries), 91 KB a block: 2 resident per SM.
+  cuda::SharedKvPlan p = cuda::PlanSharedKvAttention(PlanArgs(16, 6, 1500, 384), kSms, 1 << 20);
+  ASSERT_TRUE(p.supported);
+  EXPECT_EQ(p.splits, 16);  // 264 resident blocks / 16 rows: ranges of 2 tiles of 48 keys
+  EXPECT_EQ(p.keys_per_split % 48, 0);
+  EXPECT_GE(p.splits * p.keys_per_split, 1500);
+  EXPECT_LT((p.splits - 1) * p.keys_per_split, 1500);
+  EXPECT_EQ(p.counters, 16);
+  EXPECT_EQ(p.partial_bytes, size_t{16} * p.splits * 8 * (384 + 2) * sizeof(float));
+  // Enough rows fill the chip unsplit.
+  p = cuda::PlanSharedKvAttention(PlanArgs(256, 6, 1500, 384), kSms, 1 << 20);
+  EXPECT_EQ(p.splits, 1);
+  EXPECT_EQ(p.partial_bytes, 0u);
+  EXPECT_EQ(p.counters, 0);
+  // One row: as many ranges as tiles at most (1500 keys: 32 tiles).
+  p = cuda::PlanSharedKvAttention(PlanArgs(1, 6, 1500, 384), kSms, 1 << 20);
+  EXPECT_EQ(p.splits, 32);
+  // Forced ranges; fewer counters than (row, group) items: unsplit.
+  EXPECT_EQ(cuda::PlanSharedKvAttention(PlanArgs(16, 6, 1500, 384), kSms, 1 << 20, 3).splits, 3);
+  EXPECT_EQ(cuda::PlanSharedKvAttention(PlanArgs(16, 6, 1500, 384), kSms, 15).splits, 1);
+  // 12 queries make two groups.
+  EXPECT_EQ(cuda::PlanSharedKvAttention(PlanArgs(4, 12, 1500, 384), kSms, 1 << 20).counters, 8);
+  // Refused: widths off the 64 grid or above 512, one key short, misaligned kv or out.
+  EXPECT_TRUE(cuda::PlanSharedKvAttention(PlanArgs(2, 8, 10, 512), kSms, 1 << 20).supported);
+  EXPECT_TRUE(cuda::PlanSharedKvAttention(PlanArgs(2, 8, 10, 64), kSms, 1 << 20).supported);
+  EXPECT_FALSE(cuda::PlanSharedKvAttention(PlanArgs(2, 8, 10, 576), kSms, 1 << 20).supported);
+  EXPECT_FALSE(cuda::PlanSharedKvAttention(PlanArgs(2, 8, 10, 96), kSms, 1 << 20).supported);
+  EXPECT_FALSE(cuda::PlanSharedKvAttention(PlanArgs(2, 8, 0, 384), kSms, 1 << 20).supported);
+  cuda::SharedKvArgs a = PlanArgs(2, 8, 10, 384);
+  a.kv = reinterpret_cast<const char*>(a.kv) + 8;
+  EXPECT_FALSE(cuda::PlanSharedKvAttention(a, kSms, 1 << 20).supported);
+  a = PlanArgs(2, 8, 10, 384);
+  a.out += 1;
+  EXPECT_FALSE(cuda::PlanSharedKvAttention(a, kSms, 1 << 20).supported);
+}
+
+// Runs once, on the default options ("Fast"), where the backend offers the op.
+bool SharedKvVariant(const Variant& v) {
+  return v.defaults && !v.encoder_no_pdl && !v.decode_attention;
+}
+
+TEST_P(CudaParityTest, SharedKvAttentionMatchesCpu) {
+  if (!SharedKvVariant(GetParam())) GTEST_SKIP() << "run on the Fast variant only";
+  ASSERT_TRUE(gpu_->supports(Op::kSharedKvAttention));
+  struct Case {
+    int64_t batch, q_len, kv_len, heads, width;
+    int splits;  // CudaBackendOptions::shared_kv_splits (0: the plan's)
+  };
+  for (const Case c : {
+           Case{1, 1, 1500, 6, 384, 0},   // Whisper tiny, one row: 32 key ranges
+           Case{16, 1, 1500, 6, 384, 0},  // 16 ranges of 96 keys, the last one shorter
+           Case{64, 1, 1500, 6, 384, 0},  // 4 ranges
+           Case{300, 1, 100, 6, 384, 0},  // unsplit, the last tile partial
+           Case{3, 1, 77, 6, 384, 1},     // one range ending inside its second tile
+           Case{3, 1, 77, 6, 384, 2},     // two ranges, of 48 and 29 keys
+           Case{2, 1, 1, 8, 512, 0},      // Whisper base's width, a single key
+           Case{5, 1, 700, 8, 512, 3},    // base, 3 ranges
+           Case{2, 3, 50, 2, 64, 0},      // several queries a row, one warp
+           Case{2, 2, 333, 6, 384, 0},    // 12 queries: two groups, the second one partial
+       }) {
+    const std::string what =
+        absl::StrCat("SharedKvAttention B=", c.batch, " Tq=", c.q_len, " Tk=", c.kv_len,
+                     " H=", c.heads, " D=", c.width, " splits=", c.splits);
+    SCOPED_TRACE(what);
+    Backend* gpu = gpu_.get();
+    std::unique_ptr<Backend> forced;
+    if (c.splits > 0) {
+      CudaBackendOptions options;
+      options.shared_kv_splits = c.splits;
+      auto made = CreateCudaBackend(options);
+      ASSERT_TRUE(made.ok()) << made.status();
+      forced = std::move(*made);
+      gpu = forced.get();
+    }
+    const int64_t width = c.heads * c.width;
+    std::vector<float> kv = Random(c.batch * c.kv_len * c.width, -2.0f, 2.0f);
+    std::vector<uint16_t> bits(kv.size());
+    for (size_t i = 0; i < kv.size(); ++i) {
+      bits[i] = FloatToHalf(kv[i]);
+      kv[i] = HalfToFloat(bits[i]);  // the CPU reads the same values
+    }
+    const std::vector<float> q = Random(c.batch * c.q_len * width, -0.2f, 0.2f);
+    auto gkv = Upload(*gpu, {c.batch, c.kv_len, c.width}, DType::kF16, bits.data());
+    auto gq = Upload(*gpu, {c.batch, c.q_len, width}, DType::kF32, q.data());
+    std::vector<float> nan(static_cast<size_t>(c.batch * c.q_len * width), kNaN);
+    auto gout = Upload(*gpu, {c.batch, c.q_len, width}, DType::kF32, nan.data());
+    ASSERT_TRUE(gkv.ok() && gq.ok() && gout.ok());
+    const Pair query = F32({c.batch, c.q_len, width}, q);
+    const Pair keys = F32({c.batch, c.kv_len, c.width}, kv);
+    const Pair out = Poisoned({c.batch, c.q_len, width});
+    const float scale = 0.125f;
+    ASSERT_TRUE(
+        cpu_->SharedKvAttention(query.cpu, keys.cpu, static_cast<int>(c.heads), scale, out.cpu)
+            .ok());
+    const absl::Status status =
+        gpu->SharedKvAttention(*gq, *gkv, static_cast<int>(c.heads), scale, *gout);
+    ASSERT_TRUE(status.ok()) << status;
+    auto got = Download<float>(*gpu, *gout);
+    ASSERT_TRUE(got.ok()) << got.status();
+    // The queries and probabilities enter the tensor cores as f16 parts and rounding errors,
+    // the keys are f16 on both sides: f32 arithmetic to the tensor cores' accumulation.
+    EXPECT_TRUE(Close(what, *got, Cpu(out.cpu), kAccurateGemm));
+  }
+}
+
+TEST_P(CudaParityTest, SharedKvAttentionRefusals) {
+  if (!SharedKvVariant(GetParam())) GTEST_SKIP() << "run on the Fast variant only";
+  const Pair q = F32({2, 1, 6 * 64}, Random(2 * 6 * 64));
+  const Pair kv32 = F32({2, 10, 64}, Random(2 * 10 * 64));
+  std::vector<float> kv_values = Random(2 * 10 * 64);
+  const Tensor kv = HalfGpu({2, 10, 64}, kv_values);
+  const Pair out = Poisoned({2, 1, 6 * 64});
+  ASSERT_TRUE(gpu_->SharedKvAttention(q.gpu, kv, 6, 0.125f, out.gpu).ok());
+  // f32 keys: the contract allows them, this backend's kernel does not take them.
+  EXPECT_EQ(gpu_->SharedKvAttention(q.gpu, kv32.gpu, 6, 0.125f, out.gpu).code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(gpu_->SharedKvAttention(q.gpu, kv, 5, 0.125f, out.gpu).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gpu_->SharedKvAttention(q.gpu, kv, 6, NAN, out.gpu).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gpu_->SharedKvAttention(q.gpu, kv, 6, 0.125f, q.gpu).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gpu_->SharedKvAttention(q.cpu, kv, 6, 0.125f, out.gpu).code(),
+            absl::StatusCode::kInvalidArgument);  // a host tensor
+  // An f16 out or q.
+  EXPECT_EQ(gpu_->SharedKvAttention(q.gpu, kv, 6, 0.125f, PoisonedHalf({2, 1, 6 * 64})).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+}
+
+TEST_P(CudaParityTest, CopyConvertsF32ToF16WithHalfActivations) {
+  if (!SharedKvVariant(GetParam())) GTEST_SKIP() << "run on the Fast variant only";
+  std::vector<float> values = Random(1000 * 3 + 7, -70000.0f, 70000.0f);
+  values[0] = 1e-8f;  // an f16 subnormal
+  values[1] = kNaN;
+  const Pair src = F32({static_cast<int64_t>(values.size())}, values);
+  const Tensor half = PoisonedHalf({static_cast<int64_t>(values.size())});
+  ASSERT_TRUE(gpu_->Copy(src.gpu, half).ok());
+  auto got = Download<uint16_t>(*gpu_, half);
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (std::isnan(values[i])) {
+      EXPECT_TRUE(std::isnan(HalfToFloat((*got)[i]))) << i;
+    } else {
+      ASSERT_EQ((*got)[i], FloatToHalf(values[i])) << "element " << i << " = " << values[i];
+    }
+  }
+  // f16 → f32 is not a conversion Copy makes; element counts must agree.
+  const Pair f32_dst = Poisoned({static_cast<int64_t>(values.size())});
+  EXPECT_EQ(gpu_->Copy(half, f32_dst.gpu).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gpu_->Copy(src.gpu, PoisonedHalf({5})).code(), absl::StatusCode::kInvalidArgument);
+  // Without f16 activations, Copy keeps one dtype.
+  CudaBackendOptions options;
+  options.half_activations = false;
+  auto plain = CreateCudaBackend(options);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  auto t32 = Upload(**plain, {4}, DType::kF32, values.data());
+  auto t16 = (*plain)->Allocate({4}, DType::kF16);
+  ASSERT_TRUE(t32.ok() && t16.ok());
+  EXPECT_EQ((*plain)->Copy(*t32, *t16).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE((*plain)->supports(Op::kSharedKvAttention));
+}
+
+}  // namespace
+}  // namespace waav

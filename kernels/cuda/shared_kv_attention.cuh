@@ -1,0 +1,57 @@
+// SharedKvAttention (Backend::SharedKvAttention): H query heads of width D over keys that are
+// also the values, one K/V head shared by all (Whisper's cross-attention with the key and value
+// projections absorbed, reading the f16 encoder output once per layer instead of the layer's
+// K and V caches: half the bytes of a decoder step's largest read).
+//
+// On tensor cores (mma.sync m16n8k16, f16 operands, f32 accumulation). A block takes 8 queries
+// of one batch row (a Whisper step's 6 heads) and a range of keys. Its 16 mma rows are the 8
+// queries' f16 parts and their rounding errors (q − f16(q)), so that the scores are those of the
+// f32 queries to ~2^-22 relative; the probabilities are split the same way for the weighted sum.
+// D / 64 warps: for the scores warp w takes keys [8w, 8w + 8) of each tile of 8 · D / 64 keys
+// (rounded up to 16) over the whole width; for the weighted sum it takes dims [64w, 64w + 64)
+// over the tile's keys, its accumulators in registers. Tiles are double-buffered in shared memory
+// (cp.async, rows padded so that ldmatrix is conflict-free). The scores go through shared memory
+// (two barriers a tile); every warp runs the same online softmax over them. Key ranges of one row
+// are merged by the last block to finish (flash-decoding), so one launch suffices.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/launch.h"
+
+namespace waav::cuda {
+
+// The widest kv the kernel takes (Backend::kMaxSharedKvWidth): D / 64 warps of 64 dims each.
+constexpr int kSharedKvMaxWidth = 512;
+
+struct SharedKvArgs {
+  const float* q = nullptr;  // [B, queries, width], queries = Tq · H
+  const void* kv = nullptr;  // f16 [B, kv_len, width]
+  float* out = nullptr;      // [B, queries, width]
+  int64_t batch = 0, queries = 0, kv_len = 0;
+  int width = 0;
+  float scale = 1.0f;
+};
+
+// How the kernel divides the work; depends only on shapes (a captured graph keeps it).
+struct SharedKvPlan {
+  bool supported = false;  // false: no kernel for these arguments (see the .cu)
+  int splits = 1;          // key ranges per (row, group of 8 queries)
+  int64_t keys_per_split = 0;
+  size_t partial_bytes = 0;  // scratch for partial results (0 when splits == 1)
+  int64_t counters = 0;      // zeroed i32 arrival counters needed (0 when splits == 1)
+};
+
+// Whether this build has the kernel (tensor cores: the CUDA build, not HIP's).
+bool SharedKvAttentionAvailable();
+// The plan: supported for width a multiple of 64 in [64, 512], kv 16-byte aligned and out
+// 8-byte aligned; key ranges until the grid fills the resident blocks of every multiprocessor
+// once (`force_splits` > 0: that many, for tests), one range when the counters would not do.
+SharedKvPlan PlanSharedKvAttention(const SharedKvArgs& args, int sm_count, int64_t max_counters,
+                                   int force_splits = 0);
+// `partials` and `counters` as the plan says; counters must be zero and are left zero.
+cudaError_t LaunchSharedKvAttention(const LaunchContext& ctx, const SharedKvArgs& args,
+                                    const SharedKvPlan& plan, float* partials, int* counters);
+
+}  // namespace waav::cuda
