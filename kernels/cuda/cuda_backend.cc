@@ -516,8 +516,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
         args, state_->ctx.sm_count, kAttentionCounters, options_.shared_kv_splits);
     if (!plan.supported) {
       return absl::InvalidArgumentError(absl::StrCat("SharedKvAttention: kv ", kv.Describe(),
-                                                     " must be 16-byte aligned and out ",
-                                                     out.Describe(), " 8-byte aligned"));
+                                                     " and out ", out.Describe(),
+                                                     " must be 16-byte aligned"));
     }
     ASSIGN_OR_RETURN(Tensor scratch, Scratch(plan.partial_bytes));
     Sign({static_cast<int64_t>(SigOp::kSharedKvAttention), d.batch, d.q_len, d.kv_len, d.heads,

@@ -44,9 +44,11 @@ TEST(SharedKvAttentionPlan, SplitsKeysUntilTheGridFillsTheChipOnce) {
   EXPECT_EQ(p.splits, 1);
   EXPECT_EQ(p.partial_bytes, 0u);
   EXPECT_EQ(p.counters, 0);
-  // One row: as many ranges as tiles at most (1500 keys: 32 tiles).
+  // One row: at most 16 ranges (the merge's bound), and never more than tiles.
   p = cuda::PlanSharedKvAttention(PlanArgs(1, 6, 1500, 384), kSms, 1 << 20);
-  EXPECT_EQ(p.splits, 32);
+  EXPECT_EQ(p.splits, 16);
+  EXPECT_EQ(cuda::PlanSharedKvAttention(PlanArgs(1, 6, 100, 384), kSms, 1 << 20).splits, 3);
+  EXPECT_EQ(cuda::PlanSharedKvAttention(PlanArgs(1, 6, 1500, 384), kSms, 1 << 20, 40).splits, 16);
   // Forced ranges; fewer counters than (row, group) items: unsplit.
   EXPECT_EQ(cuda::PlanSharedKvAttention(PlanArgs(16, 6, 1500, 384), kSms, 1 << 20, 3).splits, 3);
   EXPECT_EQ(cuda::PlanSharedKvAttention(PlanArgs(16, 6, 1500, 384), kSms, 15).splits, 1);
@@ -61,9 +63,11 @@ TEST(SharedKvAttentionPlan, SplitsKeysUntilTheGridFillsTheChipOnce) {
   cuda::SharedKvArgs a = PlanArgs(2, 8, 10, 384);
   a.kv = reinterpret_cast<const char*>(a.kv) + 8;
   EXPECT_FALSE(cuda::PlanSharedKvAttention(a, kSms, 1 << 20).supported);
-  a = PlanArgs(2, 8, 10, 384);
-  a.out += 1;
-  EXPECT_FALSE(cuda::PlanSharedKvAttention(a, kSms, 1 << 20).supported);
+  for (const int offset : {1, 2}) {  // 4 or 8 bytes off
+    a = PlanArgs(2, 8, 10, 384);
+    a.out += offset;
+    EXPECT_FALSE(cuda::PlanSharedKvAttention(a, kSms, 1 << 20).supported);
+  }
 }
 
 // Runs once, on the default options ("Fast"), where the backend offers the op.

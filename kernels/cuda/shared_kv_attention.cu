@@ -14,6 +14,7 @@ namespace {
 constexpr int kGroup = 8;  // queries per block: the mma's 16 rows are their f16 parts and errors
 constexpr int kPad = 8;    // halves of padding per shared row: 8 rows of ldmatrix hit 8 bank groups
 constexpr int kMaxWarps = kSharedKvMaxWidth / 64;
+constexpr int kMaxSplits = 16;  // key ranges a (row, group) is split into at most (the merge's)
 
 template <int kWarps>
 struct Shape {
@@ -215,23 +216,46 @@ __global__ void __launch_bounds__(32 * kWarps) SharedKvKernel(Params p) {
   AllowNextKernel();
   if (!last) return;
   __threadfence();
-  const float* parts = p.partials + (b * p.groups + group) * p.splits * kGroup * (kWidth + 2);
-  for (int i = t; i < kGroup * kWidth; i += S::kThreads) {
+  // The ranges' maxima and sums at once (one load each, all in flight) into shared memory, each
+  // query's range weights from them, then each output a float4 of dims over every range (the
+  // ranges' loads unrolled, so that they are in flight together: a chain of dependent loads per
+  // output made the merge the launch's longest part).
+  constexpr int kStride = kGroup * (kWidth + 2);
+  const float* parts = p.partials + (b * p.groups + group) * p.splits * kStride;
+  __shared__ float weight_s[kMaxSplits][kGroup], sum_s[kMaxSplits][kGroup];
+  for (int i = t; i < p.splits * kGroup; i += S::kThreads) {
+    const int s = i / kGroup, r = i % kGroup;
+    weight_s[s][r] = __ldcg(parts + s * kStride + kGroup * kWidth + r);
+    sum_s[s][r] = __ldcg(parts + s * kStride + kGroup * kWidth + kGroup + r);
+  }
+  __syncthreads();
+  if (t < kGroup) {
+    float max = -INFINITY, den = 0;
+    for (int s = 0; s < p.splits; ++s) max = fmaxf(max, weight_s[s][t]);
+    for (int s = 0; s < p.splits; ++s) {
+      weight_s[s][t] = exp2f(weight_s[s][t] - max);
+      den += weight_s[s][t] * sum_s[s][t];
+    }
+    for (int s = 0; s < p.splits; ++s) weight_s[s][t] /= den;
+  }
+  __syncthreads();
+  for (int i = 4 * t; i < kGroup * kWidth; i += 4 * S::kThreads) {
     const int r = i / kWidth, d = i % kWidth;
     const int64_t q_index = int64_t{group} * kGroup + r;
     if (q_index >= p.queries) continue;
-    float max = -INFINITY;
-    for (int s = 0; s < p.splits; ++s) {
-      max = fmaxf(max, __ldcg(parts + s * kGroup * (kWidth + 2) + kGroup * kWidth + r));
+    float4 acc = make_float4(0, 0, 0, 0);
+#pragma unroll
+    for (int s = 0; s < kMaxSplits; ++s) {
+      if (s < p.splits) {
+        const float4 o = __ldcg(reinterpret_cast<const float4*>(parts + s * kStride + i));
+        const float w = weight_s[s][r];
+        acc.x += w * o.x;
+        acc.y += w * o.y;
+        acc.z += w * o.z;
+        acc.w += w * o.w;
+      }
     }
-    float num = 0, den = 0;
-    for (int s = 0; s < p.splits; ++s) {
-      const float* ps = parts + s * kGroup * (kWidth + 2);
-      const float w = exp2f(__ldcg(ps + kGroup * kWidth + r) - max);
-      num += w * __ldcg(ps + r * kWidth + d);
-      den += w * __ldcg(ps + kGroup * kWidth + kGroup + r);
-    }
-    p.out[(b * p.queries + q_index) * kWidth + d] = num / den;
+    *reinterpret_cast<float4*>(p.out + (b * p.queries + q_index) * kWidth + d) = acc;
   }
   if (t == 0) *counter = 0;
 }
@@ -299,7 +323,7 @@ SharedKvPlan PlanSharedKvAttention(const SharedKvArgs& a, int sm_count, int64_t 
     return (reinterpret_cast<uintptr_t>(ptr) & (bytes - 1)) == 0;
   };
   if (a.width < 64 || a.width > 64 * kMaxWarps || a.width % 64 != 0 || a.kv_len < 1 ||
-      !aligned(a.kv, 16) || !aligned(a.out, 8)) {
+      !aligned(a.kv, 16) || !aligned(a.out, 16)) {
     return plan;
   }
   plan.supported = true;
@@ -312,7 +336,7 @@ SharedKvPlan PlanSharedKvAttention(const SharedKvArgs& a, int sm_count, int64_t 
   const int64_t resident = std::max<int64_t>(1, (227 * 1024) / (SmemBytes<1>(warps) + 1024));
   int64_t splits = items > 0 ? resident * sm_count / items : 1;
   if (force_splits > 0) splits = force_splits;
-  splits = std::clamp<int64_t>(splits, 1, tiles);
+  splits = std::clamp<int64_t>(splits, 1, std::min<int64_t>(tiles, kMaxSplits));
   if (splits > 1 && items > max_counters) splits = 1;
   plan.keys_per_split = (tiles + splits - 1) / splits * tile_keys;
   plan.splits = static_cast<int>((a.kv_len + plan.keys_per_split - 1) / plan.keys_per_split);

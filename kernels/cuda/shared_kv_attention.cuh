@@ -45,9 +45,10 @@ struct SharedKvPlan {
 
 // Whether this build has the kernel (tensor cores: the CUDA build, not HIP's).
 bool SharedKvAttentionAvailable();
-// The plan: supported for width a multiple of 64 in [64, 512], kv 16-byte aligned and out
-// 8-byte aligned; key ranges until the grid fills the resident blocks of every multiprocessor
-// once (`force_splits` > 0: that many, for tests), one range when the counters would not do.
+// The plan: supported for width a multiple of 64 in [64, 512], kv and out 16-byte aligned; key
+// ranges until the grid fills the resident blocks of every multiprocessor once, at most 16 and
+// one per tile (`force_splits` > 0: that many, within the same bounds; for tests), one range
+// when the counters would not do.
 SharedKvPlan PlanSharedKvAttention(const SharedKvArgs& args, int sm_count, int64_t max_counters,
                                    int force_splits = 0);
 // `partials` and `counters` as the plan says; counters must be zero and are left zero.
