@@ -664,6 +664,18 @@ int Main(int argc, char** argv) {
   // the encoder output, SharedKvAttention; the default) against the K/V caches.
   add_engine("K/V-cache cross-attention (before session 16)", [](auto&) {});
   variants.back().absorbed_cross = whisper::GraphUse::kNever;
+  // Its knobs: every GEMM of up to 16 or 32 rows by HalfGemm (the folded [384, 2304] and
+  // [2304, 384] projections otherwise take cuBLAS with conversion and epilogue kernels), and
+  // SharedKvAttention's key ranges forced (the plan fills the chip once: 16 ranges at 16 rows,
+  // 4 at 64, 1 at 256).
+  for (const int rows : {16, 32}) {
+    add_engine(absl::StrCat("HalfGemm for every GEMM up to ", rows, " rows"),
+               [rows](auto& o) { o.half_gemm_few_rows = rows; });
+  }
+  for (const int splits : {2, 8}) {
+    add_engine(absl::StrCat("SharedKvAttention in ", splits, " key ranges"),
+               [splits](auto& o) { o.shared_kv_splits = splits; });
+  }
   add_engine("defaults (repeat)", [](auto&) {});
   add("fused step, CUDA graph + PDL", CudaMath::kFast, true, true, true);
   auto add_persistent = [&](const std::string& name, bool capture,
