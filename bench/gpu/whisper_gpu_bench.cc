@@ -672,6 +672,8 @@ int Main(int argc, char** argv) {
     add_engine(absl::StrCat("HalfGemm for every GEMM up to ", rows, " rows"),
                [rows](auto& o) { o.half_gemm_few_rows = rows; });
   }
+  add_engine("SharedKvAttention deep pipeline, 1 block per SM",
+             [](auto& o) { o.shared_kv_deep_pipeline = true; });
   for (const int splits : {2, 8}) {
     add_engine(absl::StrCat("SharedKvAttention in ", splits, " key ranges"),
                [splits](auto& o) { o.shared_kv_splits = splits; });

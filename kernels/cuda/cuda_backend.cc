@@ -512,8 +512,9 @@ class CudaBackend final : public Backend, public CudaExtensions {
     }
     const cuda::SharedKvArgs args{q.data_as<float>(), kv.data(), out.data_as<float>(),      d.batch,
                                   d.q_len * d.heads,  d.kv_len,  static_cast<int>(d.width), scale};
-    const cuda::SharedKvPlan plan = cuda::PlanSharedKvAttention(
-        args, state_->ctx.sm_count, kAttentionCounters, options_.shared_kv_splits);
+    const cuda::SharedKvPlan plan =
+        cuda::PlanSharedKvAttention(args, state_->ctx.sm_count, kAttentionCounters,
+                                    options_.shared_kv_splits, options_.shared_kv_deep_pipeline);
     if (!plan.supported) {
       return absl::InvalidArgumentError(absl::StrCat("SharedKvAttention: kv ", kv.Describe(),
                                                      " and out ", out.Describe(),
@@ -521,7 +522,7 @@ class CudaBackend final : public Backend, public CudaExtensions {
     }
     ASSIGN_OR_RETURN(Tensor scratch, Scratch(plan.partial_bytes));
     Sign({static_cast<int64_t>(SigOp::kSharedKvAttention), d.batch, d.q_len, d.kv_len, d.heads,
-          d.width, plan.splits});
+          d.width, plan.splits, plan.stages});
     return Submit([state = state_, ctx = Ctx(), q, kv, out, args, plan, scratch]() {
       return GpuStatus("SharedKvAttention",
                        cuda::LaunchSharedKvAttention(

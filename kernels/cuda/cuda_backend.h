@@ -149,6 +149,12 @@ struct CudaBackendOptions {
   // SharedKvAttention's key ranges per (row, group of 8 queries): 0 lets the plan choose (until
   // the grid fills the resident blocks once); n > 0 forces n (for tests and measurements).
   int shared_kv_splits = 0;
+  // SharedKvAttention with one block per multiprocessor and as many tiles as fit in its shared
+  // memory (5 at Whisper tiny's width, 4 in flight), instead of two double-buffered blocks.
+  // Default: false (H100, one call: the engine's step 967.5 against 847.9 us at 256 rows, 437.6
+  // against 420.6 at 64; six warps a multiprocessor hide less than twelve; docs/benchmarks.md,
+  // "Summary: H100, session 16").
+  bool shared_kv_deep_pipeline = false;
   // Report LinearResidual as supported, so that the Whisper encoder adds its residuals in the
   // projections (HalfGemm's epilogue, or cuBLAS with beta = 1 followed by the bias) instead of
   // separate Add kernels; the op itself works either way. Default: true.

@@ -30,8 +30,24 @@ cuda::SharedKvArgs PlanArgs(int64_t batch, int64_t queries, int64_t kv_len, int 
 TEST(SharedKvAttentionPlan, SplitsKeysUntilTheGridFillsTheChipOnce) {
   if (!cuda::SharedKvAttentionAvailable()) GTEST_SKIP() << "no tensor-core kernel in this build";
   constexpr int kSms = 132;
-  // Whisper tiny (6 heads of 384: one group of 8 queries), 91 KB a block: 2 resident per SM.
-  cuda::SharedKvPlan p = cuda::PlanSharedKvAttention(PlanArgs(16, 6, 1500, 384), kSms, 1 << 20);
+  // The deep pipeline: one block per SM with 5 tiles of 48 keys at width 384 (3 of 64 at 512, 6
+  // of 16 at 64), so 8 ranges at 16 rows.
+  const auto deep = [](const cuda::SharedKvArgs& a) {
+    return cuda::PlanSharedKvAttention(a, kSms, 1 << 20, 0, /*deep_pipeline=*/true);
+  };
+  cuda::SharedKvPlan p = deep(PlanArgs(16, 6, 1500, 384));
+  EXPECT_EQ(p.stages, 5);
+  EXPECT_EQ(p.splits, kSms / 16);
+  EXPECT_EQ(deep(PlanArgs(2, 8, 10, 512)).stages, 3);
+  EXPECT_EQ(deep(PlanArgs(2, 8, 10, 64)).stages, 6);
+  // Double-buffered (the default; the rest of this test): 91 KB a block at width 384, 2
+  // resident per SM.
+  EXPECT_EQ(cuda::PlanSharedKvAttention(PlanArgs(16, 6, 1500, 384), kSms, 1 << 20).stages, 2);
+  const auto plan = [](const cuda::SharedKvArgs& a, int sms, int64_t counters, int splits = 0) {
+    return cuda::PlanSharedKvAttention(a, sms, counters, splits, /*deep_pipeline=*/false);
+  };
+  p = plan(PlanArgs(16, 6, 1500, 384), kSms, 1 << 20);
+  EXPECT_EQ(p.stages, 2);
   ASSERT_TRUE(p.supported);
   EXPECT_EQ(p.splits, 16);  // 264 resident blocks / 16 rows: ranges of 2 tiles of 48 keys
   EXPECT_EQ(p.keys_per_split % 48, 0);
@@ -40,33 +56,33 @@ TEST(SharedKvAttentionPlan, SplitsKeysUntilTheGridFillsTheChipOnce) {
   EXPECT_EQ(p.counters, 16);
   EXPECT_EQ(p.partial_bytes, size_t{16} * p.splits * 8 * (384 + 2) * sizeof(float));
   // Enough rows fill the chip unsplit.
-  p = cuda::PlanSharedKvAttention(PlanArgs(256, 6, 1500, 384), kSms, 1 << 20);
+  p = plan(PlanArgs(256, 6, 1500, 384), kSms, 1 << 20);
   EXPECT_EQ(p.splits, 1);
   EXPECT_EQ(p.partial_bytes, 0u);
   EXPECT_EQ(p.counters, 0);
   // One row: at most 16 ranges (the merge's bound), and never more than tiles.
-  p = cuda::PlanSharedKvAttention(PlanArgs(1, 6, 1500, 384), kSms, 1 << 20);
+  p = plan(PlanArgs(1, 6, 1500, 384), kSms, 1 << 20);
   EXPECT_EQ(p.splits, 16);
-  EXPECT_EQ(cuda::PlanSharedKvAttention(PlanArgs(1, 6, 100, 384), kSms, 1 << 20).splits, 3);
-  EXPECT_EQ(cuda::PlanSharedKvAttention(PlanArgs(1, 6, 1500, 384), kSms, 1 << 20, 40).splits, 16);
+  EXPECT_EQ(plan(PlanArgs(1, 6, 100, 384), kSms, 1 << 20).splits, 3);
+  EXPECT_EQ(plan(PlanArgs(1, 6, 1500, 384), kSms, 1 << 20, 40).splits, 16);
   // Forced ranges; fewer counters than (row, group) items: unsplit.
-  EXPECT_EQ(cuda::PlanSharedKvAttention(PlanArgs(16, 6, 1500, 384), kSms, 1 << 20, 3).splits, 3);
-  EXPECT_EQ(cuda::PlanSharedKvAttention(PlanArgs(16, 6, 1500, 384), kSms, 15).splits, 1);
+  EXPECT_EQ(plan(PlanArgs(16, 6, 1500, 384), kSms, 1 << 20, 3).splits, 3);
+  EXPECT_EQ(plan(PlanArgs(16, 6, 1500, 384), kSms, 15).splits, 1);
   // 12 queries make two groups.
-  EXPECT_EQ(cuda::PlanSharedKvAttention(PlanArgs(4, 12, 1500, 384), kSms, 1 << 20).counters, 8);
+  EXPECT_EQ(plan(PlanArgs(4, 12, 1500, 384), kSms, 1 << 20).counters, 8);
   // Refused: widths off the 64 grid or above 512, one key short, misaligned kv or out.
-  EXPECT_TRUE(cuda::PlanSharedKvAttention(PlanArgs(2, 8, 10, 512), kSms, 1 << 20).supported);
-  EXPECT_TRUE(cuda::PlanSharedKvAttention(PlanArgs(2, 8, 10, 64), kSms, 1 << 20).supported);
-  EXPECT_FALSE(cuda::PlanSharedKvAttention(PlanArgs(2, 8, 10, 576), kSms, 1 << 20).supported);
-  EXPECT_FALSE(cuda::PlanSharedKvAttention(PlanArgs(2, 8, 10, 96), kSms, 1 << 20).supported);
-  EXPECT_FALSE(cuda::PlanSharedKvAttention(PlanArgs(2, 8, 0, 384), kSms, 1 << 20).supported);
+  EXPECT_TRUE(plan(PlanArgs(2, 8, 10, 512), kSms, 1 << 20).supported);
+  EXPECT_TRUE(plan(PlanArgs(2, 8, 10, 64), kSms, 1 << 20).supported);
+  EXPECT_FALSE(plan(PlanArgs(2, 8, 10, 576), kSms, 1 << 20).supported);
+  EXPECT_FALSE(plan(PlanArgs(2, 8, 10, 96), kSms, 1 << 20).supported);
+  EXPECT_FALSE(plan(PlanArgs(2, 8, 0, 384), kSms, 1 << 20).supported);
   cuda::SharedKvArgs a = PlanArgs(2, 8, 10, 384);
   a.kv = reinterpret_cast<const char*>(a.kv) + 8;
-  EXPECT_FALSE(cuda::PlanSharedKvAttention(a, kSms, 1 << 20).supported);
+  EXPECT_FALSE(plan(a, kSms, 1 << 20).supported);
   for (const int offset : {1, 2}) {  // 4 or 8 bytes off
     a = PlanArgs(2, 8, 10, 384);
     a.out += offset;
-    EXPECT_FALSE(cuda::PlanSharedKvAttention(a, kSms, 1 << 20).supported);
+    EXPECT_FALSE(plan(a, kSms, 1 << 20).supported);
   }
 }
 
@@ -98,44 +114,44 @@ TEST_P(CudaParityTest, SharedKvAttentionMatchesCpu) {
         absl::StrCat("SharedKvAttention B=", c.batch, " Tq=", c.q_len, " Tk=", c.kv_len,
                      " H=", c.heads, " D=", c.width, " splits=", c.splits);
     SCOPED_TRACE(what);
-    Backend* gpu = gpu_.get();
-    std::unique_ptr<Backend> forced;
-    if (c.splits > 0) {
+    for (const bool deep : {true, false}) {
+      SCOPED_TRACE(deep ? "deep pipeline" : "double-buffered");
       CudaBackendOptions options;
       options.shared_kv_splits = c.splits;
+      options.shared_kv_deep_pipeline = deep;
       auto made = CreateCudaBackend(options);
       ASSERT_TRUE(made.ok()) << made.status();
-      forced = std::move(*made);
-      gpu = forced.get();
+      Backend* gpu = made->get();
+      const int64_t width = c.heads * c.width;
+      std::vector<float> kv = Random(c.batch * c.kv_len * c.width, -2.0f, 2.0f);
+      std::vector<uint16_t> bits(kv.size());
+      for (size_t i = 0; i < kv.size(); ++i) {
+        bits[i] = FloatToHalf(kv[i]);
+        kv[i] = HalfToFloat(bits[i]);  // the CPU reads the same values
+      }
+      const std::vector<float> q = Random(c.batch * c.q_len * width, -0.2f, 0.2f);
+      auto gkv = Upload(*gpu, {c.batch, c.kv_len, c.width}, DType::kF16, bits.data());
+      auto gq = Upload(*gpu, {c.batch, c.q_len, width}, DType::kF32, q.data());
+      std::vector<float> nan(static_cast<size_t>(c.batch * c.q_len * width), kNaN);
+      auto gout = Upload(*gpu, {c.batch, c.q_len, width}, DType::kF32, nan.data());
+      ASSERT_TRUE(gkv.ok() && gq.ok() && gout.ok());
+      const Pair query = F32({c.batch, c.q_len, width}, q);
+      const Pair keys = F32({c.batch, c.kv_len, c.width}, kv);
+      const Pair out = Poisoned({c.batch, c.q_len, width});
+      const float scale = 0.125f;
+      ASSERT_TRUE(
+          cpu_->SharedKvAttention(query.cpu, keys.cpu, static_cast<int>(c.heads), scale, out.cpu)
+              .ok());
+      const absl::Status status =
+          gpu->SharedKvAttention(*gq, *gkv, static_cast<int>(c.heads), scale, *gout);
+      ASSERT_TRUE(status.ok()) << status;
+      auto got = Download<float>(*gpu, *gout);
+      ASSERT_TRUE(got.ok()) << got.status();
+      // The queries and probabilities enter the tensor cores as f16 parts and rounding errors,
+      // the keys are f16 on both sides: f32 arithmetic to the tensor cores' accumulation.
+      EXPECT_TRUE(
+          Close(what + (deep ? " deep" : " double-buffered"), *got, Cpu(out.cpu), kAccurateGemm));
     }
-    const int64_t width = c.heads * c.width;
-    std::vector<float> kv = Random(c.batch * c.kv_len * c.width, -2.0f, 2.0f);
-    std::vector<uint16_t> bits(kv.size());
-    for (size_t i = 0; i < kv.size(); ++i) {
-      bits[i] = FloatToHalf(kv[i]);
-      kv[i] = HalfToFloat(bits[i]);  // the CPU reads the same values
-    }
-    const std::vector<float> q = Random(c.batch * c.q_len * width, -0.2f, 0.2f);
-    auto gkv = Upload(*gpu, {c.batch, c.kv_len, c.width}, DType::kF16, bits.data());
-    auto gq = Upload(*gpu, {c.batch, c.q_len, width}, DType::kF32, q.data());
-    std::vector<float> nan(static_cast<size_t>(c.batch * c.q_len * width), kNaN);
-    auto gout = Upload(*gpu, {c.batch, c.q_len, width}, DType::kF32, nan.data());
-    ASSERT_TRUE(gkv.ok() && gq.ok() && gout.ok());
-    const Pair query = F32({c.batch, c.q_len, width}, q);
-    const Pair keys = F32({c.batch, c.kv_len, c.width}, kv);
-    const Pair out = Poisoned({c.batch, c.q_len, width});
-    const float scale = 0.125f;
-    ASSERT_TRUE(
-        cpu_->SharedKvAttention(query.cpu, keys.cpu, static_cast<int>(c.heads), scale, out.cpu)
-            .ok());
-    const absl::Status status =
-        gpu->SharedKvAttention(*gq, *gkv, static_cast<int>(c.heads), scale, *gout);
-    ASSERT_TRUE(status.ok()) << status;
-    auto got = Download<float>(*gpu, *gout);
-    ASSERT_TRUE(got.ok()) << got.status();
-    // The queries and probabilities enter the tensor cores as f16 parts and rounding errors,
-    // the keys are f16 on both sides: f32 arithmetic to the tensor cores' accumulation.
-    EXPECT_TRUE(Close(what, *got, Cpu(out.cpu), kAccurateGemm));
   }
 }
 

@@ -16,7 +16,7 @@ constexpr int kPad = 8;    // halves of padding per shared row: 8 rows of ldmatr
 constexpr int kMaxWarps = kSharedKvMaxWidth / 64;
 constexpr int kMaxSplits = 16;  // key ranges a (row, group) is split into at most (the merge's)
 
-template <int kWarps>
+template <int kWarps, int kStages>
 struct Shape {
   static constexpr int kWidth = 64 * kWarps;
   static constexpr int kThreads = 32 * kWarps;
@@ -28,8 +28,19 @@ struct Shape {
   static constexpr size_t kQueryBytes = size_t{16} * kRow * 2;
   static constexpr size_t kTileBytes = size_t{kTileKeys} * kRow * 2;
   static constexpr size_t kScoreBytes = size_t{kGroup} * kTileKeys * 4;
-  static constexpr size_t kSmemBytes = kQueryBytes + 2 * kTileBytes + kScoreBytes;
+  // kStages tiles in shared memory, kStages − 1 of them in flight while one is computed on.
+  static constexpr size_t kSmemBytes = kQueryBytes + kStages * kTileBytes + kScoreBytes;
 };
+
+// The deep pipeline: as many tiles as one block per multiprocessor holds (227 KB, less 2 KB for
+// the merge's static arrays and the block's reserve), at most 6.
+template <int kWarps>
+constexpr int DeepStages() {
+  constexpr size_t row_bytes = (64 * kWarps + kPad) * 2, tile_keys = 16 * ((kWarps + 1) / 2);
+  constexpr size_t room = 227 * 1024 - 2048 - 16 * row_bytes - kGroup * tile_keys * 4;
+  constexpr size_t stages = room / (tile_keys * row_bytes);  // Shape's sizes, with kStages free
+  return stages > 6 ? 6 : static_cast<int>(stages);
+}
 
 struct Params {
   const float* q;
@@ -51,14 +62,15 @@ __device__ __forceinline__ void SplitPair(float p0, float p1, uint32_t& hi, uint
   lo = HalfBits(__floats2half2_rn(p0 - __low2float(h), p1 - __high2float(h)));
 }
 
-template <int kWarps>
+template <int kWarps, int kStages>
 __global__ void __launch_bounds__(32 * kWarps) SharedKvKernel(Params p) {
-  using S = Shape<kWarps>;
+  static_assert(kStages >= 2);
+  using S = Shape<kWarps, kStages>;
   constexpr int kWidth = S::kWidth, kRow = S::kRow, kTileKeys = S::kTileKeys;
   extern __shared__ __align__(16) unsigned char smem[];
   auto* queries_s = reinterpret_cast<__half*>(smem);
   auto* tiles_s = reinterpret_cast<__half*>(smem + S::kQueryBytes);
-  auto* scores_s = reinterpret_cast<float*>(smem + S::kQueryBytes + 2 * S::kTileBytes);
+  auto* scores_s = reinterpret_cast<float*>(smem + S::kQueryBytes + kStages * S::kTileBytes);
   const int split = static_cast<int>(blockIdx.x), group = static_cast<int>(blockIdx.y);
   const int64_t b = blockIdx.z;
   const int t = static_cast<int>(threadIdx.x), warp = t / kWarp, lane = t % kWarp;
@@ -70,11 +82,13 @@ __global__ void __launch_bounds__(32 * kWarps) SharedKvKernel(Params p) {
   const __half* kv = p.kv + b * p.kv_len * kWidth;
 
   WaitForPreviousKernel();
+  // One commit group per tile index, empty past the last tile, so that waiting for all but the
+  // newest kStages − 2 groups always means the tile about to be computed on is in.
   auto load_tile = [&](int tile) {
     const int64_t first = key_begin + int64_t{tile} * kTileKeys;
-    __half* dst = tiles_s + (tile & 1) * kTileKeys * kRow;
+    __half* dst = tiles_s + (tile % kStages) * kTileKeys * kRow;
     constexpr int kChunks = kWidth / 8;  // 16-byte chunks per key
-    for (int i = t; i < kTileKeys * kChunks; i += S::kThreads) {
+    for (int i = t; tile < tiles && i < kTileKeys * kChunks; i += S::kThreads) {
       const int key = i / kChunks, chunk = i % kChunks;
       const bool valid = first + key < key_end;
       // Keys past the range are zero-filled from a valid address (their scores are masked).
@@ -83,7 +97,7 @@ __global__ void __launch_bounds__(32 * kWarps) SharedKvKernel(Params p) {
     }
     mma::CommitAsync();
   };
-  load_tile(0);
+  for (int tile = 0; tile < kStages - 1; ++tile) load_tile(tile);
   // The queries, scaled, as f16 parts (rows 0-7) and rounding errors (rows 8-15).
   for (int i = t; i < kGroup * kWidth; i += S::kThreads) {
     const int r = i / kWidth, d = i % kWidth;
@@ -99,11 +113,11 @@ __global__ void __launch_bounds__(32 * kWarps) SharedKvKernel(Params p) {
   float m = -INFINITY, l = 0;  // query `row`'s running max (log2 units) and this lane's sum part
   const __half* a_lane = queries_s + ((lane % 8) + 8 * ((lane / 8) % 2)) * kRow + (lane / 16) * 8;
   for (int tile = 0; tile < tiles; ++tile) {
-    mma::WaitAsync<0>();
-    // Tile `tile` is in; every warp is done with the other buffer and with the scores.
+    mma::WaitAsync<kStages - 2>();
+    // Tile `tile` is in; every warp is done with tile − 1's buffer and with the scores.
     __syncthreads();
-    if (tile + 1 < tiles) load_tile(tile + 1);
-    const __half* tile_s = tiles_s + (tile & 1) * kTileKeys * kRow;
+    load_tile(tile + kStages - 1);
+    const __half* tile_s = tiles_s + (tile % kStages) * kTileKeys * kRow;
 
     // Scores of keys [8·n, 8·n + 8) over the whole width, two k-steps per ldmatrix of keys.
     for (int n = warp; n < S::kKeyTiles; n += kWarps) {
@@ -260,16 +274,16 @@ __global__ void __launch_bounds__(32 * kWarps) SharedKvKernel(Params p) {
   if (t == 0) *counter = 0;
 }
 
-template <int kWarps>
+template <int kWarps, int kStages>
 cudaError_t LaunchWarps(const LaunchContext& ctx, const SharedKvArgs& a, const SharedKvPlan& plan,
                         float* partials, int* counters) {
-  using S = Shape<kWarps>;
+  using S = Shape<kWarps, kStages>;
   static std::once_flag once;
   static cudaError_t attribute = cudaSuccess;
   std::call_once(once, [] {
-    attribute =
-        cudaFuncSetAttribute(SharedKvKernel<kWarps>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(S::kSmemBytes));
+    attribute = cudaFuncSetAttribute(SharedKvKernel<kWarps, kStages>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(S::kSmemBytes));
   });
   if (attribute != cudaSuccess) return attribute;
   const int groups = static_cast<int>((a.queries + kGroup - 1) / kGroup);
@@ -286,15 +300,28 @@ cudaError_t LaunchWarps(const LaunchContext& ctx, const SharedKvArgs& a, const S
                       counters};
   const dim3 grid(static_cast<unsigned>(plan.splits), static_cast<unsigned>(groups),
                   static_cast<unsigned>(a.batch));
-  return Launch(ctx, SharedKvKernel<kWarps>, grid, dim3(S::kThreads), S::kSmemBytes, params);
+  return Launch(ctx, SharedKvKernel<kWarps, kStages>, grid, dim3(S::kThreads), S::kSmemBytes,
+                params);
 }
 
+// Shared memory of a block of `warps` warps, double-buffered or with the deep pipeline; the
+// deep pipeline's stage count.
 template <int kWarps>
-size_t SmemBytes(int warps) {
+size_t SmemBytes(int warps, bool deep) {
   if constexpr (kWarps > kMaxWarps) {
     return 0;
   } else {
-    return warps == kWarps ? Shape<kWarps>::kSmemBytes : SmemBytes<kWarps + 1>(warps);
+    if (warps != kWarps) return SmemBytes<kWarps + 1>(warps, deep);
+    return deep ? Shape<kWarps, DeepStages<kWarps>()>::kSmemBytes : Shape<kWarps, 2>::kSmemBytes;
+  }
+}
+template <int kWarps>
+int Stages(int warps, bool deep) {
+  if constexpr (kWarps > kMaxWarps) {
+    return 0;
+  } else {
+    if (warps != kWarps) return Stages<kWarps + 1>(warps, deep);
+    return deep ? DeepStages<kWarps>() : 2;
   }
 }
 
@@ -304,8 +331,9 @@ cudaError_t LaunchFor(int warps, const LaunchContext& ctx, const SharedKvArgs& a
   if constexpr (kWarps > kMaxWarps) {
     return cudaErrorInvalidValue;
   } else {
-    if (warps == kWarps) return LaunchWarps<kWarps>(ctx, a, plan, partials, counters);
-    return LaunchFor<kWarps + 1>(warps, ctx, a, plan, partials, counters);
+    if (warps != kWarps) return LaunchFor<kWarps + 1>(warps, ctx, a, plan, partials, counters);
+    if (plan.stages == 2) return LaunchWarps<kWarps, 2>(ctx, a, plan, partials, counters);
+    return LaunchWarps<kWarps, DeepStages<kWarps>()>(ctx, a, plan, partials, counters);
   }
 }
 
@@ -316,7 +344,7 @@ cudaError_t LaunchFor(int warps, const LaunchContext& ctx, const SharedKvArgs& a
 bool SharedKvAttentionAvailable() { return WAAV_GPU_HAS_MMA != 0; }
 
 SharedKvPlan PlanSharedKvAttention(const SharedKvArgs& a, int sm_count, int64_t max_counters,
-                                   int force_splits) {
+                                   int force_splits, bool deep_pipeline) {
   SharedKvPlan plan;
 #if WAAV_GPU_HAS_MMA
   auto aligned = [](const void* ptr, uintptr_t bytes) {
@@ -333,7 +361,9 @@ SharedKvPlan PlanSharedKvAttention(const SharedKvArgs& a, int sm_count, int64_t 
   const int64_t groups = (a.queries + kGroup - 1) / kGroup;
   const int64_t items = a.batch * groups;
   // Blocks resident per multiprocessor by shared memory (227 KB usable, 1 KB reserved a block).
-  const int64_t resident = std::max<int64_t>(1, (227 * 1024) / (SmemBytes<1>(warps) + 1024));
+  plan.stages = Stages<1>(warps, deep_pipeline);
+  const int64_t resident =
+      std::max<int64_t>(1, (227 * 1024) / (SmemBytes<1>(warps, deep_pipeline) + 2048));
   int64_t splits = items > 0 ? resident * sm_count / items : 1;
   if (force_splits > 0) splits = force_splits;
   splits = std::clamp<int64_t>(splits, 1, std::min<int64_t>(tiles, kMaxSplits));
@@ -349,6 +379,7 @@ SharedKvPlan PlanSharedKvAttention(const SharedKvArgs& a, int sm_count, int64_t 
   (void)sm_count;
   (void)max_counters;
   (void)force_splits;
+  (void)deep_pipeline;
 #endif
   return plan;
 }

@@ -9,10 +9,12 @@
 // f32 queries to ~2^-22 relative; the probabilities are split the same way for the weighted sum.
 // D / 64 warps: for the scores warp w takes keys [8w, 8w + 8) of each tile of 8 · D / 64 keys
 // (rounded up to 16) over the whole width; for the weighted sum it takes dims [64w, 64w + 64)
-// over the tile's keys, its accumulators in registers. Tiles are double-buffered in shared memory
-// (cp.async, rows padded so that ldmatrix is conflict-free). The scores go through shared memory
-// (two barriers a tile); every warp runs the same online softmax over them. Key ranges of one row
-// are merged by the last block to finish (flash-decoding), so one launch suffices.
+// over the tile's keys, its accumulators in registers. Tiles are loaded by cp.async into rows
+// padded so that ldmatrix is conflict-free, through a ring of 2 to 6 buffers (one commit group a
+// tile). The scores go through shared memory (two barriers a tile); every warp runs the same
+// online softmax over them. Key ranges of one row are merged by the last block to finish
+// (flash-decoding), so one launch suffices; its loads of the ranges' partial sums are issued
+// together.
 #pragma once
 
 #include <cstddef>
@@ -41,6 +43,7 @@ struct SharedKvPlan {
   int64_t keys_per_split = 0;
   size_t partial_bytes = 0;  // scratch for partial results (0 when splits == 1)
   int64_t counters = 0;      // zeroed i32 arrival counters needed (0 when splits == 1)
+  int stages = 2;            // tiles in shared memory (2: double-buffered)
 };
 
 // Whether this build has the kernel (tensor cores: the CUDA build, not HIP's).
@@ -48,9 +51,11 @@ bool SharedKvAttentionAvailable();
 // The plan: supported for width a multiple of 64 in [64, 512], kv and out 16-byte aligned; key
 // ranges until the grid fills the resident blocks of every multiprocessor once, at most 16 and
 // one per tile (`force_splits` > 0: that many, within the same bounds; for tests), one range
-// when the counters would not do.
+// when the counters would not do. `deep_pipeline`: one block per multiprocessor with as many
+// tiles as fit (5 at width 384, 3 at 512; 4 or 2 of them in flight) instead of two
+// double-buffered blocks (91 KB each at 384).
 SharedKvPlan PlanSharedKvAttention(const SharedKvArgs& args, int sm_count, int64_t max_counters,
-                                   int force_splits = 0);
+                                   int force_splits = 0, bool deep_pipeline = false);
 // `partials` and `counters` as the plan says; counters must be zero and are left zero.
 cudaError_t LaunchSharedKvAttention(const LaunchContext& ctx, const SharedKvArgs& args,
                                     const SharedKvPlan& plan, float* partials, int* counters);
