@@ -1,10 +1,12 @@
 #include "tests/support/random_whisper.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/runtime/dtype.h"
@@ -135,6 +137,21 @@ bool WriteRandomWhisperModel(const std::string& dir, uint32_t seed, const Random
   const uint32_t aliases = 0;
   out.write(reinterpret_cast<const char*>(&aliases), 4);
   return static_cast<bool>(out);
+}
+
+std::string TempModelDir(const std::string& what, uint32_t seed) {
+  return (std::filesystem::temp_directory_path() / ("waav_" + what + "_" + std::to_string(seed)))
+      .string();
+}
+
+double RelativeL2Error(const float* got, const float* want, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double e = double{got[i]} - want[i];
+    num += e * e;
+    den += double{want[i]} * want[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
 }
 
 }  // namespace waav::testing

@@ -2,6 +2,7 @@
 // but not the real weights (the GPU device runs cannot carry the 75 MB model).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -24,5 +25,12 @@ struct RandomWhisperDims {
 // Creates `dir` if needed. Returns false when the file cannot be written.
 bool WriteRandomWhisperModel(const std::string& dir, uint32_t seed,
                              const RandomWhisperDims& dims = {});
+
+// Where a test writes such a model: waav_<what>_<seed> in the system's temporary directory.
+std::string TempModelDir(const std::string& what, uint32_t seed);
+
+// Relative L2 error of `got` against `want` over n values, in double (the comparison of two
+// models' logits): ‖got − want‖ / ‖want‖, the norm of `want` floored at 1e-15.
+double RelativeL2Error(const float* got, const float* want, size_t n);
 
 }  // namespace waav::testing

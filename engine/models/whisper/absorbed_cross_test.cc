@@ -21,11 +21,6 @@
 namespace waav::whisper {
 namespace {
 
-std::string TempModelDir(const std::string& what, unsigned seed) {
-  return (std::filesystem::temp_directory_path() / ("waav_" + what + "_" + std::to_string(seed)))
-      .string();
-}
-
 class AbsorbedCrossTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -39,16 +34,6 @@ class AbsorbedCrossTest : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<Backend> backend_;
 };
 
-double RelativeError(const float* got, const float* want, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double e = double{got[i]} - want[i];
-    num += e * e;
-    den += double{want[i]} * want[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
-
 TEST_P(AbsorbedCrossTest, GreedyStepsEqualTheKvCacheForm) {
   if (!backend_->supports(Op::kSharedKvAttention)) {
     GTEST_SKIP() << backend_->name() << " has no SharedKvAttention";
@@ -56,7 +41,7 @@ TEST_P(AbsorbedCrossTest, GreedyStepsEqualTheKvCacheForm) {
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  const std::string dir = TempModelDir("absorbed_cross_test", seed);
+  const std::string dir = testing::TempModelDir("absorbed_cross_test", seed);
   ASSERT_TRUE(testing::WriteRandomWhisperModel(dir, seed));
   auto kv = WhisperModel::Load(
       dir, *backend_,
@@ -128,7 +113,7 @@ TEST_P(AbsorbedCrossTest, GreedyStepsEqualTheKvCacheForm) {
       const float* want = logits[0].data() + static_cast<size_t>(b) * vocab;
       const float* got = logits[1].data() + static_cast<size_t>(b) * vocab;
       for (size_t i = 0; i < vocab; ++i) ASSERT_TRUE(std::isfinite(got[i])) << "logit " << i;
-      const double error = RelativeError(got, want, vocab);
+      const double error = testing::RelativeL2Error(got, want, vocab);
       worst = std::max(worst, error);
       EXPECT_LE(error, tolerance) << "step " << step << " (batch " << batch << ") row " << b;
       const int32_t want_token = static_cast<int32_t>(std::max_element(want, want + vocab) - want);
@@ -143,50 +128,49 @@ TEST_P(AbsorbedCrossTest, GreedyStepsEqualTheKvCacheForm) {
             << worst << " against the K/V caches (tolerance " << tolerance << ")\n";
 }
 
-// kAuto takes the absorbed form only with f16 caches (not on the CPU); kAlways refuses a d_model
-// the op does not take, naming it.
+// kAuto takes the absorbed form where the caches are f16 and the op takes d_model (the CUDA
+// backend at width 128, not the CPU's f32 caches); kAlways refuses a d_model the op does not
+// take, naming it.
 TEST_P(AbsorbedCrossTest, TakenWhereItPaysAndRefusedWhereTheOpCannot) {
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  const std::string dir = TempModelDir("absorbed_cross_small", seed);
-  ASSERT_TRUE(testing::WriteRandomWhisperModel(dir, seed,
-                                               {.n_mels = 80,
-                                                .n_audio_ctx = 100,
-                                                .n_text_ctx = 64,
-                                                .d_model = 96,
-                                                .n_heads = 2,
-                                                .n_layers = 2,
-                                                .n_vocab = 500}));
-  auto automatic = WhisperModel::Load(dir, *backend_, {});
-  auto required =
-      WhisperModel::Load(dir, *backend_, {.absorbed_cross_attention = GraphUse::kAlways});
-  std::filesystem::remove_all(dir);
-  ASSERT_TRUE(automatic.ok()) << automatic.status();
-  auto state = (*automatic)->NewDecoderState(2);
-  ASSERT_TRUE(state.ok()) << state.status();
-  EXPECT_FALSE((*state)->cross_source().defined());  // d_model 96: not taken
+  // A small random model of width d_model, loaded with `absorbed`.
+  auto load = [&](int d_model, GraphUse absorbed) {
+    const std::string dir = testing::TempModelDir("absorbed_cross_small", seed);
+    EXPECT_TRUE(testing::WriteRandomWhisperModel(dir, seed,
+                                                 {.n_mels = 80,
+                                                  .n_audio_ctx = 100,
+                                                  .n_text_ctx = 64,
+                                                  .d_model = d_model,
+                                                  .n_heads = 2,
+                                                  .n_layers = 2,
+                                                  .n_vocab = 500}));
+    auto model = WhisperModel::Load(dir, *backend_, {.absorbed_cross_attention = absorbed});
+    std::filesystem::remove_all(dir);
+    return model;
+  };
+  auto keeps_source = [](const WhisperModel& model) {
+    auto state = model.NewDecoderState(2);
+    EXPECT_TRUE(state.ok()) << state.status();
+    return state.ok() && (*state)->cross_source().defined();
+  };
+  auto off_grid = load(96, GraphUse::kAuto);
+  ASSERT_TRUE(off_grid.ok()) << off_grid.status();
+  EXPECT_FALSE(keeps_source(**off_grid)) << "d_model 96";
+  auto required = load(96, GraphUse::kAlways);
   ASSERT_FALSE(required.ok());
   EXPECT_TRUE(absl::IsUnimplemented(required.status())) << required.status();
   const std::string says =
       backend_->supports(Op::kSharedKvAttention) ? "d_model 96" : "no SharedKvAttention";
   EXPECT_NE(required.status().message().find(says), std::string::npos) << required.status();
-  if (backend_->device() == DeviceKind::kCpu) {
-    const std::string tiny = TempModelDir("absorbed_cross_cpu", seed);
-    ASSERT_TRUE(testing::WriteRandomWhisperModel(tiny, seed,
-                                                 {.n_mels = 80,
-                                                  .n_audio_ctx = 100,
-                                                  .n_text_ctx = 64,
-                                                  .d_model = 128,
-                                                  .n_heads = 2,
-                                                  .n_layers = 2,
-                                                  .n_vocab = 500}));
-    auto cpu = WhisperModel::Load(tiny, *backend_, {});
-    std::filesystem::remove_all(tiny);
-    ASSERT_TRUE(cpu.ok()) << cpu.status();
-    auto s = (*cpu)->NewDecoderState(1);
-    ASSERT_TRUE(s.ok()) << s.status();
-    EXPECT_FALSE((*s)->cross_source().defined()) << "kAuto on f32 caches";
-  }
+  auto automatic = load(128, GraphUse::kAuto);
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  EXPECT_EQ(keeps_source(**automatic),
+            backend_->supports(Op::kSharedKvAttention) && backend_->supports(Op::kHalfActivations))
+      << "kAuto at d_model 128";
+  auto never = load(128, GraphUse::kNever);
+  ASSERT_TRUE(never.ok()) << never.status();
+  EXPECT_FALSE(keeps_source(**never));
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, AbsorbedCrossTest, ::testing::Values("cpu", "cuda"),

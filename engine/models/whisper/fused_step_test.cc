@@ -20,11 +20,6 @@
 namespace waav::whisper {
 namespace {
 
-std::string TempModelDir(const std::string& what, unsigned seed) {
-  return (std::filesystem::temp_directory_path() / ("waav_" + what + "_" + std::to_string(seed)))
-      .string();
-}
-
 struct Param {
   std::string backend;
   GraphUse graphs;
@@ -43,17 +38,6 @@ class FusedStepTest : public ::testing::TestWithParam<Param> {
   std::unique_ptr<Backend> backend_;
 };
 
-// Relative L2 error of `got` against `want`.
-double RelativeError(const float* got, const float* want, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double e = double{got[i]} - want[i];
-    num += e * e;
-    den += double{want[i]} * want[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
-
 // Random weights of tiny.en's shapes; 10 windows encoded into a pool of 16 slots and prompts of
 // 2 to 7 tokens prefilled (op by op in both models), then greedy steps in lockstep with the batch
 // going 10 (bucket 16: past the fused step's 8 rows, op by op in both) -> 8 -> 3 (bucket 4) -> 1.
@@ -68,7 +52,7 @@ TEST_P(FusedStepTest, RandomWeightsGreedyEqualsUnfused) {
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  const std::string dir = TempModelDir("fused_step_test", seed);
+  const std::string dir = testing::TempModelDir("fused_step_test", seed);
   ASSERT_TRUE(testing::WriteRandomWhisperModel(dir, seed));
   // f32 weights in one (the default: the step converts them to f16, exactly for an f16 file), f16
   // in the other (used as they are).
@@ -155,7 +139,7 @@ TEST_P(FusedStepTest, RandomWeightsGreedyEqualsUnfused) {
       for (size_t k = 1; k < 3; ++k) {
         const float* got = logits[k].data() + static_cast<size_t>(b) * vocab;
         for (size_t i = 0; i < vocab; ++i) ASSERT_FALSE(std::isnan(got[i])) << "logit " << i;
-        const double error = RelativeError(got, want, vocab);
+        const double error = testing::RelativeL2Error(got, want, vocab);
         if (batch > 8 && k == 1) {  // the same weights, op by op in both
           EXPECT_EQ(error, 0.0) << "step " << step << " row " << b << ": batch " << batch
                                 << " runs op by op in both models";
@@ -194,7 +178,7 @@ TEST_P(FusedStepTest, RandomWeightsGreedyEqualsUnfused) {
 TEST_P(FusedStepTest, RefusedWhereUnsupported) {
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  const std::string dir = TempModelDir("fused_step_small", seed);
+  const std::string dir = testing::TempModelDir("fused_step_small", seed);
   ASSERT_TRUE(testing::WriteRandomWhisperModel(dir, seed,
                                                {.n_mels = 80,
                                                 .n_audio_ctx = 100,
