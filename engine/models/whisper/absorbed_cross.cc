@@ -110,9 +110,13 @@ absl::Status WhisperModel::RunAbsorbedCross(int layer, const Tensor& x, DecoderS
   const DecoderLayer& l = decoder_layers_[static_cast<size_t>(layer)];
   const AbsorbedCrossWeights& a = l.absorbed_cross;
   const DecoderState::StepBuffers& s = state.step_;
+  // The normed row in f16 where the state has the FFN's f16 input buffer (f16 weights, f16
+  // activations: as in the FFN, the wide GEMM then reads it without a conversion kernel, and
+  // would round it to f16 anyway).
+  const Tensor& normed = s.ffn_h.defined() ? s.ffn_h : ws.h;
   RETURN_IF_ERROR(backend_.LayerNorm(x, l.cross_attention.norm_gamma, l.cross_attention.norm_beta,
-                                     1e-5f, ws.h));
-  RETURN_IF_ERROR(backend_.Linear(ws.h, a.q_w, &a.q_b, Activation::kNone, s.absorbed_q));
+                                     1e-5f, normed));
+  RETURN_IF_ERROR(backend_.Linear(normed, a.q_w, &a.q_b, Activation::kNone, s.absorbed_q));
   RETURN_IF_ERROR(backend_.SharedKvAttention(s.absorbed_q, state.cross_source_, dims_.n_heads,
                                              attention_scale_, s.absorbed_out));
   if (fuse_residual) {
