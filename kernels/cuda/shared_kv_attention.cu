@@ -16,13 +16,30 @@ constexpr int kPad = 8;    // halves of padding per shared row: 8 rows of ldmatr
 constexpr int kMaxWarps = kSharedKvMaxWidth / 64;
 constexpr int kMaxSplits = 16;  // key ranges a (row, group) is split into at most (the merge's)
 
+// A block of `warps` warps: 8-key column tiles of the scores, one per warp (two for the last warp
+// of an odd count), so tiles of a multiple of 16 keys (the weighted sum's k-step); rows of the
+// width plus padding; the queries' 16 rows and the tile's scores beside `stages` tiles.
+constexpr int TileKeys(int warps) { return 16 * ((warps + 1) / 2); }
+constexpr size_t RowBytes(int warps) { return static_cast<size_t>(64 * warps + kPad) * 2; }
+constexpr size_t FixedBytes(int warps) {
+  return 16 * RowBytes(warps) + static_cast<size_t>(kGroup) * TileKeys(warps) * 4;
+}
+constexpr size_t SmemBytes(int warps, int stages) {
+  return FixedBytes(warps) + static_cast<size_t>(stages) * TileKeys(warps) * RowBytes(warps);
+}
+// The deep pipeline: as many tiles as one block per multiprocessor holds (227 KB, less 2 KB for
+// the merge's static arrays and the block's reserve), at most 6.
+constexpr int DeepStages(int warps) {
+  const size_t stages =
+      (227 * 1024 - 2048 - FixedBytes(warps)) / (TileKeys(warps) * RowBytes(warps));
+  return stages > 6 ? 6 : static_cast<int>(stages);
+}
+
 template <int kWarps, int kStages>
 struct Shape {
   static constexpr int kWidth = 64 * kWarps;
   static constexpr int kThreads = 32 * kWarps;
-  // 8-key column tiles of the scores, one per warp (two for the last warp of an odd count): a
-  // multiple of 16 keys, the weighted sum's k-step.
-  static constexpr int kTileKeys = 16 * ((kWarps + 1) / 2);
+  static constexpr int kTileKeys = TileKeys(kWarps);
   static constexpr int kKeyTiles = kTileKeys / 8;
   static constexpr int kRow = kWidth + kPad;  // halves per shared row
   static constexpr size_t kQueryBytes = size_t{16} * kRow * 2;
@@ -30,17 +47,8 @@ struct Shape {
   static constexpr size_t kScoreBytes = size_t{kGroup} * kTileKeys * 4;
   // kStages tiles in shared memory, kStages − 1 of them in flight while one is computed on.
   static constexpr size_t kSmemBytes = kQueryBytes + kStages * kTileBytes + kScoreBytes;
+  static_assert(kSmemBytes == SmemBytes(kWarps, kStages));
 };
-
-// The deep pipeline: as many tiles as one block per multiprocessor holds (227 KB, less 2 KB for
-// the merge's static arrays and the block's reserve), at most 6.
-template <int kWarps>
-constexpr int DeepStages() {
-  constexpr size_t row_bytes = (64 * kWarps + kPad) * 2, tile_keys = 16 * ((kWarps + 1) / 2);
-  constexpr size_t room = 227 * 1024 - 2048 - 16 * row_bytes - kGroup * tile_keys * 4;
-  constexpr size_t stages = room / (tile_keys * row_bytes);  // Shape's sizes, with kStages free
-  return stages > 6 ? 6 : static_cast<int>(stages);
-}
 
 struct Params {
   const float* q;
@@ -304,27 +312,6 @@ cudaError_t LaunchWarps(const LaunchContext& ctx, const SharedKvArgs& a, const S
                 params);
 }
 
-// Shared memory of a block of `warps` warps, double-buffered or with the deep pipeline; the
-// deep pipeline's stage count.
-template <int kWarps>
-size_t SmemBytes(int warps, bool deep) {
-  if constexpr (kWarps > kMaxWarps) {
-    return 0;
-  } else {
-    if (warps != kWarps) return SmemBytes<kWarps + 1>(warps, deep);
-    return deep ? Shape<kWarps, DeepStages<kWarps>()>::kSmemBytes : Shape<kWarps, 2>::kSmemBytes;
-  }
-}
-template <int kWarps>
-int Stages(int warps, bool deep) {
-  if constexpr (kWarps > kMaxWarps) {
-    return 0;
-  } else {
-    if (warps != kWarps) return Stages<kWarps + 1>(warps, deep);
-    return deep ? DeepStages<kWarps>() : 2;
-  }
-}
-
 template <int kWarps>
 cudaError_t LaunchFor(int warps, const LaunchContext& ctx, const SharedKvArgs& a,
                       const SharedKvPlan& plan, float* partials, int* counters) {
@@ -333,7 +320,7 @@ cudaError_t LaunchFor(int warps, const LaunchContext& ctx, const SharedKvArgs& a
   } else {
     if (warps != kWarps) return LaunchFor<kWarps + 1>(warps, ctx, a, plan, partials, counters);
     if (plan.stages == 2) return LaunchWarps<kWarps, 2>(ctx, a, plan, partials, counters);
-    return LaunchWarps<kWarps, DeepStages<kWarps>()>(ctx, a, plan, partials, counters);
+    return LaunchWarps<kWarps, DeepStages(kWarps)>(ctx, a, plan, partials, counters);
   }
 }
 
@@ -356,14 +343,14 @@ SharedKvPlan PlanSharedKvAttention(const SharedKvArgs& a, int sm_count, int64_t 
   }
   plan.supported = true;
   const int warps = a.width / 64;
-  const int64_t tile_keys = 16 * ((warps + 1) / 2);  // Shape<warps>::kTileKeys
+  const int64_t tile_keys = TileKeys(warps);
   const int64_t tiles = (a.kv_len + tile_keys - 1) / tile_keys;
   const int64_t groups = (a.queries + kGroup - 1) / kGroup;
   const int64_t items = a.batch * groups;
   // Blocks resident per multiprocessor by shared memory (227 KB usable, 1 KB reserved a block).
-  plan.stages = Stages<1>(warps, deep_pipeline);
+  plan.stages = deep_pipeline ? DeepStages(warps) : 2;
   const int64_t resident =
-      std::max<int64_t>(1, (227 * 1024) / (SmemBytes<1>(warps, deep_pipeline) + 2048));
+      std::max<int64_t>(1, (227 * 1024) / (SmemBytes(warps, plan.stages) + 2048));
   int64_t splits = items > 0 ? resident * sm_count / items : 1;
   if (force_splits > 0) splits = force_splits;
   splits = std::clamp<int64_t>(splits, 1, std::min<int64_t>(tiles, kMaxSplits));
