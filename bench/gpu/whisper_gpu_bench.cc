@@ -678,6 +678,15 @@ int Main(int argc, char** argv) {
     add_engine(absl::StrCat("SharedKvAttention in ", splits, " key ranges"),
                [splits](auto& o) { o.shared_kv_splits = splits; });
   }
+  // Session 17: the biases of cuBLAS GEMMs in cuBLASLt's epilogue (the default) against an
+  // epilogue kernel after each GEMM.
+  add_engine("bias after cuBLAS by a kernel (before session 17)",
+             [](auto& o) { o.blas_bias_epilogue = false; });
+  // And the GEMMs of fewer than half_gemm_min_rows rows that HalfGemm took before it (the
+  // self-attention's output projection; Q/K/V has its own limit), now by cuBLAS, whose bias
+  // costs no kernel.
+  add_engine("HalfGemm for Linear of any rows (before session 17)",
+             [](auto& o) { o.half_gemm_min_rows = 0; });
   add_engine("defaults (repeat)", [](auto&) {});
   add("fused step, CUDA graph + PDL", CudaMath::kFast, true, true, true);
   auto add_persistent = [&](const std::string& name, bool capture,

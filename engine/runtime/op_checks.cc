@@ -407,7 +407,7 @@ absl::StatusOr<SharedKvAttentionDims> ValidateSharedKvAttention(DeviceKind devic
   const std::initializer_list<DType> f32_or_f16 = {DType::kF32, DType::kF16};
   const std::initializer_list<DType> f32 = {DType::kF32};
   RETURN_IF_ERROR(CheckTensor(device, kOp, "kv", kv, half_activations ? f32_or_f16 : f32, 3));
-  RETURN_IF_ERROR(CheckTensor(device, kOp, "out", out, {DType::kF32}, 3));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "out", out, half_activations ? f32_or_f16 : f32, 3));
   const int64_t batch = q.dim(0), tq = q.dim(1), width = kv.dim(2), tk = kv.dim(1);
   if (num_heads < 1 || q.dim(2) != num_heads * width) {
     return Invalid(kOp, absl::StrCat("q ", q.Describe(), " must be [B, Tq, num_heads · ", width,

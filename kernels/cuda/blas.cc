@@ -73,12 +73,142 @@ absl::StatusOr<std::unique_ptr<Blas>> Blas::Load(cudaStream_t stream, void* work
       !s.ok()) {
     return s;
   }
+  blas->stream_ = stream;
+  blas->workspace_ = workspace;
+  blas->workspace_bytes_ = workspace_bytes;
+  blas->LoadLt();
   return blas;
 }
 
+void Blas::LoadLt() {
+  void* library = nullptr;
+  std::string loaded;
+  for (const std::string& name :
+       {absl::StrCat("libcublasLt.so.", CUBLAS_VER_MAJOR), std::string("libcublasLt.so")}) {
+    library = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (library != nullptr) {
+      loaded = name;
+      break;
+    }
+  }
+  if (library == nullptr) return;  // GemmBias then declines: the bias by the epilogue kernel
+  LtApi api;
+  for (absl::Status s : {Resolve(library, "cublasLtCreate", &api.create),
+                         Resolve(library, "cublasLtDestroy", &api.destroy),
+                         Resolve(library, "cublasLtMatmulDescCreate", &api.desc_create),
+                         Resolve(library, "cublasLtMatmulDescDestroy", &api.desc_destroy),
+                         Resolve(library, "cublasLtMatmulDescSetAttribute", &api.desc_set),
+                         Resolve(library, "cublasLtMatrixLayoutCreate", &api.layout_create),
+                         Resolve(library, "cublasLtMatrixLayoutDestroy", &api.layout_destroy),
+                         Resolve(library, "cublasLtMatmulPreferenceCreate", &api.pref_create),
+                         Resolve(library, "cublasLtMatmulPreferenceDestroy", &api.pref_destroy),
+                         Resolve(library, "cublasLtMatmulPreferenceSetAttribute", &api.pref_set),
+                         Resolve(library, "cublasLtMatmulAlgoGetHeuristic", &api.heuristic),
+                         Resolve(library, "cublasLtMatmul", &api.matmul)}) {
+    if (!s.ok()) return;
+  }
+  cublasLtHandle_t handle = nullptr;
+  if (api.create(&handle) != CUBLAS_STATUS_SUCCESS) return;
+  lt_ = api;
+  lt_handle_ = handle;
+  absl::StrAppend(&library_, ", ", loaded);
+}
+
 Blas::~Blas() {
+  if (lt_handle_ != nullptr) {
+    absl::MutexLock lock(&lt_mutex_);
+    for (auto& [key, plan] : lt_plans_) {
+      if (plan.desc != nullptr) lt_.desc_destroy(plan.desc);
+      for (cublasLtMatrixLayout_t layout : {plan.a, plan.b, plan.d}) {
+        if (layout != nullptr) lt_.layout_destroy(layout);
+      }
+    }
+    lt_.destroy(lt_handle_);
+  }
   if (handle_ != nullptr && destroy_ != nullptr) destroy_(handle_);
   // The library stays loaded: cuBLAS registers process-wide state that a dlclose would strand.
+}
+
+namespace {
+
+// The largest power of two up to 256 that divides the address (cuBLASLt's alignment preference).
+int AlignmentOf(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  int alignment = 256;
+  while (alignment > 1 && address % static_cast<uintptr_t>(alignment) != 0) alignment /= 2;
+  return alignment;
+}
+
+}  // namespace
+
+const Blas::LtPlan& Blas::PlanLt(const LtKey& key) const {
+  if (auto it = lt_plans_.find(key); it != lt_plans_.end()) return it->second;
+  // (beta != 0 is part of the key only: the same descriptors, but an algorithm chosen for it.)
+  [[maybe_unused]] const auto [m, n, k, x_type, w_type, compute, accumulate, x_align, w_align,
+                               y_align] = key;
+  LtPlan& plan = lt_plans_[key];
+  // The column-major view of Gemm: D[N, M] = op(A)·B with A = w stored K×N (transposed) and
+  // B = x stored K×M; C is D (beta·y in place). Any step that fails leaves the plan without an
+  // algorithm (GemmBias then declines and the caller adds the bias itself).
+  const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
+  const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  const int32_t bias_type = CUDA_R_32F;
+  const uint64_t workspace = workspace_bytes_;
+  const uint32_t alignments[] = {static_cast<uint32_t>(w_align), static_cast<uint32_t>(x_align),
+                                 static_cast<uint32_t>(y_align), static_cast<uint32_t>(y_align)};
+  const cublasLtMatmulPreferenceAttributes_t alignment_attributes[] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  cublasLtMatmulPreference_t preference = nullptr;
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  cublasStatus_t status =
+      lt_.desc_create(&plan.desc, static_cast<cublasComputeType_t>(compute), CUDA_R_32F);
+  auto then = [&status](auto&& step) {
+    if (status == CUBLAS_STATUS_SUCCESS) status = step();
+  };
+  then([&] {
+    return lt_.desc_set(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose));
+  });
+  then([&] { return lt_.desc_set(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)); });
+  then([&] {
+    return lt_.desc_set(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue));
+  });
+  then([&] {
+    return lt_.desc_set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                        sizeof(bias_type));
+  });
+  then([&] {
+    return lt_.layout_create(&plan.a, static_cast<cudaDataType>(w_type), static_cast<uint64_t>(k),
+                             static_cast<uint64_t>(n), k);
+  });
+  then([&] {
+    return lt_.layout_create(&plan.b, static_cast<cudaDataType>(x_type), static_cast<uint64_t>(k),
+                             static_cast<uint64_t>(m), k);
+  });
+  then([&] {
+    return lt_.layout_create(&plan.d, CUDA_R_32F, static_cast<uint64_t>(n),
+                             static_cast<uint64_t>(m), n);
+  });
+  then([&] { return lt_.pref_create(&preference); });
+  then([&] {
+    return lt_.pref_set(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                        sizeof(workspace));
+  });
+  for (int i = 0; i < 4; ++i) {
+    then([&] {
+      return lt_.pref_set(preference, alignment_attributes[i], &alignments[i], sizeof(uint32_t));
+    });
+  }
+  then([&] {
+    return lt_.heuristic(lt_handle_, plan.desc, plan.a, plan.b, plan.d, plan.d, preference, 1,
+                         &result, &found);
+  });
+  if (preference != nullptr) lt_.pref_destroy(preference);
+  plan.found = status == CUBLAS_STATUS_SUCCESS && found > 0 &&
+               result.state == CUBLAS_STATUS_SUCCESS && result.workspaceSize <= workspace_bytes_;
+  if (plan.found) plan.algo = result.algo;
+  return plan;
 }
 
 absl::Status Blas::Gemm(int64_t m, int64_t n, int64_t k, const void* x, cudaDataType x_type,
@@ -100,6 +230,41 @@ absl::Status Blas::Gemm(int64_t m, int64_t n, int64_t k, const void* x, cudaData
         absl::StrCat("cuBLAS GEMM ", m, "x", n, "x", k, ": ", status_string_(status)));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Blas::GemmBias(int64_t m, int64_t n, int64_t k, const void* x,
+                                    cudaDataType x_type, const void* w, cudaDataType w_type,
+                                    float beta, float* y, const float* bias,
+                                    cublasComputeType_t compute) const {
+  if (lt_handle_ == nullptr || AlignmentOf(bias) < 16) return false;
+  const LtKey key{m,
+                  n,
+                  k,
+                  static_cast<int>(x_type),
+                  static_cast<int>(w_type),
+                  static_cast<int>(compute),
+                  beta != 0.0f,
+                  AlignmentOf(x),
+                  AlignmentOf(w),
+                  AlignmentOf(y)};
+  absl::MutexLock lock(&lt_mutex_);
+  const LtPlan& plan = PlanLt(key);
+  if (!plan.found) return false;
+  // The bias pointer is the one attribute that changes from call to call (set under the lock,
+  // read by cublasLtMatmul as it enqueues).
+  const cublasStatus_t set =
+      lt_.desc_set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+  const float alpha = 1.0f;
+  const cublasStatus_t status =
+      set != CUBLAS_STATUS_SUCCESS
+          ? set
+          : lt_.matmul(lt_handle_, plan.desc, &alpha, w, plan.a, x, plan.b, &beta, y, plan.d, y,
+                       plan.d, &plan.algo, workspace_, workspace_bytes_, stream_);
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    return absl::InternalError(
+        absl::StrCat("cuBLASLt GEMM ", m, "x", n, "x", k, " with bias: ", status_string_(status)));
+  }
+  return true;
 }
 
 }  // namespace waav::cuda

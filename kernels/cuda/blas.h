@@ -3,13 +3,19 @@
 // points the GEMM dispatch uses are resolved.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "kernels/cuda/gpu.h"
 
 #if !defined(WAAV_HIP)
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #endif
 
@@ -33,7 +39,18 @@ class Blas {
                     const void* w, cudaDataType w_type, float beta, float* y,
                     cublasComputeType_t compute) const;
 
-  // Where the library was loaded from (for Describe()).
+  // The same plus the f32 bias[N] on every row, added by cuBLASLt's epilogue in the GEMM's own
+  // kernel (after beta·y: y = x·wᵀ + beta·y + bias). Returns false, having done nothing, where
+  // that is not on offer (no cuBLASLt, a bias not 16-byte aligned, no algorithm for the shape):
+  // the caller then runs Gemm and adds the bias itself.
+  absl::StatusOr<bool> GemmBias(int64_t m, int64_t n, int64_t k, const void* x, cudaDataType x_type,
+                                const void* w, cudaDataType w_type, float beta, float* y,
+                                const float* bias, cublasComputeType_t compute) const;
+
+  // Whether cuBLASLt was loaded (GemmBias can fuse).
+  bool has_lt() const { return lt_handle_ != nullptr; }
+
+  // Where the library was loaded from (for Describe()); with cuBLASLt's name where it loaded.
   const std::string& library() const { return library_; }
 
  private:
@@ -50,12 +67,50 @@ class Blas {
                                       const void*, cudaDataType, int, const void*, void*,
                                       cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
 
+  // cuBLASLt's entry points (declared types from cublasLt.h, so a mismatch fails to compile).
+  struct LtApi {
+    decltype(&cublasLtCreate) create = nullptr;
+    decltype(&cublasLtDestroy) destroy = nullptr;
+    decltype(&cublasLtMatmulDescCreate) desc_create = nullptr;
+    decltype(&cublasLtMatmulDescDestroy) desc_destroy = nullptr;
+    decltype(&cublasLtMatmulDescSetAttribute) desc_set = nullptr;
+    decltype(&cublasLtMatrixLayoutCreate) layout_create = nullptr;
+    decltype(&cublasLtMatrixLayoutDestroy) layout_destroy = nullptr;
+    decltype(&cublasLtMatmulPreferenceCreate) pref_create = nullptr;
+    decltype(&cublasLtMatmulPreferenceDestroy) pref_destroy = nullptr;
+    decltype(&cublasLtMatmulPreferenceSetAttribute) pref_set = nullptr;
+    decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic = nullptr;
+    decltype(&cublasLtMatmul) matmul = nullptr;
+  };
+
+  // One shape's descriptors and chosen algorithm (found = false: none, fall back).
+  struct LtPlan {
+    bool found = false;
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  // (m, n, k, x type, w type, compute, beta != 0, alignment of x, w, y).
+  using LtKey = std::tuple<int64_t, int64_t, int64_t, int, int, int, bool, int, int, int>;
+
+  // Loads cuBLASLt beside cuBLAS; leaves lt_handle_ null where it is missing.
+  void LoadLt();
+  // The shape's plan, made on first use (without an algorithm where any cuBLASLt call failed).
+  const LtPlan& PlanLt(const LtKey& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(lt_mutex_);
+
   void* library_handle_ = nullptr;
   std::string library_;
   cublasHandle_t handle_ = nullptr;
   DestroyFn destroy_ = nullptr;
   StatusStringFn status_string_ = nullptr;
   GemmExFn gemm_ex_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  LtApi lt_;
+  cublasLtHandle_t lt_handle_ = nullptr;
+  mutable absl::Mutex lt_mutex_;
+  mutable std::map<LtKey, LtPlan> lt_plans_ ABSL_GUARDED_BY(lt_mutex_);
 };
 
 #else

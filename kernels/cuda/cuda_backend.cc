@@ -340,8 +340,9 @@ class CudaBackend final : public Backend, public CudaExtensions {
     const bool half_ok =
         w_f16 && (few_rows || options_.half_gemm_max_k <= 0 || d.k <= options_.half_gemm_max_k) &&
         (few_rows || options_.half_gemm_max_n <= 0 || d.n <= options_.half_gemm_max_n) &&
-        (options_.half_gemm_max_rows <= 0 || d.m <= options_.half_gemm_max_rows) && !x_f16 &&
-        !y_f16 && cuda::HalfGemmSupported(half);
+        (options_.half_gemm_max_rows <= 0 || d.m <= options_.half_gemm_max_rows) &&
+        (few_rows || d.m >= options_.half_gemm_min_rows) && !x_f16 && !y_f16 &&
+        cuda::HalfGemmSupported(half);
     const cuda::GemmPlan plan = cuda::PlanGemm(state_->gemm, d.m, d.n, d.k, w_f16, half_ok);
     const bool fused = plan.path == cuda::GemmPath::kHalfMma;
     const bool x_direct = x_f16 && (plan.path == cuda::GemmPath::kBlasHalf ||
@@ -510,8 +511,15 @@ class CudaBackend final : public Backend, public CudaExtensions {
           "SharedKvAttention: the CUDA backend's kernel takes kv as f16 (half activations on, "
           "CudaMath::kFast, a build with tensor cores)");
     }
-    const cuda::SharedKvArgs args{q.data_as<float>(), kv.data(), out.data_as<float>(),      d.batch,
-                                  d.q_len * d.heads,  d.kv_len,  static_cast<int>(d.width), scale};
+    const cuda::SharedKvArgs args{q.data_as<float>(),
+                                  kv.data(),
+                                  out.data(),
+                                  out.dtype() == DType::kF16,
+                                  d.batch,
+                                  d.q_len * d.heads,
+                                  d.kv_len,
+                                  static_cast<int>(d.width),
+                                  scale};
     const cuda::SharedKvPlan plan =
         cuda::PlanSharedKvAttention(args, state_->ctx.sm_count, kAttentionCounters,
                                     options_.shared_kv_splits, options_.shared_kv_deep_pipeline);
@@ -522,7 +530,7 @@ class CudaBackend final : public Backend, public CudaExtensions {
     }
     ASSIGN_OR_RETURN(Tensor scratch, Scratch(plan.partial_bytes));
     Sign({static_cast<int64_t>(SigOp::kSharedKvAttention), d.batch, d.q_len, d.kv_len, d.heads,
-          d.width, plan.splits, plan.stages});
+          d.width, plan.splits, plan.stages, args.out_f16});
     return Submit([state = state_, ctx = Ctx(), q, kv, out, args, plan, scratch]() {
       return GpuStatus("SharedKvAttention",
                        cuda::LaunchSharedKvAttention(
@@ -946,7 +954,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const CudaBackendOp
                  options.half_gemm_narrow_tiles,
                  options.half_gemm_split_k_waves,
                  props.multiProcessorCount,
-                 state->counters.data_as<int>() + kAttentionCounters};
+                 state->counters.data_as<int>() + kAttentionCounters,
+                 options.blas_bias_epilogue};
   const bool pdl = options.use_pdl && WAAV_GPU_HAS_PDL && props.major >= 9;
   state->ctx = {state->graphs->stream, pdl, state->error_device, props.multiProcessorCount,
                 std::max(0, options.pdl_max_blocks_per_sm)};

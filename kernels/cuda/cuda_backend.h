@@ -80,6 +80,11 @@ struct CudaBackendOptions {
   // Load cuBLAS for GEMMs of more than skinny_max_rows rows; when false or when it cannot be
   // loaded, the built-in tiled kernel runs them. Default: true.
   bool use_cublas = true;
+  // cuBLAS GEMMs with a bias and no activation add the bias in their own kernel through
+  // cuBLASLt's bias epilogue (loaded beside cuBLAS) instead of an epilogue kernel after them;
+  // without cuBLASLt, or where it has no algorithm for a shape, the kernel runs as before.
+  // Default: true.
+  bool blas_bias_epilogue = true;
   // Rows up to which Linear uses the memory-bound skinny kernel. 8: a decoder step of 16 rows
   // took 553 us with the skinny kernel and 467 us with HalfGemm on an H100 (batches 8 and 32
   // unchanged; docs/benchmarks.md, "Skinny GEMMs up to 8 rows"). Default: 8.
@@ -112,6 +117,15 @@ struct CudaBackendOptions {
   int64_t half_gemm_max_n = 384;
   int64_t half_gemm_max_rows = 0;
   bool half_gemm_conv = false;
+  // Linear takes HalfGemm only from this many rows (GEMMs of up to half_gemm_few_rows rows
+  // aside); fewer go to cuBLAS, whose bias (blas_bias_epilogue) and in-place residual (beta = 1)
+  // cost no kernel. Default: 512, between the decoder steps' 9-256 rows, where cuBLAS measured
+  // faster for the self-attention's output projection (H100, fresh process each, 3 rounds:
+  // 283.1-283.7 against 287.2-288.5 us a step at 16 rows, 381.3-381.9 against 387.8-389.0 at 64,
+  // 767.0-767.1 against 798.4-799.7 at 256; docs/benchmarks.md, "Summary: H100, session 17"),
+  // and the encoder's 1500 rows a window, for which HalfGemm was chosen ("Encoder at batch 1");
+  // the rows between were not measured.
+  int64_t half_gemm_min_rows = 512;
   // kFast encoder attention: the tuned flash kernel (keys split to fill the chip, merged in the
   // same launch) instead of the first one. Default: true.
   bool use_flash_v2 = true;

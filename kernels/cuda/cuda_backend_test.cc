@@ -125,6 +125,59 @@ TEST_P(CudaParityTest, LinearResidualMatchesCpuLinearThenAdd) {
   EXPECT_FALSE(cpu_->supports(Op::kLinearResidual));
 }
 
+// The bias of a cuBLAS GEMM without activation: in cuBLASLt's epilogue (the default), by the
+// epilogue kernel where the bias is not 16-byte aligned (cuBLASLt declines it) and where the
+// option is off; each against the CPU, plain and adding into y (beta = 1, LinearResidual).
+TEST_P(CudaParityTest, CublasBiasEpilogueAndItsFallbacksMatchCpu) {
+  if (!GetParam().defaults || GetParam().encoder_no_pdl || GetParam().decode_attention) {
+    GTEST_SKIP() << "run on the Fast variant only";
+  }
+  const int64_t m = 64, k = 384, n = 1536;  // above HalfGemm's N: a cuBLAS GEMM
+  std::vector<float> w = Random(n * k, -0.2f, 0.2f);
+  const Pair x = F32({m, k}, Random(m * k));
+  const Pair weight = Weight({n, k}, w, DType::kF16);
+  const Pair biases = F32({n + 1}, Random(n + 1));
+  const Pair residual = F32({m, n}, Random(m * n, -2.0f, 2.0f));
+  for (const bool lt : {true, false}) {
+    CudaBackendOptions options;
+    options.blas_bias_epilogue = lt;
+    auto made = CreateCudaBackend(options);
+    ASSERT_TRUE(made.ok()) << made.status();
+    Backend& gpu = **made;
+    auto upload = [&](const Tensor& cpu_tensor) {
+      auto t = Upload(gpu, cpu_tensor.shape(), cpu_tensor.dtype(), cpu_tensor.data());
+      EXPECT_TRUE(t.ok()) << t.status();
+      return *t;
+    };
+    const Tensor gx = upload(x.cpu), gw = upload(weight.cpu), gb = upload(biases.cpu);
+    for (const int64_t offset : {0, 1}) {  // 1: 4 bytes off, cuBLASLt declines
+      const std::string what = absl::StrCat(lt ? "cuBLASLt epilogue" : "epilogue kernel",
+                                            offset ? ", bias 4 bytes off" : "");
+      SCOPED_TRACE(what);
+      const Tensor cpu_bias = *biases.cpu.Slice(offset, offset + n);
+      const Tensor gpu_bias = *gb.Slice(offset, offset + n);
+      const Pair want = Poisoned({m, n});
+      ASSERT_TRUE(cpu_->Linear(x.cpu, weight.cpu, &cpu_bias, Activation::kNone, want.cpu).ok());
+      const std::vector<float> nan(static_cast<size_t>(m * n), kNaN);
+      auto y = Upload(gpu, {m, n}, DType::kF32, nan.data());
+      ASSERT_TRUE(y.ok()) << y.status();
+      ASSERT_TRUE(gpu.Linear(gx, gw, &gpu_bias, Activation::kNone, *y).ok());
+      auto got_y = Download<float>(gpu, *y);
+      ASSERT_TRUE(got_y.ok()) << got_y.status();
+      EXPECT_TRUE(Close(what, *got_y, Cpu(want.cpu), GemmTolerance(m, DType::kF16)));
+      // In place: y = residual + x·wᵀ + bias.
+      std::vector<float> sum = Cpu(want.cpu);
+      const std::vector<float> r = Cpu(residual.cpu);
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += r[i];
+      const Tensor into = upload(residual.cpu);
+      ASSERT_TRUE(gpu.LinearResidual(gx, gw, &gpu_bias, Activation::kNone, into, into).ok());
+      auto got = Download<float>(gpu, into);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_TRUE(Close(what + " in place", *got, sum, GemmTolerance(m, DType::kF16)));
+    }
+  }
+}
+
 // HalfGemm's split K: the plan (host only, runs without a GPU) splits the few-row GEMMs of a
 // decoder step into non-empty ranges of at least two steps, and leaves full grids alone.
 TEST(HalfGemmSplitKTest, PlanSplitsOnlyFewRowGemmsIntoNonEmptyRanges) {

@@ -18,7 +18,8 @@ namespace {
 cuda::SharedKvArgs PlanArgs(int64_t batch, int64_t queries, int64_t kv_len, int width) {
   alignas(16) static float storage[4] = {};
   cuda::SharedKvArgs a;
-  a.q = a.out = storage;
+  a.q = storage;
+  a.out = storage;
   a.kv = storage;
   a.batch = batch;
   a.queries = queries;
@@ -81,7 +82,7 @@ TEST(SharedKvAttentionPlan, SplitsKeysUntilTheGridFillsTheChipOnce) {
   EXPECT_FALSE(plan(a, kSms, 1 << 20).supported);
   for (const int offset : {1, 2}) {  // 4 or 8 bytes off
     a = PlanArgs(2, 8, 10, 384);
-    a.out += offset;
+    a.out = static_cast<float*>(a.out) + offset;
     EXPECT_FALSE(plan(a, kSms, 1 << 20).supported);
   }
 }
@@ -114,8 +115,16 @@ TEST_P(CudaParityTest, SharedKvAttentionMatchesCpu) {
         absl::StrCat("SharedKvAttention B=", c.batch, " Tq=", c.q_len, " Tk=", c.kv_len,
                      " H=", c.heads, " D=", c.width, " splits=", c.splits);
     SCOPED_TRACE(what);
-    for (const bool deep : {true, false}) {
-      SCOPED_TRACE(deep ? "deep pipeline" : "double-buffered");
+    // Both pipelines into f32, and the default one into f16 (the engine's output buffer where it
+    // has f16 activations).
+    struct Run {
+      bool deep, out_f16;
+    };
+    for (const Run run : {Run{true, false}, Run{false, false}, Run{false, true}}) {
+      const bool deep = run.deep;
+      const std::string how = absl::StrCat(deep ? " deep" : " double-buffered",
+                                           run.out_f16 ? " into f16" : " into f32");
+      SCOPED_TRACE(how);
       CudaBackendOptions options;
       options.shared_kv_splits = c.splits;
       options.shared_kv_deep_pipeline = deep;
@@ -132,8 +141,12 @@ TEST_P(CudaParityTest, SharedKvAttentionMatchesCpu) {
       const std::vector<float> q = Random(c.batch * c.q_len * width, -0.2f, 0.2f);
       auto gkv = Upload(*gpu, {c.batch, c.kv_len, c.width}, DType::kF16, bits.data());
       auto gq = Upload(*gpu, {c.batch, c.q_len, width}, DType::kF32, q.data());
-      std::vector<float> nan(static_cast<size_t>(c.batch * c.q_len * width), kNaN);
-      auto gout = Upload(*gpu, {c.batch, c.q_len, width}, DType::kF32, nan.data());
+      const int64_t out_count = c.batch * c.q_len * width;
+      std::vector<float> nan(static_cast<size_t>(out_count), kNaN);
+      std::vector<uint16_t> nan_half(static_cast<size_t>(out_count), 0x7e00);
+      auto gout = run.out_f16
+                      ? Upload(*gpu, {c.batch, c.q_len, width}, DType::kF16, nan_half.data())
+                      : Upload(*gpu, {c.batch, c.q_len, width}, DType::kF32, nan.data());
       ASSERT_TRUE(gkv.ok() && gq.ok() && gout.ok());
       const Pair query = F32({c.batch, c.q_len, width}, q);
       const Pair keys = F32({c.batch, c.kv_len, c.width}, kv);
@@ -145,12 +158,25 @@ TEST_P(CudaParityTest, SharedKvAttentionMatchesCpu) {
       const absl::Status status =
           gpu->SharedKvAttention(*gq, *gkv, static_cast<int>(c.heads), scale, *gout);
       ASSERT_TRUE(status.ok()) << status;
-      auto got = Download<float>(*gpu, *gout);
-      ASSERT_TRUE(got.ok()) << got.status();
       // The queries and probabilities enter the tensor cores as f16 parts and rounding errors,
       // the keys are f16 on both sides: f32 arithmetic to the tensor cores' accumulation.
-      EXPECT_TRUE(
-          Close(what + (deep ? " deep" : " double-buffered"), *got, Cpu(out.cpu), kAccurateGemm));
+      if (!run.out_f16) {
+        auto got = Download<float>(*gpu, *gout);
+        ASSERT_TRUE(got.ok()) << got.status();
+        EXPECT_TRUE(Close(what + how, *got, Cpu(out.cpu), kAccurateGemm));
+        continue;
+      }
+      // Into f16: the CPU's result rounded to nearest f16. Where the two f32 results straddle a
+      // rounding boundary they differ by one f16 step (2^-11 relative, rare); truncating instead
+      // of rounding would put ~3e-4 on every element.
+      auto got_bits = Download<uint16_t>(*gpu, *gout);
+      ASSERT_TRUE(got_bits.ok()) << got_bits.status();
+      std::vector<float> got(got_bits->size()), want = Cpu(out.cpu);
+      for (size_t i = 0; i < got.size(); ++i) {
+        got[i] = HalfToFloat((*got_bits)[i]);
+        want[i] = HalfToFloat(FloatToHalf(want[i]));
+      }
+      EXPECT_TRUE(Close(what + how, got, want, 5e-5));
     }
   }
 }
@@ -174,8 +200,8 @@ TEST_P(CudaParityTest, SharedKvAttentionRefusals) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(gpu_->SharedKvAttention(q.cpu, kv, 6, 0.125f, out.gpu).code(),
             absl::StatusCode::kInvalidArgument);  // a host tensor
-  // An f16 out or q.
-  EXPECT_EQ(gpu_->SharedKvAttention(q.gpu, kv, 6, 0.125f, PoisonedHalf({2, 1, 6 * 64})).code(),
+  // An f16 q (an f16 out is taken: the parity test above).
+  EXPECT_EQ(gpu_->SharedKvAttention(PoisonedHalf({2, 1, 6 * 64}), kv, 6, 0.125f, out.gpu).code(),
             absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(gpu_->Synchronize().ok());
 }

@@ -96,20 +96,31 @@ absl::Status RunGemm(const GemmConfig& config, const LaunchContext& ctx, const G
   const Blas& blas = *config.blas;
   const cudaDataType w_type = p.w_f16 ? CUDA_R_16F : CUDA_R_32F;
   const float beta = p.accumulate ? 1.0f : 0.0f;
+  // The bias in the (last) GEMM's own epilogue where cuBLASLt offers it; otherwise, and with an
+  // activation, the epilogue kernel after the GEMM.
+  const float* fused_bias =
+      config.blas_bias_epilogue && p.bias != nullptr && p.act == Epilogue::kNone ? p.bias : nullptr;
+  bool bias_done = false;
+  auto gemm = [&](const void* x, cudaDataType x_type, float gemm_beta, cublasComputeType_t compute,
+                  bool last) -> absl::Status {
+    if (last && fused_bias != nullptr) {
+      ASSIGN_OR_RETURN(bias_done, blas.GemmBias(p.m, p.n, p.k, x, x_type, p.w, w_type, gemm_beta,
+                                                p.y, fused_bias, compute));
+      if (bias_done) return absl::OkStatus();
+    }
+    return blas.Gemm(p.m, p.n, p.k, x, x_type, p.w, w_type, gemm_beta, p.y, compute);
+  };
   switch (plan.path) {
     case GemmPath::kBlasF32:
-      RETURN_IF_ERROR(
-          blas.Gemm(p.m, p.n, p.k, p.x, CUDA_R_32F, p.w, w_type, beta, p.y, CUBLAS_COMPUTE_32F));
+      RETURN_IF_ERROR(gemm(p.x, CUDA_R_32F, beta, CUBLAS_COMPUTE_32F, true));
       break;
     case GemmPath::kBlasTf32:
-      RETURN_IF_ERROR(blas.Gemm(p.m, p.n, p.k, p.x, CUDA_R_32F, p.w, w_type, beta, p.y,
-                                CUBLAS_COMPUTE_32F_FAST_TF32));
+      RETURN_IF_ERROR(gemm(p.x, CUDA_R_32F, beta, CUBLAS_COMPUTE_32F_FAST_TF32, true));
       break;
     case GemmPath::kBlasHalf:
     case GemmPath::kBlasHalfSplit:
       if (p.x_f16) {
-        RETURN_IF_ERROR(
-            blas.Gemm(p.m, p.n, p.k, p.x, CUDA_R_16F, p.w, w_type, beta, p.y, CUBLAS_COMPUTE_32F));
+        RETURN_IF_ERROR(gemm(p.x, CUDA_R_16F, beta, CUBLAS_COMPUTE_32F, true));
         break;
       }
       if (plan.path == GemmPath::kBlasHalfSplit) {
@@ -117,20 +128,17 @@ absl::Status RunGemm(const GemmConfig& config, const LaunchContext& ctx, const G
         void* lo = static_cast<char*>(scratch) + RoundUp256(static_cast<size_t>(p.m * p.k) * 2);
         RETURN_IF_ERROR(
             LaunchStatus("Linear f16 split", LaunchSplitHalf(ctx, p.x, p.m * p.k, hi, lo)));
-        RETURN_IF_ERROR(
-            blas.Gemm(p.m, p.n, p.k, hi, CUDA_R_16F, p.w, w_type, beta, p.y, CUBLAS_COMPUTE_32F));
-        RETURN_IF_ERROR(
-            blas.Gemm(p.m, p.n, p.k, lo, CUDA_R_16F, p.w, w_type, 1.0f, p.y, CUBLAS_COMPUTE_32F));
+        RETURN_IF_ERROR(gemm(hi, CUDA_R_16F, beta, CUBLAS_COMPUTE_32F, false));
+        RETURN_IF_ERROR(gemm(lo, CUDA_R_16F, 1.0f, CUBLAS_COMPUTE_32F, true));
         break;
       }
       RETURN_IF_ERROR(LaunchStatus("Linear f16 input", LaunchToHalf(ctx, p.x, p.m * p.k, scratch)));
-      RETURN_IF_ERROR(blas.Gemm(p.m, p.n, p.k, scratch, CUDA_R_16F, p.w, w_type, beta, p.y,
-                                CUBLAS_COMPUTE_32F));
+      RETURN_IF_ERROR(gemm(scratch, CUDA_R_16F, beta, CUBLAS_COMPUTE_32F, true));
       break;
     default:
       return absl::InternalError("Linear: unknown GEMM path");
   }
-  if (p.bias == nullptr && p.act == Epilogue::kNone) return absl::OkStatus();
+  if (bias_done || (p.bias == nullptr && p.act == Epilogue::kNone)) return absl::OkStatus();
   return LaunchStatus("Linear epilogue",
                       LaunchEpilogue(ctx, p.y, p.m, p.n, p.bias, p.act, /*zero_input=*/false));
 #endif

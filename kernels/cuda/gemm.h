@@ -27,6 +27,9 @@ struct GemmConfig {
   int half_gemm_split_k_waves = 0;
   int sm_count = 0;
   int* half_gemm_counters = nullptr;
+  // cuBLAS paths: a bias without activation added by cuBLASLt's epilogue in the GEMM's kernel
+  // (Blas::GemmBias) instead of the epilogue kernel after it.
+  bool blas_bias_epilogue = true;
 };
 
 enum class GemmPath : uint8_t {

@@ -53,7 +53,8 @@ struct Shape {
 struct Params {
   const float* q;
   const __half* kv;
-  float* out;
+  void* out;  // f32, or f16 where out_f16 (rounded from the f32 result)
+  bool out_f16;
   int64_t queries, kv_len, keys_per_split;
   int groups, splits;
   float scale_log2;  // scale · log2(e): the softmax runs on exp2
@@ -205,12 +206,17 @@ __global__ void __launch_bounds__(32 * kWarps) SharedKvKernel(Params p) {
   const int dim0 = warp * 64 + 2 * quad;
   if (p.splits == 1) {
     if (query < p.queries) {
-      float* out = p.out + (b * p.queries + query) * kWidth + dim0;
+      const int64_t at = (b * p.queries + query) * kWidth + dim0;
       const float inverse = 1.0f / l;
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
-        *reinterpret_cast<float2*>(out + n * 8) =
-            make_float2((o[n][0] + o[n][2]) * inverse, (o[n][1] + o[n][3]) * inverse);
+        const float2 v = make_float2((o[n][0] + o[n][2]) * inverse, (o[n][1] + o[n][3]) * inverse);
+        if (p.out_f16) {
+          *reinterpret_cast<__half2*>(static_cast<__half*>(p.out) + at + n * 8) =
+              __float22half2_rn(v);
+        } else {
+          *reinterpret_cast<float2*>(static_cast<float*>(p.out) + at + n * 8) = v;
+        }
       }
     }
     AllowNextKernel();
@@ -277,7 +283,14 @@ __global__ void __launch_bounds__(32 * kWarps) SharedKvKernel(Params p) {
         acc.w += w * o.w;
       }
     }
-    *reinterpret_cast<float4*>(p.out + (b * p.queries + q_index) * kWidth + d) = acc;
+    const int64_t at = (b * p.queries + q_index) * kWidth + d;
+    if (p.out_f16) {
+      __half2* out = reinterpret_cast<__half2*>(static_cast<__half*>(p.out) + at);
+      out[0] = __floats2half2_rn(acc.x, acc.y);
+      out[1] = __floats2half2_rn(acc.z, acc.w);
+    } else {
+      *reinterpret_cast<float4*>(static_cast<float*>(p.out) + at) = acc;
+    }
   }
   if (t == 0) *counter = 0;
 }
@@ -298,6 +311,7 @@ cudaError_t LaunchWarps(const LaunchContext& ctx, const SharedKvArgs& a, const S
   const Params params{a.q,
                       static_cast<const __half*>(a.kv),
                       a.out,
+                      a.out_f16,
                       a.queries,
                       a.kv_len,
                       plan.keys_per_split,

@@ -30,7 +30,8 @@ constexpr int kSharedKvMaxWidth = 512;
 struct SharedKvArgs {
   const float* q = nullptr;  // [B, queries, width], queries = Tq · H
   const void* kv = nullptr;  // f16 [B, kv_len, width]
-  float* out = nullptr;      // [B, queries, width]
+  void* out = nullptr;       // [B, queries, width], f32 or (out_f16) f16
+  bool out_f16 = false;
   int64_t batch = 0, queries = 0, kv_len = 0;
   int width = 0;
   float scale = 1.0f;

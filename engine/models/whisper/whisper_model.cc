@@ -385,8 +385,16 @@ absl::StatusOr<std::unique_ptr<DecoderState>> WhisperModel::NewDecoderState(int 
   }
   ASSIGN_OR_RETURN(step.logits, backend_.Allocate({b, dims_.n_vocab}, DType::kF32));
   if (absorbed_cross_) {
+    // The attention's output in f16 beside the f16 FFN buffers: the wide output projection reads
+    // it as it is (its GEMM rounded it to f16 anyway), no conversion kernel.
     ASSIGN_OR_RETURN(step.absorbed_q, backend_.Allocate({b, 1, dims_.n_heads * d}, DType::kF32));
-    ASSIGN_OR_RETURN(step.absorbed_out, backend_.Allocate({b, 1, dims_.n_heads * d}, DType::kF32));
+    ASSIGN_OR_RETURN(step.absorbed_out,
+                     backend_.Allocate(
+                         {b, 1, dims_.n_heads * d},
+                         step.ffn_h.defined() &&
+                                 decoder_layers_.front().absorbed_cross.out_w.dtype() == DType::kF16
+                             ? DType::kF16
+                             : DType::kF32));
   }
   return state;
 }
@@ -742,8 +750,12 @@ absl::Status WhisperModel::DecodeStep(DecoderState& state) const {
     }
     RETURN_IF_ERROR(RunFeedForward(layer.ffn, s.x, ffn_ws, fuse));
   }
-  RETURN_IF_ERROR(backend_.LayerNorm(s.x, decoder_norm_gamma_, decoder_norm_beta_, 1e-5f, s.x));
-  ASSIGN_OR_RETURN(const Tensor last, s.x.Reshape({state.batch_size(), dims_.d_model}));
+  // The final norm into the f16 FFN input buffer where there is one (the logits' GEMM then reads
+  // it without a conversion kernel; it rounded it to f16 anyway).
+  const Tensor& normed =
+      s.ffn_h.defined() && token_embedding_.dtype() == DType::kF16 ? s.ffn_h : s.x;
+  RETURN_IF_ERROR(backend_.LayerNorm(s.x, decoder_norm_gamma_, decoder_norm_beta_, 1e-5f, normed));
+  ASSIGN_OR_RETURN(const Tensor last, normed.Reshape({state.batch_size(), dims_.d_model}));
   return backend_.Linear(last, token_embedding_, nullptr, Activation::kNone, s.logits);
 }
 
