@@ -47,9 +47,6 @@ class Blas {
                                 const void* w, cudaDataType w_type, float beta, float* y,
                                 const float* bias, cublasComputeType_t compute) const;
 
-  // Whether cuBLASLt was loaded (GemmBias can fuse).
-  bool has_lt() const { return lt_handle_ != nullptr; }
-
   // Where the library was loaded from (for Describe()); with cuBLASLt's name where it loaded.
   const std::string& library() const { return library_; }
 
