@@ -331,8 +331,9 @@ class Backend {
   // Attention of H query heads of width D over keys that are also the values, shared by the
   // heads (one K/V head of width D, K = V):
   //   q f32 [B, Tq, H·D], kv [B, Tk, D] (f32, or f16 with Op::kHalfActivations) -> out
-  //   [B, Tq, H·D] (f32, or f16 with Op::kHalfActivations: the f32 result rounded) with out[b, t, h] = Σ_j softmax_j(scale · q[b, t, h]·kv[b, j]) · kv[b, j],
-  //   every query over all Tk ≥ 1 keys (no lengths, not causal).
+  //   [B, Tq, H·D] (f32, or f16 with Op::kHalfActivations: the f32 result rounded) with
+  //   out[b, t, h] = Σ_j softmax_j(scale · q[b, t, h]·kv[b, j]) · kv[b, j], every query over
+  //   all Tk ≥ 1 keys (no lengths, not causal).
   // D is a multiple of 64 from 64 to kMaxSharedKvWidth (Whisper tiny's and base's d_model; the
   // GPU kernel keeps a D/64-warp block's accumulators in registers). Whisper's cross-attention
   // is this with q = its query projected back through each head's key projection (q_h·Wk_hᵀ)

@@ -99,6 +99,10 @@ TEST_F(SharedKvAttentionTest, RefusesWhatItsContractExcludes) {
   refused(I32({2, 1, 6 * 64}, std::vector<int32_t>(2 * 6 * 64)), kv, 6, 0.125f, out, "i32 q");
   refused(q, F32({2, 10 * 64}, Random(2 * 10 * 64)), 6, 0.125f, out, "kv of rank 2");
   refused(q, Tensor(), 6, 0.125f, out, "no kv");
+  // f16 out needs Op::kHalfActivations, which this backend does not offer.
+  const absl::StatusOr<Tensor> half_out = backend_->Allocate({2, 1, 6 * 64}, DType::kF16);
+  ASSERT_TRUE(half_out.ok()) << half_out.status();
+  refused(q, kv, 6, 0.125f, *half_out, "f16 out without f16 activations");
 }
 
 }  // namespace
