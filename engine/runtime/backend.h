@@ -69,7 +69,7 @@ enum class Op : uint8_t {
   // write y as f16, Linear may read x as f16 and write y as f16, LinearResidual may read x as
   // f16 (its residual and y stay f32), LinearPlanes may write f16 planes, Attention may read an
   // f32 q with f16 k and v (Whisper's cross-attention K/V caches, written f16 by the encoder's
-  // projection). An f16 value is the f32 result rounded to nearest; arithmetic stays f32.
+  // projection) and write its out as f16. An f16 value is the f32 result rounded to nearest; arithmetic stays f32.
   // Backends without it accept f32 activations only.
   kHalfActivations,
   // Optional (a whole transformer decoder step in one call: PrepareDecoderStep).
@@ -235,7 +235,9 @@ class Backend {
   //   q[B, Tq, H·D], k[B, Tk, H·D], v[B, Tk, H·D] -> out[B, Tq, H·D]; scale multiplies q·kᵀ.
   //   kv_lengths: optional i32[B]; row b attends to keys [0, kv_lengths[b]) only (nullptr: all
   //   Tk). With `causal`, query i of row b sits at position kv_lengths[b] − Tq + i and sees keys
-  //   at positions ≤ its own (this is how a decoder attends to its KV cache).
+  //   at positions ≤ its own (this is how a decoder attends to its KV cache). f32 throughout;
+  //   with Op::kHalfActivations q, k, v may be f16 (or k, v alone: an f16 cache) and out f16
+  //   (the f32 result rounded, for a GEMM that reads f16).
   virtual absl::Status Attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                  const Tensor* kv_lengths, int num_heads, float scale, bool causal,
                                  const Tensor& out) = 0;

@@ -374,7 +374,10 @@ absl::StatusOr<AttentionDims> ValidateAttention(DeviceKind device, const Tensor&
   RETURN_IF_ERROR(
       CheckTensor(device, kOp, "k", k, half_activations && !f16 ? f32_or_f16 : only_in, 3));
   RETURN_IF_ERROR(CheckTensor(device, kOp, "v", v, {k.dtype()}, 3));
-  RETURN_IF_ERROR(CheckTensor(device, kOp, "out", out, {DType::kF32}, 3));
+  // An f16 out (the f32 result rounded) for the GEMM that reads it, with f16 activations.
+  RETURN_IF_ERROR(
+      CheckTensor(device, kOp, "out", out,
+                  half_activations ? f32_or_f16 : std::initializer_list<DType>{DType::kF32}, 3));
   const int64_t batch = q.dim(0), tq = q.dim(1), width = q.dim(2), tk = k.dim(1);
   if (k.dim(0) != batch || k.dim(2) != width) {
     return Invalid(kOp, absl::StrCat("k ", k.Describe(), " must be [", batch, ", Tk, ", width,

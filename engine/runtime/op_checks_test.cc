@@ -135,5 +135,22 @@ TEST_F(OpChecksTest, LinearPlanesAppendRefusesBadCachesAndPositions) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Attention's out: f32, or f16 (the result rounded for the GEMM that reads it) only with f16
+// activations; never another type.
+TEST_F(OpChecksTest, AttentionTakesAnF16OutOnlyWithHalfActivations) {
+  const Tensor q = Make({2, 1, 8}), k = Make({2, 5, 8}), v = Make({2, 5, 8});
+  const Tensor out32 = Make({2, 1, 8}), out16 = Make({2, 1, 8}, DType::kF16);
+  auto check = [&](const Tensor& out, bool half_activations) {
+    return ValidateAttention(DeviceKind::kCpu, q, k, v, nullptr, 2, 0.5f, out, half_activations)
+        .status();
+  };
+  EXPECT_TRUE(check(out32, false).ok());
+  EXPECT_TRUE(check(out32, true).ok());
+  EXPECT_TRUE(check(out16, true).ok());
+  EXPECT_EQ(check(out16, false).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(check(Make({2, 1, 8}, DType::kI32), true).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(check(Make({2, 2, 8}, DType::kF16), true).code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace waav::checks

@@ -39,6 +39,15 @@ __device__ __forceinline__ float4 Load4(const __half* p) {
   return make_float4(a.x, a.y, b.x, b.y);
 }
 
+// SplitAttention's output element: f32, or rounded to f16 (AttentionArgs::out_half).
+__device__ __forceinline__ void StoreOut(const AttentionArgs& a, int64_t index, float value) {
+  if (a.out_half) {
+    static_cast<__half*>(a.out16)[index] = __float2half_rn(value);
+  } else {
+    a.out[index] = value;
+  }
+}
+
 // K and V of the kernel's element type: float (a.k, a.v) or __half (a.k16, a.v16 with
 // a.kv_half).
 template <typename KV>
@@ -348,7 +357,8 @@ __global__ void __launch_bounds__(kKeys)
       for (int idx = t; idx < nq * D; idx += kKeys) {
         const int i = idx / D, d = idx % D;
         const float l = l_s[i];
-        a.out[(b * a.q_len + i0 + i) * width + h * D + d] = l > 0.0f ? block_sum(i, d) / l : 0.0f;
+        StoreOut(a, (b * a.q_len + i0 + i) * width + h * D + d,
+                 l > 0.0f ? block_sum(i, d) / l : 0.0f);
       }
     } else {
 #pragma unroll
@@ -359,7 +369,8 @@ __global__ void __launch_bounds__(kKeys)
         for (int jj = 0; jj < kDims; ++jj) {
           const int d = t + jj * kKeys;
           if (d < D) {
-            a.out[(b * a.q_len + i0 + i) * width + h * D + d] = l > 0.0f ? o_acc[i][jj] / l : 0.0f;
+            StoreOut(a, (b * a.q_len + i0 + i) * width + h * D + d,
+                     l > 0.0f ? o_acc[i][jj] / l : 0.0f);
           }
         }
       }
@@ -414,7 +425,7 @@ __global__ void __launch_bounds__(kKeys)
         o_sum = fmaf(__ldcg(group_o + (int64_t{sp} * kQ + i) * kMaxD + d), w, o_sum);
       }
     }
-    a.out[(b * a.q_len + i0 + i) * width + h * D + d] = l_sum > 0.0f ? o_sum / l_sum : 0.0f;
+    StoreOut(a, (b * a.q_len + i0 + i) * width + h * D + d, l_sum > 0.0f ? o_sum / l_sum : 0.0f);
   }
   if (t == 0) counters[group] = 0;
 }

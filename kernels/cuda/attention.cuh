@@ -39,6 +39,10 @@ struct AttentionArgs {
   const void *q16 = nullptr, *k16 = nullptr, *v16 = nullptr;
   // SplitAttention only: q is f32 (q), k and v f16 at k16, v16 (an f16 K/V cache); k, v unused.
   bool kv_half = false;
+  // The output rounded to f16 at out16 (out unused): SplitAttention rounds as it stores;
+  // LaunchAttention runs the other kernels into f32 scratch and converts after them.
+  bool out_half = false;
+  void* out16 = nullptr;
 };
 
 // Largest head_dim SplitAttention handles.

@@ -10,6 +10,7 @@ namespace waav::cuda {
 AttentionChoice ChooseAttention(AttentionArgs& args, int64_t q_numel, int64_t kv_numel,
                                 const CudaBackendOptions& options, int sm_count,
                                 int64_t max_counters) {
+  const int64_t out_numel = q_numel;  // out is shaped like q
   AttentionChoice c;
   c.q_numel = q_numel;
   c.kv_numel = kv_numel;
@@ -42,7 +43,12 @@ AttentionChoice ChooseAttention(AttentionArgs& args, int64_t q_numel, int64_t kv
         PlanSplitAttention(args, sm_count, max_counters, options.split_attention_blocks_per_sm);
     own = c.split.partial_bytes;
   }
-  c.scratch_bytes = c.convert_bytes + own;
+  // An f16 out: SplitAttention rounds as it stores; the other kernels write f32 into scratch,
+  // then one conversion.
+  if (args.out_half && (c.decode.supported || c.flash)) {
+    c.out32_bytes = RoundUp256(static_cast<size_t>(out_numel) * 4);
+  }
+  c.scratch_bytes = c.convert_bytes + own + c.out32_bytes;
   return c;
 }
 
@@ -64,6 +70,21 @@ cudaError_t LaunchAttention(const LaunchContext& ctx, AttentionArgs args, const 
     args.k = k32;
     args.v = v32;
     own += c.convert_bytes;
+  }
+  if (c.out32_bytes > 0) {  // the kernel into f32 at the scratch's end, then rounded to f16
+    args.out =
+        reinterpret_cast<float*>(static_cast<char*>(scratch) + c.scratch_bytes - c.out32_bytes);
+    args.out_half = false;
+    cudaError_t err = cudaSuccess;
+    if (c.decode.supported) {
+      err = LaunchDecodeAttention(ctx, args, c.decode, reinterpret_cast<float*>(own), counters);
+    } else if (c.flash2) {
+      err = LaunchFlashAttention2(ctx, args, c.flash_plan, own, counters);
+    } else {
+      err = LaunchFlashAttention(ctx, args, c.flash_plan, own, counters);
+    }
+    if (err != cudaSuccess) return err;
+    return LaunchToHalf(ctx, args.out, c.q_numel, args.out16);
   }
   if (c.decode.supported) {
     return LaunchDecodeAttention(ctx, args, c.decode, reinterpret_cast<float*>(own), counters);

@@ -5,7 +5,9 @@
 //    CudaBackendOptions::decode_attention;
 //  * flash v2 / v1 (f16 tensor cores): kFast, several queries, K and V not an f16 cache;
 //  * SplitAttention for the rest (f32 arithmetic, f16 caches widened as they are loaded).
-// f16 q, k, v for a kernel that reads f32 are first converted into scratch.
+// f16 q, k, v for a kernel that reads f32 are first converted into scratch; an f16 out
+// (AttentionArgs::out_half) is rounded by SplitAttention as it stores, by a conversion after
+// the others.
 #pragma once
 
 #include <cstddef>
@@ -24,7 +26,8 @@ struct AttentionChoice {
   FlashPlan flash_plan;
   DecodePlan decode;         // decode.supported: DecodeAttention
   size_t convert_bytes = 0;  // f32 copies of f16 q, k, v at the start of the scratch
-  size_t scratch_bytes = 0;  // convert_bytes + the kernel's own
+  size_t out32_bytes = 0;    // an f32 out at the scratch's end, rounded into f16 (out_half)
+  size_t scratch_bytes = 0;  // convert_bytes + the kernel's own + out32_bytes
   int64_t q_numel = 0, kv_numel = 0;
 };
 

@@ -577,13 +577,18 @@ class CudaBackend final : public Backend, public CudaExtensions {
       args.k16 = k.data();
       args.v16 = v.data();
     }
+    if (out.dtype() == DType::kF16) {
+      args.out_half = true;
+      args.out16 = out.data();
+      args.out = nullptr;
+    }
     const cuda::AttentionChoice choice = cuda::ChooseAttention(
         args, q.numel(), k.numel(), options_, state_->ctx.sm_count, kAttentionCounters);
     ASSIGN_OR_RETURN(Tensor scratch, Scratch(choice.scratch_bytes));
     Sign({static_cast<int64_t>(SigOp::kAttention), d.batch, d.q_len, d.kv_len, d.heads, d.head_dim,
           causal, lengths.defined(), choice.flash, choice.flash2, choice.split.splits,
           choice.flash_plan.splits, half_inputs, kv_half, choice.decode.supported,
-          choice.decode.splits, choice.decode.evict_first});
+          choice.decode.splits, choice.decode.evict_first, args.out_half});
     return Submit([state = state_, ctx = Ctx(), q, k, v, lengths, out, args, choice, scratch]() {
       return GpuStatus(
           "Attention",

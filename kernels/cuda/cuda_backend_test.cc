@@ -727,6 +727,56 @@ TEST_P(CudaParityTest, AttentionMatchesCpu) {
 // An f32 q over an f16 K/V cache (the decoder's cross-attention with f16 activations):
 // SplitAttention widens K and V as it loads them; the CPU attends over the same (widened)
 // values in f32, so the results agree to f32 rounding.
+// An f16 out (f16 activations): SplitAttention rounds as it stores (a decoder step's one query
+// over f32 or f16 caches), the other kernels (flash for many queries, DecodeAttention in its
+// variant) write f32 scratch and convert; each against the CPU's result rounded to f16.
+TEST_P(CudaParityTest, AttentionIntoHalfMatchesCpuRounded) {
+  if (!half_activations_) GTEST_SKIP() << "f16 activations off in this variant";
+  struct Case {
+    int64_t batch, q_len, kv_len;
+    bool causal, half_kv;
+  };
+  for (const Case c : {Case{16, 1, 64, true, false}, Case{5, 1, 448, true, true},
+                       Case{3, 1, 1500, false, true}, Case{1, 64, 200, true, false}}) {
+    const int64_t heads = 6, head_dim = 64, width = heads * head_dim;
+    const std::string what = absl::StrCat("Attention into f16 B=", c.batch, " Tq=", c.q_len,
+                                          " Tk=", c.kv_len, c.half_kv ? " f16 k, v" : "");
+    SCOPED_TRACE(what);
+    const Pair q = F32({c.batch, c.q_len, width}, Random(c.batch * c.q_len * width, -2.0f, 2.0f));
+    std::vector<float> kv_k = Random(c.batch * c.kv_len * width, -2.0f, 2.0f);
+    std::vector<float> kv_v = Random(c.batch * c.kv_len * width);
+    const Shape kv_shape{c.batch, c.kv_len, width};
+    // f16 caches: rounded first, so that the CPU reads the same values.
+    auto cache = [&](std::vector<float>& values) {
+      if (!c.half_kv) return F32(kv_shape, values);
+      const Tensor gpu = HalfGpu(kv_shape, values);
+      return Pair{F32(kv_shape, values).cpu, gpu};
+    };
+    const Pair k = cache(kv_k), v = cache(kv_v);
+    const Pair out = Poisoned({c.batch, c.q_len, width});
+    const Tensor out16 = PoisonedHalf({c.batch, c.q_len, width});
+    const float scale = 0.125f;
+    ASSERT_TRUE(cpu_->Attention(q.cpu, k.cpu, v.cpu, nullptr, static_cast<int>(heads), scale,
+                                c.causal, out.cpu)
+                    .ok());
+    ASSERT_TRUE(gpu_->Attention(q.gpu, k.gpu, v.gpu, nullptr, static_cast<int>(heads), scale,
+                                c.causal, out16)
+                    .ok());
+    auto bits = Download<uint16_t>(*gpu_, out16);
+    ASSERT_TRUE(bits.ok()) << bits.status();
+    std::vector<float> got(bits->size()), want = Cpu(out.cpu);
+    for (size_t i = 0; i < got.size(); ++i) {
+      got[i] = HalfToFloat((*bits)[i]);
+      want[i] = HalfToFloat(FloatToHalf(want[i]));
+    }
+    // The f32 results agree to ~1e-6 (kFastAttention with tensor cores); rounding then differs
+    // by one f16 step (2^-11 relative) where they straddle a boundary: measured up to 5.3e-5
+    // over the whole output. Truncating instead of rounding would put ~2.8e-4 on it.
+    const bool tensor_cores = fast() && c.q_len >= 16;
+    EXPECT_TRUE(Close(what, got, want, tensor_cores ? kFastAttention : 1.5e-4));
+  }
+}
+
 TEST_P(CudaParityTest, AttentionOverHalfKvCacheMatchesCpu) {
   std::vector<float> a = Random(2 * 16 * 64);
   const Pair q = F32({2, 16, 64}, a);

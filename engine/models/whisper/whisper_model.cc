@@ -380,6 +380,10 @@ absl::StatusOr<std::unique_ptr<DecoderState>> WhisperModel::NewDecoderState(int 
   if (backend_.supports(Op::kHalfActivations) && backend_.supports(Op::kLinearResidual) &&
       !decoder_layers_.empty() && decoder_layers_.front().ffn.in_w.dtype() == DType::kF16) {
     ASSIGN_OR_RETURN(step.ffn_h, backend_.Allocate({b, 1, d}, DType::kF16));
+    // The attention's output too: the output projection's GEMM reads it as it is (above 8 rows
+    // a cuBLAS GEMM, which rounded it to f16 anyway; the skinny kernel of up to 8 rows widens
+    // it, which only the op-by-op step of so few rows meets: the fused step takes them).
+    ASSIGN_OR_RETURN(step.attended, backend_.Allocate({b, 1, d}, DType::kF16));
     ASSIGN_OR_RETURN(step.ffn_hidden,
                      backend_.Allocate({b * decoder_layers_.front().ffn.in_w.dim(0)}, DType::kF16));
   }
