@@ -69,8 +69,8 @@ enum class Op : uint8_t {
   // write y as f16, Linear may read x as f16 and write y as f16, LinearResidual may read x as
   // f16 (its residual and y stay f32), LinearPlanes may write f16 planes, Attention may read an
   // f32 q with f16 k and v (Whisper's cross-attention K/V caches, written f16 by the encoder's
-  // projection) and write its out as f16. An f16 value is the f32 result rounded to nearest; arithmetic stays f32.
-  // Backends without it accept f32 activations only.
+  // projection) and write its out as f16. An f16 value is the f32 result rounded to nearest;
+  // arithmetic stays f32. Backends without it accept f32 activations only.
   kHalfActivations,
   // Optional (a whole transformer decoder step in one call: PrepareDecoderStep).
   kDecoderStep,
