@@ -20,22 +20,26 @@ absl::Status Resolve(void* library, const char* name, Fn* fn) {
   return absl::OkStatus();
 }
 
+// Opens the first of lib<base>.so.<CUDA major> and lib<base>.so that loads: its handle and
+// name, or null with each attempt's dlerror in `errors`.
+void* OpenLibrary(const std::string& base, std::string* loaded, std::string* errors) {
+  for (const std::string& name :
+       {absl::StrCat("lib", base, ".so.", CUBLAS_VER_MAJOR), absl::StrCat("lib", base, ".so")}) {
+    if (void* library = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL); library != nullptr) {
+      *loaded = name;
+      return library;
+    }
+    absl::StrAppend(errors, errors->empty() ? "" : "; ", dlerror());
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Blas>> Blas::Load(cudaStream_t stream, void* workspace,
                                                  size_t workspace_bytes) {
-  const std::string versioned = absl::StrCat("libcublas.so.", CUBLAS_VER_MAJOR);
-  std::string errors;
-  void* library = nullptr;
-  std::string loaded;
-  for (const std::string& name : {versioned, std::string("libcublas.so")}) {
-    library = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (library != nullptr) {
-      loaded = name;
-      break;
-    }
-    absl::StrAppend(&errors, errors.empty() ? "" : "; ", dlerror());
-  }
+  std::string loaded, errors;
+  void* library = OpenLibrary("cublas", &loaded, &errors);
   if (library == nullptr) {
     return absl::UnavailableError(absl::StrCat("cannot load cuBLAS (", errors, ")"));
   }
@@ -81,16 +85,8 @@ absl::StatusOr<std::unique_ptr<Blas>> Blas::Load(cudaStream_t stream, void* work
 }
 
 void Blas::LoadLt() {
-  void* library = nullptr;
-  std::string loaded;
-  for (const std::string& name :
-       {absl::StrCat("libcublasLt.so.", CUBLAS_VER_MAJOR), std::string("libcublasLt.so")}) {
-    library = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (library != nullptr) {
-      loaded = name;
-      break;
-    }
-  }
+  std::string loaded, errors;
+  void* library = OpenLibrary("cublasLt", &loaded, &errors);
   if (library == nullptr) return;  // GemmBias then declines: the bias by the epilogue kernel
   LtApi api;
   for (absl::Status s : {Resolve(library, "cublasLtCreate", &api.create),
