@@ -1,5 +1,7 @@
 #include "engine/runtime/backend.h"
 
+#include <new>
+
 #include "absl/strings/str_cat.h"
 #include "engine/runtime/status.h"
 
@@ -48,6 +50,24 @@ absl::Status Backend::LinearPlanesAppend(const Tensor&, const Tensor&, const Ten
 
 absl::Status Backend::SharedKvAttention(const Tensor&, const Tensor&, int, float, const Tensor&) {
   return NotImplemented(name(), "SharedKvAttention");
+}
+
+absl::StatusOr<HostBuffer> Backend::AllocateHost(size_t bytes) {
+  if (bytes == 0) return HostBuffer();
+  constexpr std::align_val_t kAlign{64};
+  void* data = ::operator new(bytes, kAlign, std::nothrow);
+  if (data == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("AllocateHost: ", bytes, " bytes"));
+  }
+  return HostBuffer(data, bytes, [](void* p) { ::operator delete (p, std::align_val_t{64}); });
+}
+
+absl::Status Backend::CopyFromHostAsync(const HostBuffer& src, size_t bytes, const Tensor& dst) {
+  if (bytes > src.size_bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CopyFromHostAsync: ", bytes, " bytes from a host buffer of ", src.size_bytes()));
+  }
+  return CopyFromHost(src.data(), bytes, dst);
 }
 
 void Backend::SetLaunchHint(LaunchHint) {}

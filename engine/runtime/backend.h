@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/runtime/host_buffer.h"
 #include "engine/runtime/tensor.h"
 
 namespace waav {
@@ -204,8 +205,16 @@ class Backend {
   // ---- Memory (required) -------------------------------------------------------------------
   // Uninitialised storage. Pooled: allocation on the hot path must not reach the driver.
   virtual absl::StatusOr<Tensor> Allocate(const Shape& shape, DType dtype) = 0;
-  // Host -> device; `bytes` must equal dst.size_bytes().
+  // Host -> device; `bytes` must equal dst.size_bytes(). `src` may be reused on return.
   virtual absl::Status CopyFromHost(const void* src, size_t bytes, const Tensor& dst) = 0;
+  // Host memory for large uploads (CopyFromHostAsync): page-locked where the device copies from
+  // it without staging (CUDA), plain memory otherwise (the default). Reaches the driver: allocate
+  // once, not per upload. The buffer must outlive every copy from it (Synchronize first).
+  virtual absl::StatusOr<HostBuffer> AllocateHost(size_t bytes);
+  // Host -> device from the first `bytes` of `src` (AllocateHost's memory), `bytes` equal to
+  // dst.size_bytes(). May return before the copy has run: those bytes must stay as they are until
+  // the next Synchronize(). Default: CopyFromHost.
+  virtual absl::Status CopyFromHostAsync(const HostBuffer& src, size_t bytes, const Tensor& dst);
   // Device -> host; waits for prior work. `bytes` must equal src.size_bytes().
   virtual absl::Status CopyToHost(const Tensor& src, void* dst, size_t bytes) = 0;
   // Device -> device, same dtype and element count (shapes may differ). With

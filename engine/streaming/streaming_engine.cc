@@ -1,6 +1,7 @@
 #include "engine/streaming/streaming_engine.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <chrono>
 #include <condition_variable>
@@ -79,13 +80,15 @@ class StreamingEngine::Impl {
  public:
   Impl(const EngineOptions& options, const whisper::Transcriber& transcriber,
        VoiceActivityModel& vad, std::unique_ptr<whisper::DecoderStatePool> decoders,
-       std::vector<std::unique_ptr<whisper::EncoderBuffers>> encoders)
+       std::vector<std::unique_ptr<whisper::EncoderBuffers>> encoders,
+       std::array<HostBuffer, 2> mel_staging)
       : options_(options),
         transcriber_(transcriber),
         vad_(vad),
         decoders_(std::move(decoders)),
         prepare_pool_(PrepareThreads(options)),
         encoders_(std::move(encoders)),
+        mel_staging_(std::move(mel_staging)),
         ring_(static_cast<size_t>(options.ingest_ring_slots)) {
     frontend_ = std::thread([this] { FrontendLoop(); });
     scheduler_ = std::thread([this] { SchedulerLoop(); });
@@ -592,31 +595,61 @@ class StreamingEngine::Impl {
   // Encodes row i's window into decoder slot i, in passes of descending powers of two of at
   // most encoder_[0]'s batch rows (one row per pass where the model does not batch its encoder):
   // each pass writes its windows into the first rows of the encoder buffers and replays the
-  // pass and the cross-attention K/V projection into slots [begin, begin + size). Every row of
-  // a pass gets the pass's time in its encoder_ms.
+  // pass and the cross-attention K/V projection into slots [begin, begin + size). The windows go
+  // through mel_staging_ (pinned on a GPU: one upload a pass, without the driver's staging),
+  // staged in parallel, pass k + 1's while pass k runs on the device. Every row of a pass gets
+  // the pass's time, from its staging to its end, in its encoder_ms.
   absl::Status EncodeRows(std::vector<Row>& rows) {
     const whisper::WhisperModel& model = transcriber_.model();
+    struct Pass {
+      int begin = 0, size = 0;
+      std::chrono::steady_clock::time_point start;
+    };
+    std::vector<Pass> passes;
     const int n = static_cast<int>(rows.size());
     const int largest = encoders_.back()->batch_size();
     for (int begin = 0; begin < n;) {
       int size = largest;
       while (size > n - begin) size /= 2;
-      whisper::EncoderBuffers& buffers =
-          *encoders_[static_cast<size_t>(std::countr_zero(static_cast<unsigned>(size)))];
-      const auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < size; ++i) {
-        RETURN_IF_ERROR(model.WriteMel(rows[static_cast<size_t>(begin + i)].input.mel, i, buffers,
-                                       whisper::WhisperModel::MelLayout::kTimeMajor));
-      }
-      ASSIGN_OR_RETURN(whisper::DecoderState * slots, decoders_->Range(begin, size));
-      RETURN_IF_ERROR(model.RunEncoder(buffers, slots));
-      RETURN_IF_ERROR(model.backend().Synchronize());
-      const double ms = MsSince(start);
-      for (int i = 0; i < size; ++i) rows[static_cast<size_t>(begin + i)].encoder_ms += ms;
-      if (metrics::BatchMetrics* b = options_.batch_metrics) {
-        b->Observe(metrics::BatchModel::kWhisperEncoder, size);
-      }
+      passes.push_back({begin, size, {}});
       begin += size;
+    }
+    auto stage = [&](size_t k) -> absl::Status {
+      Pass& pass = passes[k];
+      pass.start = std::chrono::steady_clock::now();
+      HostBuffer& staging = mel_staging_[k % 2];
+      std::vector<absl::Status> staged(static_cast<size_t>(pass.size));
+      prepare_pool_.ParallelFor(pass.size, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          staged[static_cast<size_t>(i)] = model.StageMel(
+              rows[static_cast<size_t>(pass.begin + i)].input.mel, static_cast<int>(i), staging,
+              whisper::WhisperModel::MelLayout::kTimeMajor);
+        }
+      });
+      for (const absl::Status& status : staged) RETURN_IF_ERROR(status);
+      return absl::OkStatus();
+    };
+    RETURN_IF_ERROR(stage(0));
+    for (size_t k = 0; k < passes.size(); ++k) {
+      const Pass& pass = passes[k];
+      whisper::EncoderBuffers& buffers =
+          *encoders_[static_cast<size_t>(std::countr_zero(static_cast<unsigned>(pass.size)))];
+      absl::Status status = model.UploadMel(mel_staging_[k % 2], buffers);
+      absl::StatusOr<whisper::DecoderState*> slots = decoders_->Range(pass.begin, pass.size);
+      if (status.ok()) status = slots.status();
+      if (status.ok()) status = model.RunEncoder(buffers, *slots);
+      // The other staging buffer's last upload (pass k − 1's) ended at the last Synchronize.
+      if (status.ok() && k + 1 < passes.size()) status = stage(k + 1);
+      // Also on an error: no upload may still be reading a staging buffer after this returns.
+      const absl::Status synced = model.backend().Synchronize();
+      RETURN_IF_ERROR(status);
+      RETURN_IF_ERROR(synced);
+      const double ms = MsSince(pass.start);
+      for (int i = 0; i < pass.size; ++i)
+        rows[static_cast<size_t>(pass.begin + i)].encoder_ms += ms;
+      if (metrics::BatchMetrics* b = options_.batch_metrics) {
+        b->Observe(metrics::BatchModel::kWhisperEncoder, pass.size);
+      }
     }
     return absl::OkStatus();
   }
@@ -794,6 +827,8 @@ class StreamingEngine::Impl {
   ThreadPool prepare_pool_;  // driven by the scheduler thread (DecodeBatch)
   // Views of one set of encoder buffers for 1, 2, 4, ... windows (encoders_[k]: 2^k rows).
   std::vector<std::unique_ptr<whisper::EncoderBuffers>> encoders_;
+  // Two host buffers of the largest pass's windows (Backend::AllocateHost), for EncodeRows.
+  std::array<HostBuffer, 2> mel_staging_;
   IngestRing ring_;
 
   mutable std::mutex streams_mu_;
@@ -830,13 +865,18 @@ absl::StatusOr<std::unique_ptr<StreamingEngine>> StreamingEngine::Create(
     std::vector<char> zeros(largest->mel().size_bytes(), 0);
     RETURN_IF_ERROR(model.backend().CopyFromHost(zeros.data(), zeros.size(), largest->mel()));
   }
+  std::array<HostBuffer, 2> mel_staging;
+  for (HostBuffer& staging : mel_staging) {
+    ASSIGN_OR_RETURN(staging, model.backend().AllocateHost(largest->mel().size_bytes()));
+  }
   for (int size = 1; size < encoder_batch; size *= 2) {
     ASSIGN_OR_RETURN(auto view, largest->Rows(0, size));
     encoders.push_back(std::move(view));
   }
   encoders.push_back(std::move(largest));
-  return std::unique_ptr<StreamingEngine>(new StreamingEngine(
-      std::make_unique<Impl>(options, transcriber, vad, std::move(decoders), std::move(encoders))));
+  return std::unique_ptr<StreamingEngine>(
+      new StreamingEngine(std::make_unique<Impl>(options, transcriber, vad, std::move(decoders),
+                                                 std::move(encoders), std::move(mel_staging))));
 }
 
 StreamingEngine::StreamingEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -134,6 +134,38 @@ TEST_F(CpuBackendTest, CopiesCheckSizesAndDtypes) {
   EXPECT_EQ(backend_->Copy(Tensor(), d).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Backend's default AllocateHost and CopyFromHostAsync (plain memory, CopyFromHost): the first
+// `bytes` of the buffer arrive; short buffers, wrong sizes and copies while capturing are refused.
+TEST_F(CpuBackendTest, HostBuffersUploadTheirFirstBytes) {
+  auto empty = backend_->AllocateHost(0);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->data(), nullptr);
+  EXPECT_EQ(empty->size_bytes(), 0u);
+  auto host = backend_->AllocateHost(13 * sizeof(float));
+  ASSERT_TRUE(host.ok());
+  ASSERT_EQ(host->size_bytes(), 13 * sizeof(float));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(host->data()) % 64, 0u);
+  const std::vector<float> values = Random(13);
+  std::memcpy(host->data(), values.data(), 13 * sizeof(float));
+  Tensor a = Poisoned({3, 4});
+  ASSERT_TRUE(backend_->CopyFromHostAsync(*host, 12 * sizeof(float), a).ok());
+  ASSERT_TRUE(backend_->Synchronize().ok());
+  EXPECT_EQ(Read(a), std::vector<float>(values.begin(), values.begin() + 12));
+  Tensor b = Poisoned({14});
+  EXPECT_EQ(backend_->CopyFromHostAsync(*host, 14 * sizeof(float), b).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_->CopyFromHostAsync(*host, 13 * sizeof(float), a).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_->CopyFromHostAsync(*empty, 12 * sizeof(float), a).code(),
+            absl::StatusCode::kInvalidArgument);
+  // Moved: the buffer goes with it (freed once, by `moved`).
+  HostBuffer moved = std::move(*host);
+  ASSERT_TRUE(backend_->BeginCapture().ok());
+  EXPECT_EQ(backend_->CopyFromHostAsync(moved, 12 * sizeof(float), a).code(),
+            absl::StatusCode::kFailedPrecondition);
+  (void)backend_->EndCapture();
+}
+
 // A buffer that claims to live on a GPU, to check device validation.
 class FakeCudaBuffer : public Buffer {
  public:

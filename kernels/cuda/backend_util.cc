@@ -86,6 +86,25 @@ absl::StatusOr<cudaDeviceProp> OpenDevice(int device_index) {
   return props;
 }
 
+absl::StatusOr<HostBuffer> AllocatePinnedHost(size_t bytes) {
+  if (bytes == 0) return HostBuffer();
+  void* data = nullptr;
+  RETURN_IF_ERROR(GpuStatus("cudaHostAlloc", cudaHostAlloc(&data, bytes, cudaHostAllocDefault)));
+  return HostBuffer(data, bytes, [](void* p) { (void)cudaFreeHost(p); });
+}
+
+absl::Status CopyFromPinnedHost(DeviceKind device, const HostBuffer& src, size_t bytes,
+                                const Tensor& dst, cudaStream_t stream) {
+  if (bytes > src.size_bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CopyFromHostAsync: ", bytes, " bytes from a host buffer of ", src.size_bytes()));
+  }
+  RETURN_IF_ERROR(checks::ValidateCopyFromHost(device, src.data(), bytes, dst));
+  if (bytes == 0) return absl::OkStatus();
+  return GpuStatus("CopyFromHostAsync",
+                   cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyHostToDevice, stream));
+}
+
 absl::Status AllocateErrorWord(unsigned long long** host, unsigned long long** device) {
   void* host_word = nullptr;
   RETURN_IF_ERROR(GpuStatus(

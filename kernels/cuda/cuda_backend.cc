@@ -129,6 +129,14 @@ class CudaBackend final : public Backend, public CudaExtensions {
                      cudaMemcpyAsync(dst.data(), src, bytes, cudaMemcpyHostToDevice, stream()));
   }
 
+  absl::StatusOr<HostBuffer> AllocateHost(size_t bytes) override {
+    return cuda::AllocatePinnedHost(bytes);
+  }
+  absl::Status CopyFromHostAsync(const HostBuffer& src, size_t bytes, const Tensor& dst) override {
+    RETURN_IF_ERROR(NotCapturing("CopyFromHostAsync"));
+    return cuda::CopyFromPinnedHost(kGpuKind, src, bytes, dst, stream());
+  }
+
   absl::Status CopyToHost(const Tensor& src, void* dst, size_t bytes) override {
     RETURN_IF_ERROR(NotCapturing("CopyToHost"));
     RETURN_IF_ERROR(checks::ValidateCopyToHost(kGpuKind, src, dst, bytes));
@@ -932,24 +940,9 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const CudaBackendOp
                             cudaMemsetAsync(state->counters.data(), 0, state->counters.size_bytes(),
                                             state->graphs->stream)));
 
-  std::string gemm = "built-in tiled kernel";
-#if !defined(WAAV_HIP)
-  if (options.use_cublas) {
-    const int64_t words = static_cast<int64_t>((options.cublas_workspace_bytes + 3) / 4);
-    ASSIGN_OR_RETURN(state->blas_workspace,
-                     cuda::AllocateDeviceTensor(state->pool, Shape{words}, DType::kF32));
-    auto blas = cuda::Blas::Load(state->graphs->stream, state->blas_workspace.data(),
-                                 state->blas_workspace.size_bytes());
-    if (blas.ok()) {
-      state->blas = std::move(*blas);
-      gemm = absl::StrCat("cuBLAS (", state->blas->library(), ")");
-    } else {
-      spdlog::warn("cuda backend: {}; large GEMMs use the slower built-in kernel",
-                   std::string(blas.status().message()));
-      gemm = absl::StrCat("built-in tiled kernel (", blas.status().message(), ")");
-    }
-  }
-#endif
+  ASSIGN_OR_RETURN(const std::string gemm,
+                   cuda::LoadBlas(options.use_cublas, options.cublas_workspace_bytes, state->pool,
+                                  state->graphs->stream, &state->blas_workspace, &state->blas));
   RETURN_IF_ERROR(GpuStatus("HalfGemm shared memory", cuda::PrepareHalfGemm()));
   RETURN_IF_ERROR(GpuStatus("flash attention shared memory", cuda::PrepareFlashAttention2()));
   state->gemm = {state->blas.get(),

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/runtime/status.h"
+#include "spdlog/spdlog.h"
 
 namespace waav::cuda {
 namespace {
@@ -14,6 +15,35 @@ absl::Status LaunchStatus(const char* what, cudaError_t err) {
 [[maybe_unused]] size_t RoundUp256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 }  // namespace
+
+absl::StatusOr<std::string> LoadBlas(bool use_cublas, size_t workspace_bytes,
+                                     const std::shared_ptr<DevicePool>& pool, cudaStream_t stream,
+                                     Tensor* workspace, std::unique_ptr<Blas>* blas) {
+  std::string gemm = "built-in tiled kernel";
+#if !defined(WAAV_HIP)
+  if (use_cublas) {
+    const int64_t words = static_cast<int64_t>((workspace_bytes + 3) / 4);
+    ASSIGN_OR_RETURN(*workspace, AllocateDeviceTensor(pool, Shape{words}, DType::kF32));
+    auto loaded = Blas::Load(stream, workspace->data(), workspace->size_bytes());
+    if (loaded.ok()) {
+      *blas = std::move(*loaded);
+      gemm = absl::StrCat("cuBLAS (", (*blas)->library(), ")");
+    } else {
+      spdlog::warn("cuda backend: {}; large GEMMs use the slower built-in kernel",
+                   std::string(loaded.status().message()));
+      gemm = absl::StrCat("built-in tiled kernel (", loaded.status().message(), ")");
+    }
+  }
+#else
+  (void)use_cublas;
+  (void)workspace_bytes;
+  (void)pool;
+  (void)stream;
+  (void)workspace;
+  (void)blas;
+#endif
+  return gemm;
+}
 
 bool GemmAccumulates(GemmPath path) {
   return path == GemmPath::kBlasF32 || path == GemmPath::kBlasTf32 || path == GemmPath::kBlasHalf ||

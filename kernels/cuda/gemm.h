@@ -6,13 +6,17 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "kernels/cuda/blas.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/half_gemm.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/linear.cuh"
+#include "kernels/cuda/memory_pool.h"
 
 namespace waav::cuda {
 
@@ -70,6 +74,13 @@ struct GemmProblem {
   const PlaneOutputs* planes = nullptr;
   int64_t plane_cols = 0;
 };
+
+// cuBLAS for a backend (CudaBackendOptions::use_cublas) with its workspace, allocated from `pool`
+// into `workspace`: the GEMMs' description for Backend::Describe ("cuBLAS (libcublas.so.13)"), or,
+// where cuBLAS does not load (a warning is logged) or in a HIP build, the built-in kernel's.
+absl::StatusOr<std::string> LoadBlas(bool use_cublas, size_t workspace_bytes,
+                                     const std::shared_ptr<DevicePool>& pool, cudaStream_t stream,
+                                     Tensor* workspace, std::unique_ptr<Blas>* blas);
 
 // Whether `path` can add into y (GemmProblem::accumulate).
 bool GemmAccumulates(GemmPath path);

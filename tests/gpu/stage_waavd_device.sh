@@ -13,6 +13,7 @@
 #   With WAAV_STAGE_THREE_CALLS=1 (when the repository and call 2 outgrow the 64 MiB a call
 #   carries), part_b goes to DEST/callb instead, sent between the two:
 #     carry DEST/callb, command: cp DEST/callb/part_b /tmp/waav-model/
+#   (and, with WAAV_STAGE_BINARIES, && tar -C /tmp/waav-model -xJf DEST/callb/bins.tar.xz)
 #
 #   tests/gpu/stage_waavd_device.sh BUILD_DIR DEST MODELS_DIR SHARED_DATA
 set -euo pipefail
@@ -36,8 +37,12 @@ cp "$build/server/waavd" "$build/tools/waav/waav" "$build/load-tests/waav-load" 
 for target in $extra; do
   find "$build" -name "$target" -type f -perm -u+x -exec cp {} "$stage/bin/" \; -quit
 done
-for binary in ${WAAV_STAGE_BINARIES:-}; do cp "$binary" "$stage/bin/"; done
-strip "$stage/bin/"*
+# With three calls the prebuilt binaries travel in call b (call 2 has no room for several), as
+# bins.tar.xz, unpacked beside part_b; waavd_device.sh copies them into its bin/.
+extra_bin=$stage/bin
+[ "${WAAV_STAGE_THREE_CALLS:-}" = 1 ] && extra_bin=$stage/extra/bin && mkdir -p "$extra_bin"
+for binary in ${WAAV_STAGE_BINARIES:-}; do cp "$binary" "$extra_bin/"; done
+strip "$stage/bin/"* "$extra_bin/"*
 # Every shared library outside the C runtime (the GPU machine runs another distribution); the
 # CUDA runtime is linked in statically and cuBLAS is loaded from the machine's CUDA install.
 for bin in "$stage/bin/"*; do
@@ -59,6 +64,7 @@ mv "$stage/part_00" "$dest/call1/part_a"
 if [ "${WAAV_STAGE_THREE_CALLS:-}" = 1 ]; then
   mkdir -p "$dest/callb"
   mv "$stage/part_01" "$dest/callb/part_b"
+  if [ -n "${WAAV_STAGE_BINARIES:-}" ]; then tar -C "$stage/extra" -cJf "$dest/callb/bins.tar.xz" bin; fi
 else
   mv "$stage/part_01" "$dest/call2/part_b"
 fi

@@ -38,6 +38,8 @@ if [ ! -f /tmp/waav-model/part_a ] || [ ! -f "$part_b" ]; then
   say "part_a or part_b is missing: the machine was not kept warm between the calls"; pack; exit 3
 fi
 cat /tmp/waav-model/part_a "$part_b" > "$model/model.bin"
+# Prebuilt server binaries brought by call b (stage_waavd_device.sh, WAAV_STAGE_BINARIES).
+[ -d /tmp/waav-model/bin ] && cp /tmp/waav-model/bin/* "$d/bin/"
 if [ "$(sha256sum "$model/model.bin" | cut -d' ' -f1)" != "$(cat "$model/model.sha256")" ]; then
   say "model.bin does not match its sha256"; pack; exit 4
 fi

@@ -430,5 +430,58 @@ TEST_F(GreedyBatchTest, MelLayoutsWriteTheSameWindow) {
   }
 }
 
+// StageMel + UploadMel put on the device what WriteMel puts there, in either host layout, for
+// the first rows of a larger staging buffer; bad windows, rows and sizes are refused.
+TEST_F(GreedyBatchTest, StagedMelUploadsWhatWriteMelWrites) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> value(-1.5f, 1.5f);
+  const size_t window = static_cast<size_t>(model().dims().n_mels) * model().dims().n_frames();
+  std::vector<std::vector<float>> windows(3, std::vector<float>(window));
+  for (auto& w : windows) {
+    for (float& v : w) v = value(rng);
+  }
+  auto staging = model().backend().AllocateHost(3 * window * sizeof(float));
+  ASSERT_TRUE(staging.ok()) << staging.status();
+  ASSERT_EQ(staging->size_bytes(), 3 * window * sizeof(float));
+  ASSERT_TRUE(model().StageMel(windows[0], 0, *staging).ok());
+  ASSERT_TRUE(model().StageMel(windows[1], 1, *staging, WhisperModel::MelLayout::kTimeMajor).ok());
+  ASSERT_TRUE(model().StageMel(windows[2], 2, *staging).ok());
+  EXPECT_FALSE(model().StageMel(windows[0], 3, *staging).ok());
+  EXPECT_FALSE(model().StageMel(windows[0], -1, *staging).ok());
+  EXPECT_FALSE(model().StageMel(std::vector<float>(window - 1), 0, *staging).ok());
+  EXPECT_FALSE(model()
+                   .StageMel(std::vector<float>(window + 1), 0, *staging,
+                             WhisperModel::MelLayout::kTimeMajor)
+                   .ok());
+
+  auto staged = model().NewEncoderBuffers(4);
+  auto written = model().NewEncoderBuffers(2);
+  ASSERT_TRUE(staged.ok() && written.ok());
+  auto first_two = (*staged)->Rows(0, 2);
+  ASSERT_TRUE(first_two.ok());
+  ASSERT_TRUE(model().UploadMel(*staging, **first_two).ok());
+  // Four rows need more than the three windows staged.
+  EXPECT_FALSE(model().UploadMel(*staging, **staged).ok());
+  ASSERT_TRUE(model().WriteMel(windows[0], 0, **written).ok());
+  ASSERT_TRUE(model().WriteMel(windows[1], 1, **written, WhisperModel::MelLayout::kTimeMajor).ok());
+  ASSERT_TRUE(model().backend().Synchronize().ok());
+  std::vector<float> from_staging(2 * window), from_write(2 * window);
+  ASSERT_TRUE(
+      model()
+          .backend()
+          .CopyToHost((*first_two)->mel(), from_staging.data(), from_staging.size() * sizeof(float))
+          .ok());
+  ASSERT_TRUE(
+      model()
+          .backend()
+          .CopyToHost((*written)->mel(), from_write.data(), from_write.size() * sizeof(float))
+          .ok());
+  for (size_t i = 0; i < from_write.size(); ++i) {
+    ASSERT_EQ(from_staging[i], from_write[i]) << "element " << i;
+  }
+}
+
 }  // namespace
 }  // namespace waav::whisper

@@ -1,6 +1,7 @@
 // WhisperModel's encoder: its buffers, the mel upload, the encoder pass (convolutions, then
 // the transformer layers, on the backend's fused ops where it offers them) and the
 // cross-attention K/V projection into a decoder state.
+#include <cstring>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -117,6 +118,33 @@ absl::Status WhisperModel::WriteMel(absl::Span<const float> mel, int row, Encode
   std::vector<float> time_major(mel.size());
   TransposeTiled(mel.data(), mels, frames, time_major.data());
   return backend_.CopyFromHost(time_major.data(), time_major.size() * sizeof(float), dst);
+}
+
+absl::Status WhisperModel::StageMel(absl::Span<const float> mel, int row, HostBuffer& staging,
+                                    MelLayout layout) const {
+  const int64_t frames = dims_.n_frames(), mels = dims_.n_mels;
+  const size_t window = static_cast<size_t>(mels * frames);
+  if (mel.size() != window) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("log-mel window has ", mel.size(), " values; expected ", mels, " x ", frames));
+  }
+  const size_t rows = staging.size_bytes() / (window * sizeof(float));
+  if (row < 0 || static_cast<size_t>(row) >= rows) {
+    return absl::InvalidArgumentError(absl::StrCat("row ", row, " of a staging buffer of ",
+                                                   staging.size_bytes(), " bytes (", rows,
+                                                   " windows)"));
+  }
+  float* dst = staging.data_as<float>() + static_cast<size_t>(row) * window;
+  if (layout == MelLayout::kTimeMajor) {
+    std::memcpy(dst, mel.data(), window * sizeof(float));
+  } else {
+    TransposeTiled(mel.data(), mels, frames, dst);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WhisperModel::UploadMel(const HostBuffer& staging, EncoderBuffers& buffers) const {
+  return backend_.CopyFromHostAsync(staging, buffers.mel_.size_bytes(), buffers.mel_);
 }
 
 namespace {

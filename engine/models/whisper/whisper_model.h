@@ -265,6 +265,15 @@ class WhisperModel {
   enum class MelLayout { kMelMajor, kTimeMajor };
   absl::Status WriteMel(absl::Span<const float> mel, int row, EncoderBuffers& buffers,
                         MelLayout layout = MelLayout::kMelMajor) const;
+  // WriteMel in two halves, for many windows at once: StageMel writes a window into row `row`
+  // of `staging`, host memory from backend().AllocateHost laid out as an EncoderBuffers::mel()
+  // (thread-safe for distinct rows: the windows of a pass are staged in parallel); UploadMel
+  // copies staging's first buffers.batch_size() windows into buffers.mel() in one upload that
+  // needs no staging by the driver (pinned memory on a GPU). Asynchronous: `staging` must stay
+  // unchanged until the backend's next Synchronize().
+  absl::Status StageMel(absl::Span<const float> mel, int row, HostBuffer& staging,
+                        MelLayout layout = MelLayout::kMelMajor) const;
+  absl::Status UploadMel(const HostBuffer& staging, EncoderBuffers& buffers) const;
 
   // Encoder output only (host [B, n_audio_ctx, d_model]); for tests and parity checks.
   absl::StatusOr<std::vector<float>> EncoderOutput(absl::Span<const float> mel, int batch) const;

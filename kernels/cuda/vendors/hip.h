@@ -40,6 +40,7 @@
 #define cudaStreamNonBlocking hipStreamNonBlocking
 #define cudaStreamCaptureModeRelaxed hipStreamCaptureModeRelaxed
 #define cudaStreamCaptureStatusNone hipStreamCaptureStatusNone
+#define cudaHostAllocDefault hipHostMallocDefault
 #define cudaHostAllocMapped hipHostMallocMapped
 #define cudaHostAllocPortable hipHostMallocPortable
 #define cudaEventDisableTiming hipEventDisableTiming
