@@ -1,24 +1,33 @@
 #!/usr/bin/env python3
 """Per-batch profile from waavd --log-level debug lines (GreedyBatchTimings), medians per
-batch-size range, as in docs/benchmarks.md. Usage: batch_profile.py LOG [LOG...]"""
+batch-size range, as in docs/benchmarks.md, then where the scheduler's time went in all: each
+part summed over every batch, against the span from the first batch line to the last.
+Usage: batch_profile.py LOG [LOG...]"""
 import re
 import statistics
 import sys
+from datetime import datetime
 
 LINE = re.compile(
     r"batch of (\d+): encoder ([\d.]+) ms, prefill ([\d.]+) ms, (\d+) steps ([\d.]+) ms "
-    r"\((\d+) row-steps(?:, (\d+) on the device)?\), sampling ([\d.]+) ms, decoder total ([\d.]+) ms")
+    r"\((\d+) row-steps(?:, (\d+) on the device)?\), sampling ([\d.]+) ms, decoder total ([\d.]+) ms"
+    r"(?: \(finals aligned (\d+) in ([\d.]+) ms, results sent in ([\d.]+) ms\))?")
+STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)\]")
 RANGES = [(1, 4), (5, 12), (13, 24), (25, 40), (41, 64), (65, 96), (97, 128)]
 
 
 def main(paths):
     rows = []
+    stamps = []
     for path in paths:
         with open(path, errors="replace") as f:
             for line in f:
                 m = LINE.search(line)
                 if m:
                     rows.append([float(g) if g is not None else float("nan") for g in m.groups()])
+                    s = STAMP.search(line)
+                    if s:
+                        stamps.append(datetime.strptime(s.group(1), "%Y-%m-%d %H:%M:%S.%f"))
     print("rows n | encoder | prefill | steps | steps ms (per step) | device-only steps | "
           "sampling ms (per step) | decoder total   (medians, ms)")
     for lo, hi in RANGES:
@@ -31,6 +40,23 @@ def main(paths):
         print(f"{lo}-{hi} {len(sel)} | {med(1):.1f} | {med(2):.1f} | {med(3):.0f} | "
               f"{med(4):.1f} ({per(4):.2f}) | {100 * dev:.0f}% | {med(7):.1f} ({per(7):.2f}) | "
               f"{med(8):.1f}")
+    if not rows:
+        return
+    total = lambda i: sum(r[i] for r in rows if r[i] == r[i])  # NaN (an older log) left out
+    parts = {"encoder": total(1), "prefill": total(2), "steps": total(4), "sampling": total(7)}
+    timed = rows[0][10] == rows[0][10]
+    if timed:
+        parts["alignment"] = total(10)
+        parts["sending"] = total(11)
+    parts["decoder, rest"] = total(8) - sum(v for k, v in parts.items() if k != "encoder")
+    span = (stamps[-1] - stamps[0]).total_seconds() * 1000 if len(stamps) > 1 else float("nan")
+    summed = sum(parts.values())
+    print(f"all {len(rows)} batches, {int(total(0))} rows, {span:.0f} ms from the first batch "
+          f"line to the last; summed ms: " +
+          ", ".join(f"{k} {v:.0f}" for k, v in parts.items()) +
+          f"; in all {summed:.0f} ({100 * summed / span:.0f}% of the span)")
+    if timed:
+        print(f"finals aligned: {int(total(9))} in {int(sum(1 for r in rows if r[9] > 0))} batches")
 
 
 if __name__ == "__main__":

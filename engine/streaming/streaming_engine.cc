@@ -634,7 +634,7 @@ class StreamingEngine::Impl {
       const Pass& pass = passes[k];
       whisper::EncoderBuffers& buffers =
           *encoders_[static_cast<size_t>(std::countr_zero(static_cast<unsigned>(pass.size)))];
-      absl::Status status = model.UploadMel(mel_staging_[k % 2], buffers);
+      absl::Status status = model.UploadStagedMel(mel_staging_[k % 2], buffers);
       absl::StatusOr<whisper::DecoderState*> slots = decoders_->Range(pass.begin, pass.size);
       if (status.ok()) status = slots.status();
       if (status.ok()) status = model.RunEncoder(buffers, *slots);
@@ -706,8 +706,15 @@ class StreamingEngine::Impl {
       whisper::GreedyResult decoded;
     };
     std::vector<Deferred> deferred;
+    double send_ms = 0, align_ms = 0;  // parts of the decoder's time, for the debug line
     auto send = [&](int i, const whisper::GreedyResult& decoded,
                     const UtteranceDecoder::AlignWordsFn& align_words) {
+      const auto send_start = std::chrono::steady_clock::now();
+      struct AddElapsed {
+        double& ms;
+        std::chrono::steady_clock::time_point start;
+        ~AddElapsed() { ms += MsSince(start); }
+      } add_elapsed{send_ms, send_start};
       Row& row = rows[static_cast<size_t>(i)];
       Stream& s = *row.stream;
       if (s.done) return;
@@ -768,7 +775,9 @@ class StreamingEngine::Impl {
               for (int64_t j = begin; j < end; ++j) fn(static_cast<size_t>(j));
             });
           };
+      const auto align_start = std::chrono::steady_clock::now();
       const auto aligned = aligner->AlignBatch(requests, decoders_->ForRows(batch), for_each);
+      align_ms = MsSince(align_start);
       for (size_t k = 0; k < deferred.size(); ++k) {
         const int i = deferred[k].row;
         send(i, deferred[k].decoded,
@@ -791,9 +800,10 @@ class StreamingEngine::Impl {
     // Where a batch's time goes (waavd --log-level debug): the profile of issue 5's scaling.
     spdlog::debug(
         "batch of {}: encoder {:.2f} ms, prefill {:.2f} ms, {} steps {:.2f} ms "
-        "({} row-steps, {} on the device), sampling {:.2f} ms, decoder total {:.2f} ms",
+        "({} row-steps, {} on the device), sampling {:.2f} ms, decoder total {:.2f} ms "
+        "(finals aligned {} in {:.2f} ms, results sent in {:.2f} ms)",
         batch, encode_ms, timings.prefill_ms, timings.steps, timings.step_ms, timings.row_steps,
-        timings.device_steps, timings.sample_ms, decoder_ms);
+        timings.device_steps, timings.sample_ms, decoder_ms, deferred.size(), align_ms, send_ms);
     int batch_steps = 1;
     for (const whisper::GreedyResult& r : *decoded) batch_steps = std::max(batch_steps, r.steps);
     // One observation per batch: every row of it shared each step.

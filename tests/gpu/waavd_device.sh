@@ -59,7 +59,7 @@ say "== 1. graph test"
 WAAV_MODELS_DIR=$d/models WAAV_SHARED_DATA=$d/data timeout 150 "$d/bin/whisper_graph_cuda_test" \
   > "$r/graph_test.log" 2>&1
 say "graph test rc=$?"
-grep -E '^\[ +(OK|FAILED|SKIPPED|PASSED) |graphs vs eager|eager:|graphs:|defaults took|log-probability difference|Failure' "$r/graph_test.log" \
+grep -E '^\[ +(OK|FAILED|SKIPPED|PASSED) |graphs vs eager|eager:|graphs:|defaults took|log-probability difference|word-time difference|Failure' "$r/graph_test.log" \
   | tee -a "$r/summary.txt"
 pack
 

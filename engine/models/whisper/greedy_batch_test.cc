@@ -430,7 +430,7 @@ TEST_F(GreedyBatchTest, MelLayoutsWriteTheSameWindow) {
   }
 }
 
-// StageMel + UploadMel put on the device what WriteMel puts there, in either host layout, for
+// StageMel + UploadStagedMel put on the device what WriteMel puts there, in either host layout, for
 // the first rows of a larger staging buffer; bad windows, rows and sizes are refused.
 TEST_F(GreedyBatchTest, StagedMelUploadsWhatWriteMelWrites) {
   const unsigned seed = std::random_device{}();
@@ -461,9 +461,9 @@ TEST_F(GreedyBatchTest, StagedMelUploadsWhatWriteMelWrites) {
   ASSERT_TRUE(staged.ok() && written.ok());
   auto first_two = (*staged)->Rows(0, 2);
   ASSERT_TRUE(first_two.ok());
-  ASSERT_TRUE(model().UploadMel(*staging, **first_two).ok());
+  ASSERT_TRUE(model().UploadStagedMel(*staging, **first_two).ok());
   // Four rows need more than the three windows staged.
-  EXPECT_FALSE(model().UploadMel(*staging, **staged).ok());
+  EXPECT_FALSE(model().UploadStagedMel(*staging, **staged).ok());
   ASSERT_TRUE(model().WriteMel(windows[0], 0, **written).ok());
   ASSERT_TRUE(model().WriteMel(windows[1], 1, **written, WhisperModel::MelLayout::kTimeMajor).ok());
   ASSERT_TRUE(model().backend().Synchronize().ok());

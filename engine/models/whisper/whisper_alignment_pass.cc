@@ -2,12 +2,15 @@
 // the alignment heads' cross-attention scores from (word_alignment.h), apart from the step
 // and encoder paths of whisper_model.cc.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/models/whisper/whisper_model.h"
+#include "engine/runtime/dtype.h"
 #include "engine/runtime/status.h"
 
 namespace waav::whisper {
@@ -15,16 +18,25 @@ namespace waav::whisper {
 namespace {
 
 // out[r, c] += scale · q_rows[r, offset .. offset + head_dim) · keys[c, offset ..]ᵀ for one head:
-// the keys transposed to [head_dim, positions] (`keys_t`, scratch), then head_dim passes over
-// contiguous positions, so that every score sums its products in the order e = 0, 1, ... and
-// the loop vectorises. q_rows and keys have `width` columns; out is [rows, positions].
-void HeadScores(const float* q_rows, int64_t rows, const float* keys, int64_t positions,
+// the keys transposed to [head_dim, positions] (`keys_t`, scratch; f16 keys widened as they are
+// moved, exactly), then head_dim passes over contiguous positions, so that every score sums its
+// products in the order e = 0, 1, ... and the loop vectorises. q_rows and keys have `width`
+// columns; out is [rows, positions].
+template <typename Key>
+void HeadScores(const float* q_rows, int64_t rows, const Key* keys, int64_t positions,
                 int64_t width, int64_t offset, int64_t head_dim, float scale,
                 std::vector<float>& keys_t, float* out) {
   keys_t.resize(static_cast<size_t>(head_dim * positions));
+  std::vector<float> key(static_cast<size_t>(head_dim));
   for (int64_t col = 0; col < positions; ++col) {
+    const Key* at = keys + col * width + offset;
+    if constexpr (std::is_same_v<Key, uint16_t>) {
+      HalfToFloatArray(at, key.data(), key.size());
+    } else {
+      std::copy(at, at + head_dim, key.begin());
+    }
     for (int64_t e = 0; e < head_dim; ++e) {
-      keys_t[static_cast<size_t>(e * positions + col)] = keys[col * width + offset + e];
+      keys_t[static_cast<size_t>(e * positions + col)] = key[static_cast<size_t>(e)];
     }
   }
   for (int64_t row = 0; row < rows; ++row) {
@@ -95,14 +107,15 @@ absl::StatusOr<std::vector<float>> WhisperModel::CrossAttentionScores(
 
 absl::StatusOr<std::vector<std::vector<float>>> WhisperModel::CrossAttentionScoresBatch(
     absl::Span<const ScoresRequest> requests, absl::Span<const AttentionHead> heads,
-    const DecoderState& encoded) const {
-  return ScoresPass("CrossAttentionScoresBatch", requests, heads, encoded, nullptr, 0);
+    const DecoderState& encoded, const ForEachFn& for_each) const {
+  return ScoresPass("CrossAttentionScoresBatch", requests, heads, encoded, nullptr, 0, for_each);
 }
 
 absl::StatusOr<std::vector<std::vector<float>>> WhisperModel::ScoresPass(
     const char* what, absl::Span<const ScoresRequest> requests,
     absl::Span<const AttentionHead> heads, const DecoderState& encoded,
-    std::vector<std::vector<float>>* next_token_probs, int probs_vocab) const {
+    std::vector<std::vector<float>>* next_token_probs, int probs_vocab,
+    const ForEachFn& for_each) const {
   const char* const kWhat = what;
   const int64_t d = dims_.d_model;
   if (requests.empty()) return std::vector<std::vector<float>>{};
@@ -158,7 +171,10 @@ absl::StatusOr<std::vector<std::vector<float>>> WhisperModel::ScoresPass(
                      static_cast<size_t>(requests[k].n_positions));
     total_positions += requests[k].n_positions;
   }
-  std::vector<float> keys_t;
+  // One pass at a time downloads through scores_download_ (kept, so that page-locking it is paid
+  // once, not per pass).
+  std::lock_guard<std::mutex> download_lock(scores_download_mu_);
+  HostBuffer& download = scores_download_;
   for (int i = 0; i <= last_layer; ++i) {
     const DecoderLayer& layer = decoder_layers_[static_cast<size_t>(i)];
     RETURN_IF_ERROR(RunAttention(layer.self_attention, x, self_k, self_v, &positions, &lengths,
@@ -183,18 +199,41 @@ absl::StatusOr<std::vector<std::vector<float>>> WhisperModel::ScoresPass(
         at += r.n_positions;
       }
       ASSIGN_OR_RETURN(const std::vector<float> q, Download<float>(backend_, ws.q));
-      ASSIGN_OR_RETURN(const std::vector<float> keys, DownloadFloats(backend_, packed));
-      at = 0;
-      for (size_t k = 0; k < requests.size(); ++k) {
+      // The keys as they are (f16 or f32) into the pass's host buffer: page-locked on a GPU, so
+      // the copy runs at the link's rate; each request widens only its heads' columns.
+      if (download.size_bytes() < packed.size_bytes()) {
+        download = HostBuffer();  // the old buffer is freed before the larger one is taken
+        ASSIGN_OR_RETURN(download, backend_.AllocateHost(std::bit_ceil(packed.size_bytes())));
+      }
+      RETURN_IF_ERROR(backend_.CopyToHost(packed, download.data(), packed.size_bytes()));
+      const bool half_keys = packed.dtype() == DType::kF16;
+      // Request k's keys start at row key_row[k] of `packed`; each request's scores are its own.
+      std::vector<int64_t> key_row(requests.size(), 0);
+      for (size_t k = 1; k < requests.size(); ++k) {
+        key_row[k] = key_row[k - 1] + requests[k - 1].n_positions;
+      }
+      auto score_request = [&](size_t k) {
         const ScoresRequest& r = requests[k];
         const int64_t t = static_cast<int64_t>(r.tokens.size()), n = r.n_positions;
+        std::vector<float> keys_t;
         for (size_t h = 0; h < heads.size(); ++h) {
           if (heads[h].layer != i) continue;
-          HeadScores(q.data() + r.row * t_max * d, t, keys.data() + at * d, n, d,
-                     heads[h].head * head_dim, head_dim, attention_scale_, keys_t,
-                     scores[k].data() + h * static_cast<size_t>(t * n));
+          const float* q_rows = q.data() + r.row * t_max * d;
+          float* out = scores[k].data() + h * static_cast<size_t>(t * n);
+          const int64_t offset = heads[h].head * head_dim;
+          if (half_keys) {
+            HeadScores(q_rows, t, download.data_as<const uint16_t>() + key_row[k] * d, n, d, offset,
+                       head_dim, attention_scale_, keys_t, out);
+          } else {
+            HeadScores(q_rows, t, download.data_as<const float>() + key_row[k] * d, n, d, offset,
+                       head_dim, attention_scale_, keys_t, out);
+          }
         }
-        at += n;
+      };
+      if (for_each != nullptr) {
+        for_each(requests.size(), score_request);
+      } else {
+        for (size_t k = 0; k < requests.size(); ++k) score_request(k);
       }
     }
     if (i == last_layer && next_token_probs == nullptr) break;

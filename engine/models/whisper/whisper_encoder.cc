@@ -143,7 +143,8 @@ absl::Status WhisperModel::StageMel(absl::Span<const float> mel, int row, HostBu
   return absl::OkStatus();
 }
 
-absl::Status WhisperModel::UploadMel(const HostBuffer& staging, EncoderBuffers& buffers) const {
+absl::Status WhisperModel::UploadStagedMel(const HostBuffer& staging,
+                                           EncoderBuffers& buffers) const {
   return backend_.CopyFromHostAsync(staging, buffers.mel_.size_bytes(), buffers.mel_);
 }
 

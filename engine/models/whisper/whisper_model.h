@@ -9,7 +9,9 @@
 // use distinct DecoderStates on a backend that serialises kernel submission.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -61,6 +63,10 @@ struct ScoresRequest {
   absl::Span<const int32_t> tokens;
   int n_positions = 0;
 };
+
+// Runs fn(0) .. fn(n − 1), possibly on several threads at once, returning when all are done
+// (e.g. a ThreadPool's ParallelFor); for host work that is independent per row.
+using ForEachFn = std::function<void(size_t n, const std::function<void(size_t)>& fn)>;
 
 struct WhisperModelOptions {
   // Element type the large projection weights are kept in on the device. f32 doubles the memory
@@ -267,13 +273,13 @@ class WhisperModel {
                         MelLayout layout = MelLayout::kMelMajor) const;
   // WriteMel in two halves, for many windows at once: StageMel writes a window into row `row`
   // of `staging`, host memory from backend().AllocateHost laid out as an EncoderBuffers::mel()
-  // (thread-safe for distinct rows: the windows of a pass are staged in parallel); UploadMel
+  // (thread-safe for distinct rows: the windows of a pass are staged in parallel); UploadStagedMel
   // copies staging's first buffers.batch_size() windows into buffers.mel() in one upload that
   // needs no staging by the driver (pinned memory on a GPU). Asynchronous: `staging` must stay
   // unchanged until the backend's next Synchronize().
   absl::Status StageMel(absl::Span<const float> mel, int row, HostBuffer& staging,
                         MelLayout layout = MelLayout::kMelMajor) const;
-  absl::Status UploadMel(const HostBuffer& staging, EncoderBuffers& buffers) const;
+  absl::Status UploadStagedMel(const HostBuffer& staging, EncoderBuffers& buffers) const;
 
   // Encoder output only (host [B, n_audio_ctx, d_model]); for tests and parity checks.
   absl::StatusOr<std::vector<float>> EncoderOutput(absl::Span<const float> mel, int batch) const;
@@ -343,9 +349,11 @@ class WhisperModel {
   // computed and dropped): element k is request k's [heads.size(), T_k, n_positions_k]. The same
   // arithmetic as one call per row, each row's in batched kernels (rounding may differ where a
   // backend's GEMM does with the row count). Rows distinct. Reads only the state's cross K/V.
+  // The scores are computed on the host from the downloaded queries and keys, each request's
+  // through `for_each` where given (in parallel: they are independent).
   absl::StatusOr<std::vector<std::vector<float>>> CrossAttentionScoresBatch(
       absl::Span<const ScoresRequest> requests, absl::Span<const AttentionHead> heads,
-      const DecoderState& encoded) const;
+      const DecoderState& encoded, const ForEachFn& for_each = nullptr) const;
 
  private:
   struct AttentionWeights {
@@ -414,7 +422,8 @@ class WhisperModel {
   absl::StatusOr<std::vector<std::vector<float>>> ScoresPass(
       const char* what, absl::Span<const ScoresRequest> requests,
       absl::Span<const AttentionHead> heads, const DecoderState& encoded,
-      std::vector<std::vector<float>>* next_token_probs, int probs_vocab) const;
+      std::vector<std::vector<float>>* next_token_probs, int probs_vocab,
+      const ForEachFn& for_each = nullptr) const;
   // cross_kv_w_ / cross_kv_b_ from the decoder layers' loaded cross K/V weights (which become
   // views of them); nothing where 2 × layers exceeds Backend::kMaxLinearPlanes.
   absl::Status StackCrossProjections();
@@ -456,6 +465,11 @@ class WhisperModel {
   std::unique_ptr<PreparedDecoderStep> prepared_step_;
   // Whether decoder states keep the encoder output and op-by-op steps use absorbed_cross.
   bool absorbed_cross_ = false;
+  // The word-alignment pass's host buffer for the keys it downloads (ScoresPass; from
+  // Backend::AllocateHost, grown to a power of two as needed), and the lock that lets one pass at
+  // a time use it: the model stays shareable between threads.
+  mutable std::mutex scores_download_mu_;
+  mutable HostBuffer scores_download_;
 };
 
 }  // namespace waav::whisper

@@ -121,8 +121,9 @@ class WordAligner {
                                                const DecoderState& encoded) const;
 
   // Align for several finished rows of one batch state at once: one decoder pass for all of
-  // them (WhisperModel::CrossAttentionScoresBatch), then each row's host half, through
-  // `for_each(n, fn)` (fn(0) .. fn(n − 1), in any order or in parallel; null: in turn). Element
+  // them (WhisperModel::CrossAttentionScoresBatch, its host scores through `for_each` too), then
+  // each row's host half, through `for_each(n, fn)` (fn(0) .. fn(n − 1), in any order or in
+  // parallel; null: in turn). Element
   // k is request k's words, or its own error (a token that is not text, audio under 20 ms);
   // an error of the shared pass is every request's. The same words as Align row by row, up to
   // the rounding of the backend's batched GEMMs.
@@ -131,7 +132,7 @@ class WordAligner {
     absl::Span<const int> text_tokens;
     size_t audio_samples = 0;
   };
-  using ForEachFn = std::function<void(size_t n, const std::function<void(size_t)>& fn)>;
+  using ForEachFn = whisper::ForEachFn;
   std::vector<absl::StatusOr<std::vector<TimedWord>>> AlignBatch(
       absl::Span<const AlignRequest> requests, const DecoderState& batch,
       const ForEachFn& for_each = nullptr) const;

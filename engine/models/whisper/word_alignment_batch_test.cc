@@ -3,6 +3,7 @@
 // row left out), each decoded greedily, then aligned one row at a time and all at once. Also
 // what fails alone (a token that is not text, audio under 20 ms) and what fails the call.
 #include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "engine/models/whisper/greedy_decoder.h"
 #include "engine/models/whisper/transcriber.h"
 #include "engine/models/whisper/word_alignment.h"
+#include "engine/runtime/thread_pool.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "tests/support/test_env.h"
@@ -80,13 +82,20 @@ TEST(WordAlignmentBatchTest, BatchEqualsRowByRow) {
   for (size_t c = 0; c < paths.size(); ++c) {
     requests.push_back({.row = rows[c], .text_tokens = texts[c], .audio_samples = samples[c]});
   }
-  // Serial, and through a for_each that runs the host halves in reverse order.
+  // Serial, through a for_each that runs the host work in reverse order (once per layer with an
+  // alignment head, for the scores, then once for the rest), and on a pool of threads.
   int calls = 0;
   const WordAligner::ForEachFn reverse = [&](size_t n, const std::function<void(size_t)>& fn) {
     ++calls;
     for (size_t j = n; j-- > 0;) fn(j);
   };
-  for (const WordAligner::ForEachFn& for_each : {WordAligner::ForEachFn(), reverse}) {
+  ThreadPool pool_of_three(3);
+  const WordAligner::ForEachFn threads = [&](size_t n, const std::function<void(size_t)>& fn) {
+    pool_of_three.ParallelFor(static_cast<int64_t>(n), [&](int64_t begin, int64_t end) {
+      for (int64_t j = begin; j < end; ++j) fn(static_cast<size_t>(j));
+    });
+  };
+  for (const WordAligner::ForEachFn& for_each : {WordAligner::ForEachFn(), reverse, threads}) {
     const auto batch = (*aligner)->AlignBatch(requests, (*pool)->ForRows(n_rows), for_each);
     ASSERT_EQ(batch.size(), paths.size());
     for (size_t c = 0; c < paths.size(); ++c) {
@@ -100,7 +109,9 @@ TEST(WordAlignmentBatchTest, BatchEqualsRowByRow) {
       }
     }
   }
-  EXPECT_EQ(calls, 1);
+  std::set<int> head_layers;
+  for (const AttentionHead& head : (*aligner)->heads()) head_layers.insert(head.layer);
+  EXPECT_EQ(calls, static_cast<int>(head_layers.size()) + 1);
 
   // A request that cannot be aligned fails alone; an empty text gets no words.
   const std::vector<int> not_text = {vocabulary.special().eot};
