@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <memory>
+#include <mutex>
 #include <type_traits>
 #include <vector>
 
@@ -207,6 +208,10 @@ absl::StatusOr<std::vector<std::vector<float>>> WhisperModel::ScoresPass(
       }
       RETURN_IF_ERROR(backend_.CopyToHost(packed, download.data(), packed.size_bytes()));
       const bool half_keys = packed.dtype() == DType::kF16;
+      if (!half_keys && packed.dtype() != DType::kF32) {
+        return absl::InternalError(
+            absl::StrCat(kWhat, ": cross-attention keys of ", packed.Describe(), " (f32 or f16)"));
+      }
       // Request k's keys start at row key_row[k] of `packed`; each request's scores are its own.
       std::vector<int64_t> key_row(requests.size(), 0);
       for (size_t k = 1; k < requests.size(); ++k) {
