@@ -11,7 +11,8 @@ from datetime import datetime
 LINE = re.compile(
     r"batch of (\d+): encoder ([\d.]+) ms, prefill ([\d.]+) ms, (\d+) steps ([\d.]+) ms "
     r"\((\d+) row-steps(?:, (\d+) on the device)?\), sampling ([\d.]+) ms, decoder total ([\d.]+) ms"
-    r"(?: \(finals aligned (\d+) in ([\d.]+) ms, results sent in ([\d.]+) ms\))?")
+    r"(?: \(finals aligned (\d+) in ([\d.]+) ms, results sent in ([\d.]+) ms\))?"
+    r"(?:, windows prepared in ([\d.]+) ms)?")
 STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)\]")
 RANGES = [(1, 4), (5, 12), (13, 24), (25, 40), (41, 64), (65, 96), (97, 128)]
 
@@ -49,6 +50,8 @@ def main(paths):
         parts["alignment"] = total(10)
         parts["sending"] = total(11)
     parts["decoder, rest"] = total(8) - sum(v for k, v in parts.items() if k != "encoder")
+    if rows[0][12] == rows[0][12]:
+        parts["preparation"] = total(12)
     span = (stamps[-1] - stamps[0]).total_seconds() * 1000 if len(stamps) > 1 else float("nan")
     summed = sum(parts.values())
     print(f"all {len(rows)} batches, {int(total(0))} rows, {span:.0f} ms from the first batch "

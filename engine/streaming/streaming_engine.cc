@@ -662,6 +662,7 @@ class StreamingEngine::Impl {
     whisper::GreedyOptions greedy;
     greedy.max_repeats = kMaxRepeats;
     const int64_t picked_ns = NowNs();
+    const auto prepare_start = std::chrono::steady_clock::now();
     // Each row is another stream's decoder, and the front end is immutable: rows are prepared
     // in parallel.
     prepare_pool_.ParallelFor(static_cast<int64_t>(rows.size()), [&](int64_t begin, int64_t end) {
@@ -673,6 +674,7 @@ class StreamingEngine::Impl {
         row.encoder_ms = MsSince(start);  // log-mel now; the encoder below adds to it
       }
     });
+    const double prepare_ms = MsSince(prepare_start);
     // A prompt that cannot be decoded fails its own stream, not the batch.
     std::erase_if(rows, [&](Row& row) {
       const absl::Status status =
@@ -801,9 +803,11 @@ class StreamingEngine::Impl {
     spdlog::debug(
         "batch of {}: encoder {:.2f} ms, prefill {:.2f} ms, {} steps {:.2f} ms "
         "({} row-steps, {} on the device), sampling {:.2f} ms, decoder total {:.2f} ms "
-        "(finals aligned {} in {:.2f} ms, results sent in {:.2f} ms)",
+        "(finals aligned {} in {:.2f} ms, results sent in {:.2f} ms), windows prepared in "
+        "{:.2f} ms",
         batch, encode_ms, timings.prefill_ms, timings.steps, timings.step_ms, timings.row_steps,
-        timings.device_steps, timings.sample_ms, decoder_ms, deferred.size(), align_ms, send_ms);
+        timings.device_steps, timings.sample_ms, decoder_ms, deferred.size(), align_ms, send_ms,
+        prepare_ms);
     int batch_steps = 1;
     for (const whisper::GreedyResult& r : *decoded) batch_steps = std::max(batch_steps, r.steps);
     // One observation per batch: every row of it shared each step.
