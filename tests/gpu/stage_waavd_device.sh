@@ -40,9 +40,13 @@ done
 # With three calls the prebuilt binaries travel in call b (call 2 has no room for several), as
 # bins.tar.xz, unpacked beside part_b; waavd_device.sh copies them into its bin/.
 extra_bin=$stage/bin
-[ "${WAAV_STAGE_THREE_CALLS:-}" = 1 ] && extra_bin=$stage/extra/bin && mkdir -p "$extra_bin"
+if [ "${WAAV_STAGE_THREE_CALLS:-}" = 1 ] && [ -n "${WAAV_STAGE_BINARIES:-}" ]; then
+  extra_bin=$stage/extra/bin
+  mkdir -p "$extra_bin"
+fi
 for binary in ${WAAV_STAGE_BINARIES:-}; do cp "$binary" "$extra_bin/"; done
-strip "$stage/bin/"* "$extra_bin/"*
+strip "$stage/bin/"*
+if [ "$extra_bin" != "$stage/bin" ]; then strip "$extra_bin/"*; fi
 # Every shared library outside the C runtime (the GPU machine runs another distribution); the
 # CUDA runtime is linked in statically and cuBLAS is loaded from the machine's CUDA install.
 for bin in "$stage/bin/"*; do
