@@ -52,11 +52,11 @@ UtteranceInput UtteranceDecoder::Prepare(const frontend::LogMel& log_mel, int n_
                                          absl::Span<const float> audio) const {
   const whisper::SpecialTokens& special = vocabulary_.special();
   UtteranceInput input;
-  // Log-mel of the utterance, zero-padded to one window like the offline path.
+  // Log-mel of the utterance, the frames the offline path puts before its zero padding.
   const frontend::LogMel::Features features = log_mel.Compute(audio);
-  // Time-major, the encoder's layout: the scheduler copies it to the device as it is.
-  const int frames = std::min(n_frames, features.n_frames - 1);
-  input.mel.assign(static_cast<size_t>(features.n_mels) * n_frames, 0.0f);
+  // Time-major, the encoder's layout: the scheduler stages it as it is and pads it there.
+  const int frames = std::max(0, std::min(n_frames, features.n_frames - 1));
+  input.mel.resize(static_cast<size_t>(features.n_mels) * frames);
   TransposeTiled(features.data.data(), features.n_mels, frames, features.n_frames, input.mel.data(),
                  features.n_mels);
 

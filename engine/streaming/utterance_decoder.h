@@ -21,7 +21,10 @@ namespace waav::streaming {
 
 // One utterance window ready for the model.
 struct UtteranceInput {
-  std::vector<float> mel;   // log-mel, time-major [n_frames, n_mels], zero-padded to one window
+  // Log-mel, time-major [frames, n_mels], frames <= n_frames: the window's frames that hold
+  // audio; the rest of the window is zero, written as the window is staged
+  // (WhisperModel::StageMel), not here: a 30 s window is 960 KB a row.
+  std::vector<float> mel;
   std::vector<int> prompt;  // the decoder prompt (see UtteranceDecoder::Prepare)
 };
 

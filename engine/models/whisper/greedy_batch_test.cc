@@ -431,7 +431,8 @@ TEST_F(GreedyBatchTest, MelLayoutsWriteTheSameWindow) {
 }
 
 // StageMel + UploadStagedMel put on the device what WriteMel puts there, in either host layout, for
-// the first rows of a larger staging buffer; bad windows, rows and sizes are refused.
+// the first rows of a larger staging buffer, also for windows of fewer frames (zero-padded as
+// they are staged, over what the row held before); bad windows, rows and sizes are refused.
 TEST_F(GreedyBatchTest, StagedMelUploadsWhatWriteMelWrites) {
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
@@ -481,6 +482,59 @@ TEST_F(GreedyBatchTest, StagedMelUploadsWhatWriteMelWrites) {
   for (size_t i = 0; i < from_write.size(); ++i) {
     ASSERT_EQ(from_staging[i], from_write[i]) << "element " << i;
   }
+
+  // Shorter windows (the frames with audio only, as the streaming scheduler prepares them) into
+  // the rows that held full ones: the rest of each row is zeroed, as WriteMel's zero-padded
+  // full window has it. Row 0 mel-major [n_mels, f], row 1 time-major [f, n_mels].
+  const int mels = model().dims().n_mels, frames = model().dims().n_frames();
+  const int f0 = std::uniform_int_distribution<int>(0, frames - 1)(rng);
+  const int f1 = std::uniform_int_distribution<int>(1, frames - 1)(rng);
+  SCOPED_TRACE(::testing::Message() << "frames " << f0 << " and " << f1);
+  std::vector<float> short_mel_major(static_cast<size_t>(mels) * f0);
+  for (int m = 0; m < mels; ++m) {
+    for (int t = 0; t < f0; ++t) {
+      short_mel_major[static_cast<size_t>(m) * f0 + t] =
+          windows[2][static_cast<size_t>(m) * frames + t];
+    }
+  }
+  std::vector<float> short_time_major(windows[1].begin(),
+                                      windows[1].begin() + static_cast<std::ptrdiff_t>(f1) * mels);
+  std::vector<float> padded_mel_major(window, 0.0f), padded_time_major(window, 0.0f);
+  for (int m = 0; m < mels; ++m) {
+    for (int t = 0; t < f0; ++t) {
+      padded_mel_major[static_cast<size_t>(m) * frames + t] =
+          windows[2][static_cast<size_t>(m) * frames + t];
+    }
+  }
+  std::copy(short_time_major.begin(), short_time_major.end(), padded_time_major.begin());
+  ASSERT_TRUE(model().StageMel(short_mel_major, 0, *staging).ok());
+  ASSERT_TRUE(
+      model().StageMel(short_time_major, 1, *staging, WhisperModel::MelLayout::kTimeMajor).ok());
+  ASSERT_TRUE(model().UploadStagedMel(*staging, **first_two).ok());
+  ASSERT_TRUE(model().WriteMel(padded_mel_major, 0, **written).ok());
+  ASSERT_TRUE(
+      model().WriteMel(padded_time_major, 1, **written, WhisperModel::MelLayout::kTimeMajor).ok());
+  ASSERT_TRUE(model().backend().Synchronize().ok());
+  ASSERT_TRUE(
+      model()
+          .backend()
+          .CopyToHost((*first_two)->mel(), from_staging.data(), from_staging.size() * sizeof(float))
+          .ok());
+  ASSERT_TRUE(
+      model()
+          .backend()
+          .CopyToHost((*written)->mel(), from_write.data(), from_write.size() * sizeof(float))
+          .ok());
+  for (size_t i = 0; i < from_write.size(); ++i) {
+    ASSERT_EQ(from_staging[i], from_write[i]) << "element " << i << " of the short windows";
+  }
+  // Not a whole number of frames, or more frames than a window: refused.
+  EXPECT_FALSE(
+      model().StageMel(std::vector<float>(static_cast<size_t>(mels) * f1 + 1), 0, *staging).ok());
+  EXPECT_FALSE(model()
+                   .StageMel(std::vector<float>(window + static_cast<size_t>(mels)), 0, *staging,
+                             WhisperModel::MelLayout::kTimeMajor)
+                   .ok());
 }
 
 }  // namespace

@@ -124,10 +124,12 @@ absl::Status WhisperModel::StageMel(absl::Span<const float> mel, int row, HostBu
                                     MelLayout layout) const {
   const int64_t frames = dims_.n_frames(), mels = dims_.n_mels;
   const size_t window = static_cast<size_t>(mels * frames);
-  if (mel.size() != window) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("log-mel window has ", mel.size(), " values; expected ", mels, " x ", frames));
+  if (mel.size() > window || mel.size() % static_cast<size_t>(mels) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("log-mel window has ", mel.size(),
+                                                   " values; expected ", mels, " x at most ",
+                                                   frames, " frames"));
   }
+  const int64_t given = static_cast<int64_t>(mel.size()) / mels;  // frames with audio
   const size_t rows = staging.size_bytes() / (window * sizeof(float));
   if (row < 0 || static_cast<size_t>(row) >= rows) {
     return absl::InvalidArgumentError(absl::StrCat("row ", row, " of a staging buffer of ",
@@ -136,10 +138,11 @@ absl::Status WhisperModel::StageMel(absl::Span<const float> mel, int row, HostBu
   }
   float* dst = staging.data_as<float>() + static_cast<size_t>(row) * window;
   if (layout == MelLayout::kTimeMajor) {
-    std::memcpy(dst, mel.data(), window * sizeof(float));
+    std::memcpy(dst, mel.data(), mel.size() * sizeof(float));
   } else {
-    TransposeTiled(mel.data(), mels, frames, dst);
+    TransposeTiled(mel.data(), mels, given, given, dst, mels);
   }
+  std::memset(dst + mel.size(), 0, (window - mel.size()) * sizeof(float));
   return absl::OkStatus();
 }
 

@@ -273,7 +273,9 @@ class WhisperModel {
                         MelLayout layout = MelLayout::kMelMajor) const;
   // WriteMel in two halves, for many windows at once: StageMel writes a window into row `row`
   // of `staging`, host memory from backend().AllocateHost laid out as an EncoderBuffers::mel()
-  // (thread-safe for distinct rows: the windows of a pass are staged in parallel); UploadStagedMel
+  // (thread-safe for distinct rows: the windows of a pass are staged in parallel); the window
+  // may hold fewer than n_frames frames ([n_mels, f] or [f, n_mels]), the rest of the row being
+  // zeroed, as a window's zero padding after its audio; UploadStagedMel
   // copies staging's first buffers.batch_size() windows into buffers.mel() in one upload that
   // needs no staging by the driver (pinned memory on a GPU). Asynchronous: `staging` must stay
   // unchanged until the backend's next Synchronize().
