@@ -467,21 +467,18 @@ TEST_F(GreedyBatchTest, StagedMelUploadsWhatWriteMelWrites) {
   EXPECT_FALSE(model().UploadStagedMel(*staging, **staged).ok());
   ASSERT_TRUE(model().WriteMel(windows[0], 0, **written).ok());
   ASSERT_TRUE(model().WriteMel(windows[1], 1, **written, WhisperModel::MelLayout::kTimeMajor).ok());
-  ASSERT_TRUE(model().backend().Synchronize().ok());
-  std::vector<float> from_staging(2 * window), from_write(2 * window);
-  ASSERT_TRUE(
-      model()
-          .backend()
-          .CopyToHost((*first_two)->mel(), from_staging.data(), from_staging.size() * sizeof(float))
-          .ok());
-  ASSERT_TRUE(
-      model()
-          .backend()
-          .CopyToHost((*written)->mel(), from_write.data(), from_write.size() * sizeof(float))
-          .ok());
-  for (size_t i = 0; i < from_write.size(); ++i) {
-    ASSERT_EQ(from_staging[i], from_write[i]) << "element " << i;
-  }
+  // The staged rows against the written ones, element for element.
+  auto expect_same = [&](const char* what) {
+    ASSERT_TRUE(model().backend().Synchronize().ok());
+    std::vector<float> from_staging(2 * window), from_write(2 * window);
+    const size_t bytes = from_write.size() * sizeof(float);
+    ASSERT_TRUE(model().backend().CopyToHost((*first_two)->mel(), from_staging.data(), bytes).ok());
+    ASSERT_TRUE(model().backend().CopyToHost((*written)->mel(), from_write.data(), bytes).ok());
+    for (size_t i = 0; i < from_write.size(); ++i) {
+      ASSERT_EQ(from_staging[i], from_write[i]) << "element " << i << " of the " << what;
+    }
+  };
+  expect_same("full windows");
 
   // Shorter windows (the frames with audio only, as the streaming scheduler prepares them) into
   // the rows that held full ones: the rest of each row is zeroed, as WriteMel's zero-padded
@@ -514,20 +511,7 @@ TEST_F(GreedyBatchTest, StagedMelUploadsWhatWriteMelWrites) {
   ASSERT_TRUE(model().WriteMel(padded_mel_major, 0, **written).ok());
   ASSERT_TRUE(
       model().WriteMel(padded_time_major, 1, **written, WhisperModel::MelLayout::kTimeMajor).ok());
-  ASSERT_TRUE(model().backend().Synchronize().ok());
-  ASSERT_TRUE(
-      model()
-          .backend()
-          .CopyToHost((*first_two)->mel(), from_staging.data(), from_staging.size() * sizeof(float))
-          .ok());
-  ASSERT_TRUE(
-      model()
-          .backend()
-          .CopyToHost((*written)->mel(), from_write.data(), from_write.size() * sizeof(float))
-          .ok());
-  for (size_t i = 0; i < from_write.size(); ++i) {
-    ASSERT_EQ(from_staging[i], from_write[i]) << "element " << i << " of the short windows";
-  }
+  expect_same("short windows");
   // Not a whole number of frames, or more frames than a window: refused.
   EXPECT_FALSE(
       model().StageMel(std::vector<float>(static_cast<size_t>(mels) * f1 + 1), 0, *staging).ok());
