@@ -3,6 +3,7 @@
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "engine/runtime/op_checks.h"
 #include "engine/runtime/status.h"
 
 namespace waav {
@@ -63,10 +64,7 @@ absl::StatusOr<HostBuffer> Backend::AllocateHost(size_t bytes) {
 }
 
 absl::Status Backend::CopyFromHostAsync(const HostBuffer& src, size_t bytes, const Tensor& dst) {
-  if (bytes > src.size_bytes()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CopyFromHostAsync: ", bytes, " bytes from a host buffer of ", src.size_bytes()));
-  }
+  RETURN_IF_ERROR(checks::ValidateHostBufferHolds(src, bytes));
   return CopyFromHost(src.data(), bytes, dst);
 }
 

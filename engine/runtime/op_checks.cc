@@ -94,6 +94,12 @@ absl::Status ValidateCopyFromHost(DeviceKind device, const void* src, size_t byt
   return absl::OkStatus();
 }
 
+absl::Status ValidateHostBufferHolds(const HostBuffer& src, size_t bytes) {
+  if (bytes <= src.size_bytes()) return absl::OkStatus();
+  return Invalid("CopyFromHostAsync",
+                 absl::StrCat(bytes, " bytes from a host buffer of ", src.size_bytes()));
+}
+
 absl::Status ValidateCopyToHost(DeviceKind device, const Tensor& src, const void* dst,
                                 size_t bytes) {
   RETURN_IF_ERROR(CheckTensor(device, "CopyToHost", "src", src, kAnyDType, -1));

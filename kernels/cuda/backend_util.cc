@@ -95,10 +95,7 @@ absl::StatusOr<HostBuffer> AllocatePinnedHost(size_t bytes) {
 
 absl::Status CopyFromPinnedHost(DeviceKind device, const HostBuffer& src, size_t bytes,
                                 const Tensor& dst, cudaStream_t stream) {
-  if (bytes > src.size_bytes()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CopyFromHostAsync: ", bytes, " bytes from a host buffer of ", src.size_bytes()));
-  }
+  RETURN_IF_ERROR(checks::ValidateHostBufferHolds(src, bytes));
   RETURN_IF_ERROR(checks::ValidateCopyFromHost(device, src.data(), bytes, dst));
   if (bytes == 0) return absl::OkStatus();
   return GpuStatus("CopyFromHostAsync",
