@@ -20,11 +20,14 @@
 //
 // Usage: whisper_gpu_bench [--out results.tsv] [--quick] [--filter SUBSTRING]
 //                          [--exclude SUBSTRING] [--no-ops] [--encoder-batches 1,16|none]
-//                          [--decoder-batches 1,8,64,256] [--position 64]
+//                          [--decoder-batches 1,8,64,256] [--prefill-tokens 4,16,64]
+//                          [--position 64]
 //   --filter / --exclude: only the variants whose name contains / lacks SUBSTRING (--exclude may
 //   be given several times);
 //   --only "NAME;NAME": only the variants of exactly these names;
 //   --no-ops: skip the op profile; --list: print the variants selected and exit;
+//   --prefill-tokens T,...: also time WhisperModel::PrefillRows of each decoder batch with
+//   prompts of T random tokens (eager, logits at the last; not for the fused or persistent rows);
 //   --position P: the persistent steps' rows at position P (P + 1 self-attention keys; 0-447)
 //   instead of 64;
 //   --encoder-only: only the encoder rows (its ops, and the variants that run the encoder),
@@ -126,6 +129,8 @@ std::vector<float> RandomVector(size_t n, std::mt19937& rng, float lo, float hi)
 std::vector<int> g_encoder_batches = {1, 16};
 int g_position = 64;  // the persistent steps' position (--position)
 std::vector<int> g_decoder_batches = {1, 8, 64, 256};
+// Prompt lengths of the prefill rows (--prefill-tokens; none by default).
+std::vector<int> g_prefill_tokens;
 bool g_encoder_only = false;
 
 std::vector<int> ParseList(const char* text) {
@@ -340,6 +345,27 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
       ASSIGN_OR_RETURN(const std::vector<int64_t> stamps, persistent->ReadTimeline());
       PrintClusterTimeline(stamps, batch);
     }
+    // The rows' prompts of t random tokens in one pass (WhisperModel::PrefillRows, eager as the
+    // streaming engine runs it), logits at each row's last token.
+    for (int t : g_prefill_tokens) {
+      if (fused || persistent) break;
+      std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(b));
+      for (std::vector<int32_t>& prompt : prompts) {
+        for (int k = 0; k < t; ++k) prompt.push_back(static_cast<int32_t>(rng() % 50000));
+      }
+      const std::vector<int> read_at(static_cast<size_t>(b), t - 1);
+      const std::function<absl::Status()> prefill = [&]() -> absl::Status {
+        return model->PrefillRows(prompts, read_at, *state).status();
+      };
+      Row prefill_row{absl::StrCat("prefill, ", t, " tokens"), variant.name, batch, 0, 0};
+      RETURN_IF_ERROR(Time(*backend, prefill, quick ? 3 : 10, quick ? 3 : 7,
+                           &prefill_row.per_item_us, &prefill_row.round_trip_us));
+      rows->push_back(prefill_row);
+      std::cout << absl::StrFormat("%-22s %-34s B=%-4d %9.1f us  round trip %9.1f us",
+                                   prefill_row.what, prefill_row.variant, batch,
+                                   prefill_row.per_item_us, prefill_row.round_trip_us)
+                << std::endl;
+    }
   }
   return absl::OkStatus();
 }
@@ -536,13 +562,16 @@ int Main(int argc, char** argv) {
                !(g_encoder_batches = ParseList(argv[++i])).empty()) {
     } else if (std::strcmp(argv[i], "--decoder-batches") == 0 && i + 1 < argc &&
                !(g_decoder_batches = ParseList(argv[++i])).empty()) {
+    } else if (std::strcmp(argv[i], "--prefill-tokens") == 0 && i + 1 < argc &&
+               !(g_prefill_tokens = ParseList(argv[++i])).empty()) {
     } else if (std::strcmp(argv[i], "--position") == 0 && i + 1 < argc &&
                (g_position = std::atoi(argv[++i])) >= 0 && g_position < 448) {
     } else {
       std::cerr << "usage: whisper_gpu_bench [--out results.tsv] [--quick] [--filter SUBSTRING] "
                    "[--exclude SUBSTRING] [--only NAME;NAME] [--no-ops] [--list] "
                    "[--encoder-only] [--encoder-batches 1,16|none] "
-                   "[--decoder-batches 1,8,64,256] [--position 64]\n";
+                   "[--decoder-batches 1,8,64,256] [--prefill-tokens 4,16,64] "
+                   "[--position 64]\n";
       return 2;
     }
   }
@@ -662,6 +691,10 @@ int Main(int argc, char** argv) {
   });
   // Session 16: the op-by-op step's cross-attention with the K/V projections absorbed (over
   // the encoder output, SharedKvAttention; the default) against the K/V caches.
+  // Session 19: prompts over the f16 cross cache by Flash v2's split-q form (the default) or by
+  // SplitAttention as before.
+  add_engine("prompts' cross-attention by SplitAttention (before session 19)",
+             [](auto& o) { o.flash_half_kv_min_queries = 0; });
   add_engine("K/V-cache cross-attention (before session 16)", [](auto&) {});
   variants.back().absorbed_cross = whisper::GraphUse::kNever;
   // Its knobs: every GEMM of up to 16 or 32 rows by HalfGemm (the folded [384, 2304] and

@@ -9,7 +9,8 @@
 //    with f32 accumulation and an f32 online softmax; 64 queries per block of 4 warps, K/V tiles
 //    of 64 keys double-buffered through cp.async, keys split over blocks (merged by the last)
 //    when the query blocks alone would not fill the chip. Inputs are first converted to f16 (one
-//    kernel).
+//    kernel); Flash v2 also takes an f32 q over f16 K/V (kv_half) with q and the probabilities
+//    split into f16 hi + lo parts, as exact as SplitAttention.
 // Both follow the CPU backend's semantics: with kv_lengths row b sees keys [0, kv_lengths[b]);
 // with `causal` query i sees keys at positions <= kv_lengths[b] − Tq + i; a query that sees no key
 // outputs zeros. A length outside [0, Tk] is reported through the error word and the row is left
@@ -37,7 +38,8 @@ struct AttentionArgs {
   // read as they are; q, k, v unused.
   bool half_inputs = false;
   const void *q16 = nullptr, *k16 = nullptr, *v16 = nullptr;
-  // SplitAttention only: q is f32 (q), k and v f16 at k16, v16 (an f16 K/V cache); k, v unused.
+  // q is f32 (q), k and v f16 at k16, v16 (an f16 K/V cache); k, v unused. SplitAttention, and
+  // Flash v2 (its split-q form) from CudaBackendOptions::flash_half_kv_min_queries queries.
   bool kv_half = false;
   // The output rounded to f16 at out16 (out unused): SplitAttention rounds as it stores;
   // LaunchAttention runs the other kernels into f32 scratch and converts after them.

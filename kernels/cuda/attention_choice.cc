@@ -15,7 +15,11 @@ AttentionChoice ChooseAttention(AttentionArgs& args, int64_t q_numel, int64_t kv
   c.q_numel = q_numel;
   c.kv_numel = kv_numel;
   const bool fast = options.math == CudaMath::kFast;
-  c.flash2 = !args.kv_half && fast && options.use_flash_v2 && FlashAttention2Supported(args);
+  // An f32 q over f16 K/V: Flash v2 (its split-q form) from flash_half_kv_min_queries queries.
+  const bool flash_kv_half = args.kv_half && options.flash_half_kv_min_queries > 0 &&
+                             args.q_len >= options.flash_half_kv_min_queries;
+  c.flash2 = (!args.kv_half || flash_kv_half) && fast && options.use_flash_v2 &&
+             FlashAttention2Supported(args);
   // f16 inputs elsewhere than flash v2: converted to f32 first (the other kernels read f32).
   if (args.half_inputs && !c.flash2) {
     c.convert_bytes = RoundUp256(static_cast<size_t>(q_numel) * 4) +

@@ -160,6 +160,12 @@ struct CudaBackendOptions {
   // Flash v2 key ranges per query block: 0 lets the plan choose (as many as one wave of
   // resident blocks holds, up to 4); 1 to 4 forces that many (for measurements).
   int flash_splits = 0;
+  // kFast: an f32 q over an f16 K/V cache (a prompt over the cross-attention cache, the word
+  // alignment's teacher-forced pass) through Flash v2 from this many queries a row: K and V read
+  // once per 64 queries on tensor cores, q and the probabilities as f16 hi + lo parts (as exact
+  // as SplitAttention's f32 arithmetic); fewer queries (a decoder step's one) through
+  // SplitAttention. 0: never.
+  int flash_half_kv_min_queries = 2;
   // SharedKvAttention's key ranges per (row, group of 8 queries): 0 lets the plan choose (until
   // the grid fills the resident blocks once); n > 0 forces n (for tests and measurements).
   int shared_kv_splits = 0;

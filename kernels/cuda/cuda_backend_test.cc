@@ -725,8 +725,9 @@ TEST_P(CudaParityTest, AttentionMatchesCpu) {
 }
 
 // An f32 q over an f16 K/V cache (the decoder's cross-attention with f16 activations):
-// SplitAttention widens K and V as it loads them; the CPU attends over the same (widened)
-// values in f32, so the results agree to f32 rounding.
+// SplitAttention widens K and V as it loads them (one query; every query where not kFast), Flash
+// v2 takes q and the probabilities as f16 hi + lo parts (prompts); the CPU attends over the same
+// (widened) values in f32, so the results agree to f32 rounding (kExact).
 // An f16 out (f16 activations): SplitAttention rounds as it stores (a decoder step's one query
 // over f32 or f16 caches), the other kernels (flash for many queries, DecodeAttention in its
 // variant) write f32 scratch and convert; each against the CPU's result rounded to f16.
@@ -736,8 +737,9 @@ TEST_P(CudaParityTest, AttentionIntoHalfMatchesCpuRounded) {
     int64_t batch, q_len, kv_len;
     bool causal, half_kv;
   };
-  for (const Case c : {Case{16, 1, 64, true, false}, Case{5, 1, 448, true, true},
-                       Case{3, 1, 1500, false, true}, Case{1, 64, 200, true, false}}) {
+  for (const Case c :
+       {Case{16, 1, 64, true, false}, Case{5, 1, 448, true, true}, Case{3, 1, 1500, false, true},
+        Case{1, 64, 200, true, false}, Case{2, 20, 1500, false, true}}) {
     const int64_t heads = 6, head_dim = 64, width = heads * head_dim;
     const std::string what = absl::StrCat("Attention into f16 B=", c.batch, " Tq=", c.q_len,
                                           " Tk=", c.kv_len, c.half_kv ? " f16 k, v" : "");
@@ -797,10 +799,12 @@ TEST_P(CudaParityTest, AttentionOverHalfKvCacheMatchesCpu) {
   for (const Case c :
        {Case{1, 1, 1500, 6, 64, false, false},  // cross-attention step
         Case{8, 1, 1500, 6, 64, false, false}, Case{64, 1, 1500, 6, 64, false, false},
-        Case{3, 7, 1500, 6, 64, false, false},  // prompt over the cross cache
-        Case{4, 1, 448, 6, 64, true, true},     // a self cache in f16
-        Case{2, 5, 33, 3, 24, true, true},      // odd heads: 8-byte loads
-        Case{2, 4, 30, 2, 6, false, true}}) {   // scalar path (D % 4 != 0)
+        Case{3, 7, 1500, 6, 64, false, false},  // prompts over the cross cache (kFast: Flash v2)
+        Case{64, 2, 1500, 6, 64, false, false}, Case{3, 40, 1500, 6, 64, false, false},
+        Case{2, 130, 1500, 6, 64, false, true}, Case{2, 20, 448, 6, 64, true, true},
+        Case{4, 1, 448, 6, 64, true, true},    // a self cache in f16
+        Case{2, 5, 33, 3, 24, true, true},     // odd heads: 8-byte loads
+        Case{2, 4, 30, 2, 6, false, true}}) {  // scalar path (D % 4 != 0)
     const std::string what = absl::StrCat("Attention f32 q, f16 k, v B=", c.batch, " Tq=", c.q_len,
                                           " Tk=", c.kv_len, " H=", c.heads, " D=", c.head_dim,
                                           c.causal ? " causal" : "", c.lengths ? " lengths" : "");

@@ -8,6 +8,11 @@
 //  * K fragments through ldmatrix (4 per tile step instead of 32 single-word loads);
 //  * key masks only on tiles that cross a visibility bound; exp2 on the SFU directly;
 //  * q, k, v converted to f16 with 16-byte loads.
+//  * an f32 q over an f16 K/V cache (a prompt's cross-attention, the alignment pass): K and V
+//    read as they are, q split into f16 hi + lo parts and the probabilities too, two MMAs
+//    each, so that the result is as exact as f32 queries and probabilities times f16 keys and
+//    values (SplitAttention's arithmetic) while K and V are read once per 64 queries.
+//    Warps whose 16 queries all lie past the last one skip the arithmetic there.
 #include <algorithm>
 
 #include "kernels/cuda/attention.cuh"
@@ -48,6 +53,7 @@ __device__ __forceinline__ void LoadRows(__half (*tile)[kPadded], const __half* 
 
 struct Flash2Params {
   const __half *q, *k, *v;
+  const float* q32;  // kSplitQ: the f32 q (q unused), split into f16 hi + lo parts as loaded
   const int32_t* kv_lengths;
   float* out;
   int64_t q_len, kv_len;
@@ -60,7 +66,19 @@ struct Flash2Params {
   unsigned long long* error_word;
 };
 
-__global__ void __launch_bounds__(128, kResidentPerSm) Flash2Kernel(Flash2Params p) {
+// f16 hi + lo parts of a pair of floats: hi = f16(a), lo = f16(a − hi).
+__device__ __forceinline__ void SplitPack(float a, float b, uint32_t& hi, uint32_t& lo) {
+  const __half2 h = __floats2half2_rn(a, b);
+  const float2 back = __half22float2(h);
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  lo = PackHalf2(a - back.x, b - back.y);
+}
+
+// kSplitQ: an f32 q (q32) over f16 K/V: q and the probabilities split into f16 hi + lo parts,
+// each multiplied by both.
+// Its second MMAs need more registers than 4 blocks an SM leave (128 a thread): 3 blocks.
+template <bool kSplitQ>
+__global__ void __launch_bounds__(128, kSplitQ ? 3 : kResidentPerSm) Flash2Kernel(Flash2Params p) {
   const int64_t q_len = p.q_len, kv_len = p.kv_len;
   const int heads = p.heads;
   const float scale_log2 = p.scale_log2;
@@ -89,17 +107,34 @@ __global__ void __launch_bounds__(128, kResidentPerSm) Flash2Kernel(Flash2Params
   const int per_split = (all_tiles + p.splits - 1) / p.splits;
   const int first_tile = min(all_tiles, static_cast<int>(blockIdx.z) * per_split);
   const int tiles = min(all_tiles, first_tile + per_split) - first_tile;
-  const __half* qb = p.q + b * q_len * width;
+  const __half* qb = kSplitQ ? nullptr : p.q + b * q_len * width;
   const __half* kb = p.k + b * kv_len * width;
   const __half* vb = p.v + b * kv_len * width;
 
-  LoadRows(qs, qb, i0, q_len, width, h * kDim);
+  if constexpr (!kSplitQ) LoadRows(qs, qb, i0, q_len, width, h * kDim);
   CommitAsync();
   if (tiles > 0) {
     LoadRows(ks[0], kb, int64_t{first_tile} * kRows, kv_len, width, h * kDim);
     LoadRows(vs[0], vb, int64_t{first_tile} * kRows, kv_len, width, h * kDim);
   }
   CommitAsync();
+  // The split-q form reads its f32 q rows while the first K/V tile is in flight (8 float4 a
+  // thread) and writes their f16 hi parts into the tile, then the lo parts.
+  float4 q32[kSplitQ ? 8 : 1];
+  if constexpr (kSplitQ) {
+    const float* rows = p.q32 + b * q_len * width + h * kDim;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int c = threadIdx.x + 128 * i;
+      const int64_t r = i0 + c / 16;
+      q32[i] = r < q_len ? __ldg(reinterpret_cast<const float4*>(rows + r * width) + c % 16)
+                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      uint32_t hi[2], lo[2];
+      SplitPack(q32[i].x, q32[i].y, hi[0], lo[0]);
+      SplitPack(q32[i].z, q32[i].w, hi[1], lo[1]);
+      *reinterpret_cast<uint2*>(&qs[c / 16][(c % 16) * 4]) = make_uint2(hi[0], hi[1]);
+    }
+  }
   WaitAsync<0>();
   __syncthreads();
 
@@ -109,6 +144,25 @@ __global__ void __launch_bounds__(128, kResidentPerSm) Flash2Kernel(Flash2Params
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk)
     LdMatrix4(qa[kk], &qs[warp * 16 + lane % 16][kk * 16 + (lane / 16) * 8]);
+  uint32_t qa_lo[4][4];
+  if constexpr (kSplitQ) {  // the lo parts through the same tile once every warp has its hi
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int c = threadIdx.x + 128 * i;
+      uint32_t hi[2], lo[2];
+      SplitPack(q32[i].x, q32[i].y, hi[0], lo[0]);
+      SplitPack(q32[i].z, q32[i].w, hi[1], lo[1]);
+      *reinterpret_cast<uint2*>(&qs[c / 16][(c % 16) * 4]) = make_uint2(lo[0], lo[1]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      LdMatrix4(qa_lo[kk], &qs[warp * 16 + lane % 16][kk * 16 + (lane / 16) * 8]);
+  }
+  // A warp whose rows all lie past the last query (a prompt's few queries) only helps load
+  // (split-q form only: the test costs the other form registers).
+  const bool active = i0 + warp * 16 < q_len;
   const int64_t row0 = i0 + warp * 16 + fr, row1 = row0 + 8;
   const int64_t visible0 = Visible(valid, q_len, row0, p.causal);
   const int64_t visible1 = Visible(valid, q_len, row1, p.causal);
@@ -133,6 +187,7 @@ __global__ void __launch_bounds__(128, kResidentPerSm) Flash2Kernel(Flash2Params
       LoadRows(vs[buf ^ 1], vb, next, kv_len, width, h * kDim);
     }
     CommitAsync();
+    if (kSplitQ && !active) continue;  // the barrier and the loads above are the block's
 
     float s[8][4];
 #pragma unroll
@@ -146,6 +201,10 @@ __global__ void __launch_bounds__(128, kResidentPerSm) Flash2Kernel(Flash2Params
                   &ks[buf][nt * 8 + (lane / 16) * 8 + lane % 8][kk * 16 + ((lane / 8) % 2) * 8]);
         Mma16816(s[nt], qa[kk], kf[0], kf[1]);
         Mma16816(s[nt + 1], qa[kk], kf[2], kf[3]);
+        if constexpr (kSplitQ) {
+          Mma16816(s[nt], qa_lo[kk], kf[0], kf[1]);
+          Mma16816(s[nt + 1], qa_lo[kk], kf[2], kf[3]);
+        }
       }
     }
     const int64_t key0 = int64_t{first_tile + kt} * kRows;
@@ -211,10 +270,18 @@ __global__ void __launch_bounds__(128, kResidentPerSm) Flash2Kernel(Flash2Params
     // come transposed from the row-major tile through ldmatrix.trans.
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      const uint32_t pa[4] = {PackHalf2(s[2 * kk][0], s[2 * kk][1]),
-                              PackHalf2(s[2 * kk][2], s[2 * kk][3]),
-                              PackHalf2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              PackHalf2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      uint32_t pa[4], pl[4];
+      if constexpr (kSplitQ) {
+        SplitPack(s[2 * kk][0], s[2 * kk][1], pa[0], pl[0]);
+        SplitPack(s[2 * kk][2], s[2 * kk][3], pa[1], pl[1]);
+        SplitPack(s[2 * kk + 1][0], s[2 * kk + 1][1], pa[2], pl[2]);
+        SplitPack(s[2 * kk + 1][2], s[2 * kk + 1][3], pa[3], pl[3]);
+      } else {
+        pa[0] = PackHalf2(s[2 * kk][0], s[2 * kk][1]);
+        pa[1] = PackHalf2(s[2 * kk][2], s[2 * kk][3]);
+        pa[2] = PackHalf2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[3] = PackHalf2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int dt = 0; dt < 8; dt += 2) {
         const int mi = lane / 8, rr = lane % 8;
@@ -222,6 +289,10 @@ __global__ void __launch_bounds__(128, kResidentPerSm) Flash2Kernel(Flash2Params
         LdMatrix4Trans(vf, &vs[buf][kk * 16 + (mi & 1) * 8 + rr][(dt + (mi >> 1)) * 8]);
         Mma16816(o[dt], pa, vf[0], vf[1]);
         Mma16816(o[dt + 1], pa, vf[2], vf[3]);
+        if constexpr (kSplitQ) {
+          Mma16816(o[dt], pl, vf[0], vf[1]);
+          Mma16816(o[dt + 1], pl, vf[2], vf[3]);
+        }
       }
     }
   }
@@ -376,8 +447,13 @@ size_t Rounded256(int64_t bytes) { return static_cast<size_t>((bytes + 255) / 25
 cudaError_t PrepareFlashAttention2() {
 #if WAAV_GPU_HAS_MMA
   // 47 KB of shared memory per block: four blocks per SM only with the largest carveout.
-  return cudaFuncSetAttribute(Flash2Kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                              cudaSharedmemCarveoutMaxShared);
+  for (const void* kernel : {reinterpret_cast<const void*>(Flash2Kernel<false>),
+                             reinterpret_cast<const void*>(Flash2Kernel<true>)}) {
+    const cudaError_t err = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
 #else
   return cudaSuccess;
 #endif
@@ -388,6 +464,11 @@ bool FlashAttention2Supported(const AttentionArgs& a) {
   auto aligned16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
   if (a.half_inputs) {
     return a.head_dim == 64 && a.q_len >= 16 && aligned16(a.out) && aligned16(a.q16) &&
+           aligned16(a.k16) && aligned16(a.v16);
+  }
+  // An f32 q over f16 K/V: any number of queries (the caller chooses from how many).
+  if (a.kv_half) {
+    return a.head_dim == 64 && a.q_len >= 1 && aligned16(a.out) && aligned16(a.q) &&
            aligned16(a.k16) && aligned16(a.v16);
   }
   return a.head_dim == 64 && a.q_len >= 16 && aligned16(a.out) && aligned16(a.q) &&
@@ -409,17 +490,19 @@ FlashPlan PlanFlashAttention2(const AttentionArgs& a, int sm_count, int64_t max_
   // registers and 47 KB of shared memory each), at least 2 tiles per split. One 30 s window (144
   // groups, 24 tiles, 132 SMs): 3 splits, 432 blocks of 8 tiles. (Measured on an H100 with 4
   // splits, 576 blocks: 32.8 µs per layer with the conversion, against 60.4 unsplit.)
+  const int64_t resident = a.kv_half ? 3 : kResidentPerSm;  // the split-q form: 3 an SM
   int best = 1;
   for (int s = 2; s <= kMaxSplits && tiles / s >= 2; ++s) {
-    if (groups * s <= int64_t{kResidentPerSm} * sm_count) best = s;
+    if (groups * s <= resident * sm_count) best = s;
   }
   if (force_splits > 0) {
     best = std::clamp<int64_t>(force_splits, 1,
                                std::min<int64_t>(kMaxSplits, std::max<int64_t>(1, tiles)));
   }
-  plan.half_bytes = a.half_inputs ? 0
-                                  : Rounded256(a.batch * a.q_len * width * 2) +
-                                        2 * Rounded256(a.batch * a.kv_len * width * 2);
+  plan.half_bytes = a.half_inputs || a.kv_half
+                        ? 0  // read as they are (kv_half: q split into f16 parts as it is loaded)
+                        : Rounded256(a.batch * a.q_len * width * 2) +
+                              2 * Rounded256(a.batch * a.kv_len * width * 2);
   if (best > 1 && groups <= max_counters) {
     plan.splits = best;
     plan.counters = groups;
@@ -453,6 +536,10 @@ cudaError_t LaunchFlashAttention2(const LaunchContext& ctx, const AttentionArgs&
     q16 = static_cast<__half*>(const_cast<void*>(a.q16));
     k16 = static_cast<__half*>(const_cast<void*>(a.k16));
     v16 = static_cast<__half*>(const_cast<void*>(a.v16));
+  } else if (a.kv_half) {  // f16 K/V read as they are; the kernel splits the f32 q
+    q16 = nullptr;
+    k16 = static_cast<__half*>(const_cast<void*>(a.k16));
+    v16 = static_cast<__half*>(const_cast<void*>(a.v16));
   } else {
     const cudaError_t err =
         Launch(ctx, ToHalf3x4Kernel, dim3(static_cast<unsigned>(blocks)), dim3(256), 0,
@@ -461,14 +548,25 @@ cudaError_t LaunchFlashAttention2(const LaunchContext& ctx, const AttentionArgs&
                reinterpret_cast<uint2*>(k16), reinterpret_cast<uint2*>(v16));
     if (err != cudaSuccess) return err;
   }
-  Flash2Params params{q16,          k16,           v16,
-                      a.kv_lengths, a.out,         a.q_len,
-                      a.kv_len,     a.heads,       a.scale * 1.4426950408889634f,
-                      a.causal,     plan.splits,   reinterpret_cast<float*>(base + plan.half_bytes),
-                      counters,     ctx.error_word};
+  Flash2Params params{q16,
+                      k16,
+                      v16,
+                      a.kv_half ? a.q : nullptr,
+                      a.kv_lengths,
+                      a.out,
+                      a.q_len,
+                      a.kv_len,
+                      a.heads,
+                      a.scale * 1.4426950408889634f,
+                      a.causal,
+                      plan.splits,
+                      reinterpret_cast<float*>(base + plan.half_bytes),
+                      counters,
+                      ctx.error_word};
   const dim3 grid(CeilDiv(a.q_len, kRows), static_cast<unsigned>(a.batch * a.heads),
                   static_cast<unsigned>(plan.splits));
-  return Launch(ctx, Flash2Kernel, grid, dim3(128), 0, params);
+  if (a.kv_half) return Launch(ctx, Flash2Kernel<true>, grid, dim3(128), 0, params);
+  return Launch(ctx, Flash2Kernel<false>, grid, dim3(128), 0, params);
 #else
   (void)ctx;
   (void)a;

@@ -12,7 +12,9 @@
 #   DEC_EXTRA_VARIANTS: more bench variants, ';'-separated; DEC_BATCHES: decoder batches, default
 #   1,8,64,256; DEC_BENCH_S: seconds for the bench, default 110; DEC_MEMCHECK_FILTER: more gtest
 #   patterns for memcheck, ":"-separated; DEC_MEMCHECK_S: its seconds, default 40; DEC_TESTS_S:
-#   seconds for cuda_backend_test, default 150; DEC_PARTS: "bench tests" (default) or either)
+#   seconds for cuda_backend_test, default 150; DEC_PARTS: "bench tests" (default) or either;
+#   DEC_BENCH_ARGS: more whisper_gpu_bench arguments, e.g. "--prefill-tokens 4,16,64";
+#   DEC_TORCH=0: no PyTorch anchor; DEC_VARIANTS: the bench variants instead of the four below)
 set -uo pipefail
 scripts=$(cd "$(dirname "$0")" && pwd)
 here=/tmp/waav-dec
@@ -26,18 +28,21 @@ left() { local l=$(( budget - SECONDS )); echo $(( l < 5 ? 5 : (l > $1 ? $1 : l)
 variants="fast, CUDA graph + PDL;fast, CUDA graph + PDL, f32 cross cache"
 variants="$variants;fast, CUDA graph + PDL, engine fused step"
 variants="$variants;fast, CUDA graph + PDL, engine fused step, f32 cross cache"
+variants=${DEC_VARIANTS:-$variants}
 [ -n "${DEC_EXTRA_VARIANTS:-}" ] && variants="$variants;$DEC_EXTRA_VARIANTS"
 parts=${DEC_PARTS:-bench tests}
 bench_rc=skipped torch_rc=skipped
 if [[ $parts == *bench* ]]; then
   timeout "$(left "${DEC_BENCH_S:-110}")" "$here/bin/whisper_gpu_bench" --no-ops \
     --encoder-batches none --decoder-batches "${DEC_BATCHES:-1,8,64,256}" \
-    --only "$variants" --out "$out/bench.tsv" > "$out/bench.log" 2>&1
+    --only "$variants" --out "$out/bench.tsv" ${DEC_BENCH_ARGS:-} > "$out/bench.log" 2>&1
   bench_rc=$?
-  PYTHONUNBUFFERED=1 timeout "$(left 60)" python3 "$scripts/torch_whisper_anchor.py" \
-    --encoder-batches none --decoder-batches "${DEC_BATCHES:-1,8,64,256}" --out "$out/torch.tsv" \
-    > "$out/torch.log" 2>&1
-  torch_rc=$?
+  if [ "${DEC_TORCH:-1}" = 1 ]; then
+    PYTHONUNBUFFERED=1 timeout "$(left 60)" python3 "$scripts/torch_whisper_anchor.py" \
+      --encoder-batches none --decoder-batches "${DEC_BATCHES:-1,8,64,256}" \
+      --out "$out/torch.tsv" > "$out/torch.log" 2>&1
+    torch_rc=$?
+  fi
 fi
 : > "$out/tests.log"
 [[ $parts == *tests* ]] && {
