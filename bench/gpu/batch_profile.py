@@ -12,7 +12,8 @@ LINE = re.compile(
     r"batch of (\d+): encoder ([\d.]+) ms, prefill ([\d.]+) ms, (\d+) steps ([\d.]+) ms "
     r"\((\d+) row-steps(?:, (\d+) on the device)?\), sampling ([\d.]+) ms, decoder total ([\d.]+) ms"
     r"(?: \(finals aligned (\d+) in ([\d.]+) ms, results sent in ([\d.]+) ms\))?"
-    r"(?:, windows prepared in ([\d.]+) ms)?")
+    r"(?:, windows prepared in ([\d.]+) ms)?"
+    r"(?:, prompts of up to (\d+) tokens issued in ([\d.]+) ms)?")
 STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)\]")
 RANGES = [(1, 4), (5, 12), (13, 24), (25, 40), (41, 64), (65, 96), (97, 128)]
 
@@ -30,7 +31,8 @@ def main(paths):
                     if s:
                         stamps.append(datetime.strptime(s.group(1), "%Y-%m-%d %H:%M:%S.%f"))
     print("rows n | encoder | prefill | steps | steps ms (per step) | device-only steps | "
-          "sampling ms (per step) | decoder total   (medians, ms)")
+          "sampling ms (per step) | decoder total   (medians, ms)"
+          + (" | prompt tokens | prefill pass issued" if rows and rows[0][13] == rows[0][13] else ""))
     for lo, hi in RANGES:
         sel = [r for r in rows if lo <= r[0] <= hi]
         if not sel:
@@ -40,7 +42,7 @@ def main(paths):
         dev = statistics.median(r[6] / max(r[3], 1) for r in sel)
         print(f"{lo}-{hi} {len(sel)} | {med(1):.1f} | {med(2):.1f} | {med(3):.0f} | "
               f"{med(4):.1f} ({per(4):.2f}) | {100 * dev:.0f}% | {med(7):.1f} ({per(7):.2f}) | "
-              f"{med(8):.1f}")
+              f"{med(8):.1f}" + (f" | {med(13):.0f} | {med(14):.1f}" if sel[0][13] == sel[0][13] else ""))
     if not rows:
         return
     total = lambda i: sum(r[i] for r in rows if r[i] == r[i])  # NaN (an older log) left out
@@ -60,6 +62,11 @@ def main(paths):
           f"; in all {summed:.0f} ({100 * summed / span:.0f}% of the span)")
     if timed:
         print(f"finals aligned: {int(total(9))} in {int(sum(1 for r in rows if r[9] > 0))} batches")
+    if rows[0][13] == rows[0][13]:
+        fed = [r[13] for r in rows if r[13] > 0]
+        print(f"prefill: {total(14):.0f} of its {total(2):.0f} ms issuing the batched passes; "
+              f"prompts fed {statistics.median(fed) if fed else 0:.0f} tokens a row (median of "
+              f"the batches' longest), up to {max(fed) if fed else 0:.0f}")
 
 
 if __name__ == "__main__":

@@ -804,10 +804,10 @@ class StreamingEngine::Impl {
         "batch of {}: encoder {:.2f} ms, prefill {:.2f} ms, {} steps {:.2f} ms "
         "({} row-steps, {} on the device), sampling {:.2f} ms, decoder total {:.2f} ms "
         "(finals aligned {} in {:.2f} ms, results sent in {:.2f} ms), windows prepared in "
-        "{:.2f} ms",
+        "{:.2f} ms, prompts of up to {} tokens issued in {:.2f} ms",
         batch, encode_ms, timings.prefill_ms, timings.steps, timings.step_ms, timings.row_steps,
         timings.device_steps, timings.sample_ms, decoder_ms, deferred.size(), align_ms, send_ms,
-        prepare_ms);
+        prepare_ms, timings.prefill_tokens, timings.prefill_pass_ms);
     int batch_steps = 1;
     for (const whisper::GreedyResult& r : *decoded) batch_steps = std::max(batch_steps, r.steps);
     // One observation per batch: every row of it shared each step.

@@ -42,8 +42,7 @@ LogitRules::LogitRules(const Vocabulary& vocabulary, const GreedyOptions& option
       suppress_(options.suppress_tokens.empty() ? vocabulary.SuppressedTokens()
                                                 : options.suppress_tokens) {
   if (options.suppress_blank) {
-    const std::vector<int> space = vocabulary.tokenizer().Encode(" ");
-    if (!space.empty()) suppress_begin_.push_back(space[0]);
+    if (vocabulary.blank_token() >= 0) suppress_begin_.push_back(vocabulary.blank_token());
     suppress_begin_.push_back(special_.eot);
   }
 }
@@ -480,7 +479,12 @@ absl::StatusOr<std::vector<GreedyResult>> DecodeGreedyBatch(
       if (plan.sot_index < plan.start_step) read_at[static_cast<size_t>(b)] = plan.sot_index;
     }
     if (any_feed) {
+      for (const std::vector<int32_t>& row : feed) {
+        t.prefill_tokens = std::max(t.prefill_tokens, static_cast<int>(row.size()));
+      }
+      const auto pass_start = std::chrono::steady_clock::now();
       ASSIGN_OR_RETURN(const Tensor logits, model.PrefillRows(feed, read_at, state));
+      t.prefill_pass_ms = since_ms(pass_start);
       if (logits.defined() && on_device) {
         // log-sum-exp of the raw logits, then the <|nospeech|> logit alone, per reading row.
         choice.index.assign(static_cast<size_t>(batch), -1);

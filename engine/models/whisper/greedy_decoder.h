@@ -113,6 +113,11 @@ absl::StatusOr<GreedyResult> DecodeGreedy(const WhisperModel& model, const Vocab
 // Where DecodeGreedyBatch spent its time (host wall clock, ms), for profiles and logs.
 struct GreedyBatchTimings {
   double prefill_ms = 0;  // the prompts' prefills (one row at a time, or one batched pass)
+  // The batched pass: the longest prompt fed (tokens a row; 0 without one) and the time until
+  // WhisperModel::PrefillRows returned (its uploads and kernels issued); the rest of prefill_ms
+  // is the rows' setup and reading the no-speech probabilities, which waits for the pass.
+  int prefill_tokens = 0;
+  double prefill_pass_ms = 0;
   double step_ms = 0;     // decoder steps: inputs up, the step (graph replay), logits or the
                           // device's choices (ArgmaxLogSumExp) down
   double sample_ms = 0;   // the logit rules and the choice of each row's token, on the host

@@ -108,6 +108,9 @@ TEST_F(LogitRulesTest, WithoutTimestampsNoTimestampIsEverSampled) {
     for (int id = s_.timestamp_begin; id < 51864; ++id) ASSERT_TRUE(Off(l, id)) << id;
     EXPECT_FALSE(Off(l, 100));
     EXPECT_EQ(Off(l, s_.eot), sampled.empty());  // blank suppression at the first step only
+    // " " is token 220 in Whisper's byte-level BPE; the vocabulary tokenized it once.
+    EXPECT_EQ(vocabulary_->blank_token(), 220);
+    EXPECT_EQ(Off(l, 220), sampled.empty());
   }
 }
 

@@ -11,7 +11,8 @@ namespace waav::whisper {
 absl::StatusOr<Vocabulary> Vocabulary::Create(text::BpeTokenizer tokenizer, int n_vocab) {
   auto id = [&](const char* token) -> absl::StatusOr<int> {
     auto found = tokenizer.TokenId(token);
-    if (!found) return absl::InvalidArgumentError(absl::StrCat("tokenizer has no ", token, " token"));
+    if (!found)
+      return absl::InvalidArgumentError(absl::StrCat("tokenizer has no ", token, " token"));
     return *found;
   };
   SpecialTokens s;
@@ -38,10 +39,14 @@ absl::StatusOr<Vocabulary> Vocabulary::Create(text::BpeTokenizer tokenizer, int 
   // Multilingual vocabularies have one more language token (51865 entries vs 51864).
   s.multilingual = n_vocab >= 51865;
   if (n_vocab <= s.timestamp_begin) {
-    return absl::InvalidArgumentError(absl::StrCat("model vocabulary of ", n_vocab,
-                                                   " tokens has no timestamp tokens"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model vocabulary of ", n_vocab, " tokens has no timestamp tokens"));
   }
-  return Vocabulary(std::move(tokenizer), s, n_vocab);
+  Vocabulary vocabulary(std::move(tokenizer), s, n_vocab);
+  vocabulary.suppressed_ = vocabulary.TokenizeSuppressed();
+  const std::vector<int> space = vocabulary.tokenizer_.Encode(" ");
+  if (!space.empty()) vocabulary.blank_token_ = space[0];
+  return vocabulary;
 }
 
 std::vector<int> Vocabulary::SotSequence() const {
@@ -54,15 +59,15 @@ std::vector<int> Vocabulary::SotSequence() const {
   return sequence;
 }
 
-std::vector<int> Vocabulary::SuppressedTokens() const {
+std::vector<int> Vocabulary::TokenizeSuppressed() const {
   // Same construction as openai-whisper's Tokenizer.non_speech_tokens.
   std::vector<std::string> symbols;
-  for (const char* s : {"\"", "#", "(", ")", "*", "+", "/", ":", ";", "<", "=", ">", "@", "[",
+  for (const char* s : {"\"", "#", "(", ")", "*", "+", "/", ":", ";", "<",  "=",  ">",  "@", "[",
                         "\\", "]", "^", "_", "`", "{", "|", "}", "~", "「", "」", "『", "』"}) {
     symbols.emplace_back(s);
   }
-  for (absl::string_view s : absl::StrSplit(
-           "<< >> <<< >>> -- --- -( -[ (' (\" (( )) ((( ))) [[ ]] {{ }} ♪♪ ♪♪♪", ' ')) {
+  for (absl::string_view s :
+       absl::StrSplit("<< >> <<< >>> -- --- -( -[ (' (\" (( )) ((( ))) [[ ]] {{ }} ♪♪ ♪♪♪", ' ')) {
     symbols.emplace_back(s);
   }
   // U+2640..U+267F symbols: suppress their first byte-level token even when they split.

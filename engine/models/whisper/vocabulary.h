@@ -10,15 +10,15 @@
 namespace waav::whisper {
 
 struct SpecialTokens {
-  int eot = 0;             // <|endoftext|>
-  int sot = 0;             // <|startoftranscript|>
-  int translate = 0;       // <|translate|>
-  int transcribe = 0;      // <|transcribe|>
-  int sot_lm = 0;          // <|startoflm|>
-  int sot_prev = 0;        // <|startofprev|>
-  int no_speech = 0;       // <|nospeech|> (<|nocaptions|> in English-only models)
-  int no_timestamps = 0;   // <|notimestamps|>
-  int timestamp_begin = 0; // <|0.00|>; timestamps run to the end of the vocabulary
+  int eot = 0;              // <|endoftext|>
+  int sot = 0;              // <|startoftranscript|>
+  int translate = 0;        // <|translate|>
+  int transcribe = 0;       // <|transcribe|>
+  int sot_lm = 0;           // <|startoflm|>
+  int sot_prev = 0;         // <|startofprev|>
+  int no_speech = 0;        // <|nospeech|> (<|nocaptions|> in English-only models)
+  int no_timestamps = 0;    // <|notimestamps|>
+  int timestamp_begin = 0;  // <|0.00|>; timestamps run to the end of the vocabulary
   bool multilingual = false;
 };
 
@@ -37,7 +37,11 @@ class Vocabulary {
 
   // Tokens that greedy decoding never emits, as faster-whisper's `suppress_tokens=[-1]` builds
   // them: symbols that mark non-speech annotations (♪, [, (, ...) plus the task/control tokens.
-  std::vector<int> SuppressedTokens() const;
+  // Tokenized once, in Create: every decoded window's rules start from them.
+  const std::vector<int>& SuppressedTokens() const { return suppressed_; }
+
+  // The first token of " " (suppressed at a window's first step with suppress_blank), or −1.
+  int blank_token() const { return blank_token_; }
 
   // Text of the tokens below <|endoftext|> (timestamps and control tokens are dropped).
   std::string DecodeText(const std::vector<int>& tokens) const;
@@ -45,10 +49,13 @@ class Vocabulary {
  private:
   Vocabulary(text::BpeTokenizer tokenizer, SpecialTokens special, int n_vocab)
       : tokenizer_(std::move(tokenizer)), special_(special), n_vocab_(n_vocab) {}
+  std::vector<int> TokenizeSuppressed() const;
 
   text::BpeTokenizer tokenizer_;
   SpecialTokens special_;
   int n_vocab_;
+  std::vector<int> suppressed_;
+  int blank_token_ = -1;
 };
 
 }  // namespace waav::whisper
