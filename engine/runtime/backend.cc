@@ -68,6 +68,18 @@ absl::Status Backend::CopyFromHostAsync(const HostBuffer& src, size_t bytes, con
   return CopyFromHost(src.data(), bytes, dst);
 }
 
+absl::Status Backend::GatherRows(const Tensor& src, absl::Span<const int64_t> rows,
+                                 const Tensor& dst) {
+  RETURN_IF_ERROR(checks::ValidateGatherRows(device(), src, rows, dst).status());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    ASSIGN_OR_RETURN(const Tensor from, src.Slice(rows[i], rows[i] + 1));
+    ASSIGN_OR_RETURN(const Tensor to,
+                     dst.Slice(static_cast<int64_t>(i), static_cast<int64_t>(i) + 1));
+    RETURN_IF_ERROR(Copy(from, to));
+  }
+  return absl::OkStatus();
+}
+
 void Backend::SetLaunchHint(LaunchHint) {}
 
 absl::Status Backend::BeginCapture() {

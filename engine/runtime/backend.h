@@ -255,6 +255,11 @@ class Backend {
   // batch row b (positions: i32[B]). Used to append to KV caches.
   virtual absl::Status WriteRows(const Tensor& src, const Tensor& positions, const Tensor& dst) = 0;
 
+  // dst[i, :] = src[rows[i], :] for src [N, C] and dst [rows.size(), C] of one dtype, each index
+  // in [0, N) (checked here, on the host). Default: one Copy per row.
+  virtual absl::Status GatherRows(const Tensor& src, absl::Span<const int64_t> rows,
+                                  const Tensor& dst);
+
   // y[B, T, C] = token_table[tokens[b, t]] + position_table[start_positions[b] + t].
   // tokens: i32[B, T]; start_positions: i32[B]; tables [V, C] and [P, C] (f32 or f16).
   virtual absl::Status Embed(const Tensor& tokens, const Tensor& start_positions,

@@ -454,6 +454,24 @@ absl::StatusOr<WriteRowsDims> ValidateWriteRows(DeviceKind device, const Tensor&
   return WriteRowsDims{batch, rows, channels, dst.dim(1)};
 }
 
+absl::StatusOr<GatherRowsDims> ValidateGatherRows(DeviceKind device, const Tensor& src,
+                                                  absl::Span<const int64_t> rows,
+                                                  const Tensor& dst) {
+  constexpr const char* kOp = "GatherRows";
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "src", src, kAnyDType, 2));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "dst", dst, {src.dtype()}, 2));
+  const int64_t n = static_cast<int64_t>(rows.size()), channels = src.dim(1);
+  RETURN_IF_ERROR(CheckShape(kOp, "dst", dst, Shape{n, channels}, "one row per index"));
+  for (int64_t i = 0; i < n; ++i) {
+    if (rows[static_cast<size_t>(i)] < 0 || rows[static_cast<size_t>(i)] >= src.dim(0)) {
+      return Invalid(kOp, absl::StrCat("rows[", i, "] = ", rows[static_cast<size_t>(i)],
+                                       " is outside src ", src.Describe()));
+    }
+  }
+  RETURN_IF_ERROR(CheckDisjoint(kOp, "dst", dst, "src", src));
+  return GatherRowsDims{n, channels};
+}
+
 absl::StatusOr<EmbedDims> ValidateEmbed(DeviceKind device, const Tensor& tokens,
                                         const Tensor& start_positions, const Tensor& token_table,
                                         const Tensor& position_table, const Tensor& y) {

@@ -119,6 +119,13 @@ struct WriteRowsDims {
 absl::StatusOr<WriteRowsDims> ValidateWriteRows(DeviceKind device, const Tensor& src,
                                                 const Tensor& positions, const Tensor& dst);
 
+struct GatherRowsDims {
+  int64_t rows, channels;
+};
+absl::StatusOr<GatherRowsDims> ValidateGatherRows(DeviceKind device, const Tensor& src,
+                                                  absl::Span<const int64_t> rows,
+                                                  const Tensor& dst);
+
 struct EmbedDims {
   int64_t batch, time, channels, vocab, max_positions;
 };

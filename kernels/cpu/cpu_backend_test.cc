@@ -166,6 +166,35 @@ TEST_F(CpuBackendTest, HostBuffersUploadTheirFirstBytes) {
   (void)backend_->EndCapture();
 }
 
+// Backend's default GatherRows (one Copy per row), which the CPU backend keeps: rows in any
+// order and repeated, and the refusals (indices outside src, shapes, dtypes, overlap).
+TEST_F(CpuBackendTest, GatherRowsCopiesTheIndexedRows) {
+  const std::vector<float> values = Random(5 * 3);
+  const Tensor src = F32({5, 3}, values);
+  const std::vector<int64_t> rows = {4, 0, 4, 2};
+  Tensor dst = Poisoned({4, 3});
+  ASSERT_TRUE(backend_->GatherRows(src, rows, dst).ok());
+  std::vector<float> want;
+  for (int64_t r : rows)
+    want.insert(want.end(), values.begin() + r * 3, values.begin() + r * 3 + 3);
+  EXPECT_EQ(Read(dst), want);
+  Tensor none = Poisoned({0, 3});
+  EXPECT_TRUE(backend_->GatherRows(src, {}, none).ok());
+  constexpr absl::StatusCode kInvalid = absl::StatusCode::kInvalidArgument;
+  const std::vector<int64_t> past = {0, 5}, negative = {-1, 0};
+  Tensor two = Poisoned({2, 3});
+  EXPECT_EQ(backend_->GatherRows(src, past, two).code(), kInvalid);
+  EXPECT_EQ(backend_->GatherRows(src, negative, two).code(), kInvalid);
+  EXPECT_EQ(backend_->GatherRows(src, rows, two).code(), kInvalid);               // dst rows
+  EXPECT_EQ(backend_->GatherRows(src, rows, Poisoned({4, 2})).code(), kInvalid);  // width
+  EXPECT_EQ(backend_->GatherRows(src, rows, I32({4, 3}, std::vector<int32_t>(12))).code(),
+            kInvalid);                                                                    // dtype
+  EXPECT_EQ(backend_->GatherRows(src.Reshape({15}).value(), {}, none).code(), kInvalid);  // rank
+  EXPECT_EQ(backend_->GatherRows(src, std::vector<int64_t>{0}, src.Slice(1, 2).value()).code(),
+            kInvalid);  // dst overlaps src
+  EXPECT_EQ(backend_->GatherRows(src, rows, Tensor()).code(), kInvalid);
+}
+
 // A buffer that claims to live on a GPU, to check device validation.
 class FakeCudaBuffer : public Buffer {
  public:

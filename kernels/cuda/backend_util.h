@@ -58,7 +58,8 @@ enum class SigOp : int64_t {
   kRaw,
   kArgmaxLogSumExp,
   kLaunchHint,
-  kSharedKvAttention
+  kSharedKvAttention,
+  kGatherRows
 };
 
 }  // namespace waav::cuda

@@ -618,6 +618,18 @@ class CudaBackend final : public Backend, public CudaExtensions {
     });
   }
 
+  absl::Status GatherRows(const Tensor& src, absl::Span<const int64_t> rows,
+                          const Tensor& dst) override {
+    ASSIGN_OR_RETURN(const auto d, checks::ValidateGatherRows(kGpuKind, src, rows, dst));
+    const int64_t row_bytes = d.channels * static_cast<int64_t>(SizeOf(src.dtype()));
+    const uint64_t hash = cuda::HashCombine(cuda::kHashSeed, rows.data(), rows.size() * 8);
+    Sign({static_cast<int64_t>(SigOp::kGatherRows), d.rows, row_bytes, static_cast<int64_t>(hash)});
+    return Submit([ctx = Ctx(), src, dst, row_bytes, at = std::vector(rows.begin(), rows.end())]() {
+      return GpuStatus("GatherRows", cuda::LaunchGatherRows(ctx, src.data(), at.data(), at.size(),
+                                                            row_bytes, dst.data()));
+    });
+  }
+
   absl::Status Embed(const Tensor& tokens, const Tensor& start_positions, const Tensor& token_table,
                      const Tensor& position_table, const Tensor& y) override {
     ASSIGN_OR_RETURN(

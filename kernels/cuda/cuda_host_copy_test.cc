@@ -1,6 +1,7 @@
 // Backend::AllocateHost and CopyFromHostAsync on CUDA (pinned memory, uploads that return at
-// once): what arrives on the device, stream order against a kernel, and the refusals. Skips and
-// says why without a usable GPU.
+// once): what arrives on the device, stream order against a kernel, and the refusals; and
+// GatherRows (rows copied on the device) against the CPU backend's. Skips and says why without a
+// usable GPU.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -9,6 +10,8 @@
 #include <random>
 #include <vector>
 
+#include "engine/runtime/dtype.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/cuda_backend.h"
 
 namespace waav {
@@ -95,6 +98,53 @@ TEST_F(CudaHostCopyTest, RefusesShortBuffersWrongSizesAndCapture) {
   EXPECT_EQ(gpu_->CopyFromHostAsync(*host, 512, *small).code(),
             absl::StatusCode::kFailedPrecondition);
   (void)gpu_->EndCapture();
+  EXPECT_TRUE(gpu_->Synchronize().ok());
+}
+
+// Random rows (repeats, any order) of f32 and f16 matrices whose rows take each copy width of the
+// kernel (16-, 4- and 2-byte words) and more indices than one launch carries (256), against the
+// CPU backend's GatherRows of the same values.
+TEST_F(CudaHostCopyTest, GatherRowsMatchesCpu) {
+  std::unique_ptr<Backend> cpu = CreateCpuBackend({.num_threads = 1});
+  struct Case {
+    int64_t n, channels, count;
+    DType dtype;
+  };
+  for (const Case c :
+       {Case{2000, 384, 300, DType::kF32}, Case{7, 3, 5, DType::kF32}, Case{9, 3, 12, DType::kF16},
+        Case{64, 384, 64, DType::kF16}, Case{5, 8, 0, DType::kF32}}) {
+    SCOPED_TRACE(::testing::Message() << "n " << c.n << " channels " << c.channels << " count "
+                                      << c.count << " dtype " << DTypeName(c.dtype));
+    const std::vector<float> values = RandomValues(c.n * c.channels);
+    std::vector<int64_t> rows(static_cast<size_t>(c.count));
+    for (int64_t& r : rows) r = std::uniform_int_distribution<int64_t>(0, c.n - 1)(rng_);
+    const size_t elem = c.dtype == DType::kF16 ? 2 : 4;
+    std::vector<uint16_t> halves(values.size());
+    for (size_t i = 0; i < values.size(); ++i) halves[i] = FloatToHalf(values[i]);
+    const void* bytes = c.dtype == DType::kF16 ? static_cast<const void*>(halves.data())
+                                               : static_cast<const void*>(values.data());
+    std::vector<std::vector<char>> got;
+    for (Backend* backend : {gpu_.get(), cpu.get()}) {
+      auto src = backend->Allocate(Shape{c.n, c.channels}, c.dtype);
+      auto dst = backend->Allocate(Shape{c.count, c.channels}, c.dtype);
+      ASSERT_TRUE(src.ok() && dst.ok());
+      ASSERT_TRUE(backend->CopyFromHost(bytes, values.size() * elem, *src).ok());
+      const absl::Status status = backend->GatherRows(*src, rows, *dst);
+      ASSERT_TRUE(status.ok()) << status;
+      got.emplace_back(dst->size_bytes());
+      ASSERT_TRUE(backend->CopyToHost(*dst, got.back().data(), dst->size_bytes()).ok());
+    }
+    EXPECT_EQ(got[0], got[1]);
+  }
+  auto src = gpu_->Allocate(Shape{4, 384}, DType::kF32);
+  auto dst = gpu_->Allocate(Shape{2, 384}, DType::kF32);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  EXPECT_EQ(gpu_->GatherRows(*src, std::vector<int64_t>{0, 4}, *dst).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gpu_->GatherRows(*src, std::vector<int64_t>{-1, 0}, *dst).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gpu_->GatherRows(*src, std::vector<int64_t>{0}, *dst).code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(gpu_->Synchronize().ok());
 }
 

@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/embed.cuh"
 
@@ -56,6 +58,21 @@ __global__ void WriteRowsKernel(const Word* src, const int32_t* positions, int64
 
 bool Aligned(const void* p, size_t bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; }
 
+constexpr int kGatherPerLaunch = 256;
+struct GatherIndex {
+  int64_t row[kGatherPerLaunch];
+};
+
+// One block per gathered row.
+template <typename Word>
+__global__ void GatherRowsKernel(const Word* src, GatherIndex index, int64_t row_words, Word* dst) {
+  WaitForPreviousKernel();
+  AllowNextKernel();
+  const Word* s = src + index.row[blockIdx.x] * row_words;
+  Word* d = dst + int64_t{blockIdx.x} * row_words;
+  for (int64_t i = threadIdx.x; i < row_words; i += kThreads) d[i] = s[i];
+}
+
 }  // namespace
 
 cudaError_t LaunchEmbed(const LaunchContext& ctx, const int32_t* tokens,
@@ -98,6 +115,32 @@ cudaError_t LaunchWriteRows(const LaunchContext& ctx, const void* src, const int
   return Launch(ctx, WriteRowsKernel<uint16_t>, grid, block, 0, static_cast<const uint16_t*>(src),
                 positions, rows, row_bytes / 2, capacity, ctx.error_word,
                 static_cast<uint16_t*>(dst));
+}
+
+cudaError_t LaunchGatherRows(const LaunchContext& ctx, const void* src, const int64_t* rows,
+                             int64_t count, int64_t row_bytes, void* dst) {
+  for (int64_t first = 0; first < count && row_bytes > 0; first += kGatherPerLaunch) {
+    const int64_t n = std::min<int64_t>(kGatherPerLaunch, count - first);
+    GatherIndex index{};
+    std::copy(rows + first, rows + first + n, index.row);
+    auto launch = [&](auto word) {
+      using Word = decltype(word);
+      return Launch(
+          ctx, GatherRowsKernel<Word>, dim3(static_cast<unsigned>(n)), dim3(kThreads), 0,
+          static_cast<const Word*>(src), index, row_bytes / static_cast<int64_t>(sizeof(Word)),
+          static_cast<Word*>(dst) + first * (row_bytes / static_cast<int64_t>(sizeof(Word))));
+    };
+    cudaError_t err;
+    if (row_bytes % 16 == 0 && Aligned(src, 16) && Aligned(dst, 16)) {
+      err = launch(uint4{});
+    } else if (row_bytes % 4 == 0 && Aligned(src, 4) && Aligned(dst, 4)) {
+      err = launch(uint32_t{});
+    } else {
+      err = launch(uint8_t{});
+    }
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
 }
 
 }  // namespace waav::cuda

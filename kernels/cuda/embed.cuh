@@ -23,4 +23,9 @@ cudaError_t LaunchWriteRows(const LaunchContext& ctx, const void* src, const int
                             int64_t batch, int64_t rows, int64_t row_bytes, int64_t capacity,
                             void* dst);
 
+// dst row i = src row rows[i] for rows of `row_bytes` bytes (indices already checked). The
+// indices travel in the launches' parameters, 256 a launch.
+cudaError_t LaunchGatherRows(const LaunchContext& ctx, const void* src, const int64_t* rows,
+                             int64_t count, int64_t row_bytes, void* dst);
+
 }  // namespace waav::cuda

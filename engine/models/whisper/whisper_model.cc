@@ -604,12 +604,10 @@ absl::StatusOr<Tensor> WhisperModel::LogitsAt(const Tensor& x,
     last = flat;
   } else {
     ASSIGN_OR_RETURN(last, backend_.Allocate({b, d}, DType::kF32));
-    for (int64_t i = 0; i < b; ++i) {
-      const int64_t row = i * t + index[static_cast<size_t>(i)];
-      ASSIGN_OR_RETURN(Tensor src, flat.Slice(row, row + 1));
-      ASSIGN_OR_RETURN(Tensor dst, last.Slice(i, i + 1));
-      RETURN_IF_ERROR(backend_.Copy(src, dst));
-    }
+    std::vector<int64_t> rows(static_cast<size_t>(b));
+    for (int64_t i = 0; i < b; ++i)
+      rows[static_cast<size_t>(i)] = i * t + index[static_cast<size_t>(i)];
+    RETURN_IF_ERROR(backend_.GatherRows(flat, rows, last));
   }
   ASSIGN_OR_RETURN(Tensor logits, backend_.Allocate({b, dims_.n_vocab}, DType::kF32));
   RETURN_IF_ERROR(backend_.Linear(last, token_embedding_, nullptr, Activation::kNone, logits));
