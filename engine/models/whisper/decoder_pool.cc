@@ -61,6 +61,15 @@ absl::StatusOr<DecoderState*> DecoderStatePool::Range(int begin, int size) {
   return view.get();
 }
 
+absl::StatusOr<Tensor> DecoderStatePool::Constant(
+    const std::string& key, const std::function<absl::StatusOr<Tensor>()>& make) {
+  if (constant_.defined() && key == constant_key_) return constant_;
+  constant_ = Tensor();
+  ASSIGN_OR_RETURN(constant_, make());
+  constant_key_ = key;
+  return constant_;
+}
+
 int DecoderStatePool::BucketFor(int rows) const {
   for (const auto& bucket : buckets_) {
     if (bucket->batch_size() >= rows) return bucket->batch_size();

@@ -7,8 +7,10 @@
 // to encode a window into it and prefill its prompt.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -35,6 +37,12 @@ class DecoderStatePool {
   // K/V projection) keeps its addresses. Not thread-safe (the scheduler's thread calls it).
   absl::StatusOr<DecoderState*> Range(int begin, int size);
 
+  // A device tensor kept with the pool under `key`, one at a time: `make` builds it when `key`
+  // differs from the kept one's (or on an error, nothing is kept). For a batch's constants that
+  // depend only on its options (DecodeGreedyBatch's token masks), built once, not every batch.
+  absl::StatusOr<Tensor> Constant(const std::string& key,
+                                  const std::function<absl::StatusOr<Tensor>()>& make);
+
  private:
   DecoderStatePool() = default;
 
@@ -42,6 +50,8 @@ class DecoderStatePool {
   std::vector<std::unique_ptr<DecoderState>> buckets_;  // ascending batch sizes
   std::vector<std::unique_ptr<DecoderState>> rows_;
   std::map<std::pair<int, int>, std::unique_ptr<DecoderState>> ranges_;  // (begin, size)
+  std::string constant_key_;
+  Tensor constant_;
 };
 
 }  // namespace waav::whisper

@@ -237,6 +237,61 @@ TEST_F(GreedyBatchTest, DeviceChoiceAndBatchedPrefillMatchTheHostPath) {
   }
 }
 
+// The device choice's token masks are kept with the pool (DecoderStatePool::Constant) while the
+// options that shape them stay the same: a batch under other options (one more suppressed token,
+// the one row 0 picked at its second step, which the device chooses: text only) gets its own
+// masks, and the defaults get theirs back, each as the host path decodes it.
+TEST_F(GreedyBatchTest, DeviceMasksFollowTheOptions) {
+  std::vector<std::vector<float>> windows;
+  for (size_t i = 0; i < 2 && i < clips_.size(); ++i) windows.push_back(Window(clips_[i]));
+  std::vector<int> text_only = vocabulary().SotSequence();
+  text_only.push_back(vocabulary().special().no_timestamps);
+  const std::vector<std::vector<int>> prompts = {text_only, text_only};
+  const std::vector<int> order = {0, 1};
+  auto pool = DecoderStatePool::Create(model(), 2);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  GreedyOptions host;
+  host.reduce_on_device = GraphUse::kNever;
+  GreedyOptions other = host;
+  const std::vector<GreedyResult> usual = DecodeBatched(**pool, windows, prompts, order, host);
+  ASSERT_FALSE(usual.empty());
+  ASSERT_GE(usual[0].tokens.size(), 2u);
+  other.suppress_tokens = vocabulary().SuppressedTokens();
+  other.suppress_tokens.push_back(usual[0].tokens[1]);
+  const std::vector<GreedyResult> suppressed =
+      DecodeBatched(**pool, windows, prompts, order, other);
+  ASSERT_FALSE(suppressed.empty());
+  ASSERT_NE(suppressed[0].tokens, usual[0].tokens) << "the extra suppressed token changes row 0";
+  for (const auto& [options, want] :
+       {std::pair{host, usual}, std::pair{other, suppressed}, std::pair{host, usual}}) {
+    GreedyOptions device = options;
+    device.reduce_on_device = GraphUse::kAlways;
+    const std::vector<GreedyResult> got = DecodeBatched(**pool, windows, prompts, order, device);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t b = 0; b < want.size(); ++b) EXPECT_EQ(got[b].tokens, want[b].tokens) << b;
+  }
+  // The kept tensor: built once per key, rebuilt for another, nothing kept after a failure.
+  int made = 0;
+  auto make = [&]() -> absl::StatusOr<Tensor> {
+    ++made;
+    return backend_->Allocate({4}, DType::kI32);
+  };
+  auto first = (*pool)->Constant("a", make);
+  auto again = (*pool)->Constant("a", make);
+  ASSERT_TRUE(first.ok() && again.ok());
+  EXPECT_EQ(first->data(), again->data());
+  EXPECT_EQ(made, 1);
+  ASSERT_TRUE((*pool)->Constant("b", make).ok());
+  EXPECT_EQ(made, 2);
+  EXPECT_EQ((*pool)
+                ->Constant("c", [] { return absl::StatusOr<Tensor>(absl::InternalError("x")); })
+                .status()
+                .code(),
+            absl::StatusCode::kInternal);
+  ASSERT_TRUE((*pool)->Constant("b", make).ok());
+  EXPECT_EQ(made, 3);
+}
+
 TEST_F(GreedyBatchTest, BatchedEncoderMatchesOneWindowAtATime) {
   // For the scheduler's choice of encoding windows one at a time or as a batch: how far the
   // batched encoder's output is from the per-window one on the CPU backend.
