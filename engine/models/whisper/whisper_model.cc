@@ -581,6 +581,13 @@ absl::StatusOr<Tensor> WhisperModel::DecoderForward(const Tensor& token_ids,
   ASSIGN_OR_RETURN(Tensor x, backend_.Allocate({b, t, d}, DType::kF32));
   ASSIGN_OR_RETURN(Tensor scratch, backend_.Allocate({b, t, d}, DType::kF32));
   ASSIGN_OR_RETURN(const Workspace ws, NewWorkspace(x.shape()));
+  RETURN_IF_ERROR(DecoderForwardInto(token_ids, state, x, scratch, ws));
+  return x;
+}
+
+absl::Status WhisperModel::DecoderForwardInto(const Tensor& token_ids, DecoderState& state,
+                                              const Tensor& x, const Tensor& scratch,
+                                              const Workspace& ws) const {
   RETURN_IF_ERROR(
       backend_.Embed(token_ids, state.positions_, token_embedding_, decoder_positions_, x));
   for (int i = 0; i < dims_.n_decoder_layers; ++i) {
@@ -591,8 +598,7 @@ absl::StatusOr<Tensor> WhisperModel::DecoderForward(const Tensor& token_ids,
                                  nullptr, nullptr, /*causal=*/false, scratch, ws));
     RETURN_IF_ERROR(RunFeedForward(layer.ffn, x, ws));
   }
-  RETURN_IF_ERROR(backend_.LayerNorm(x, decoder_norm_gamma_, decoder_norm_beta_, 1e-5f, x));
-  return x;
+  return backend_.LayerNorm(x, decoder_norm_gamma_, decoder_norm_beta_, 1e-5f, x);
 }
 
 absl::StatusOr<Tensor> WhisperModel::LogitsAt(const Tensor& x,
@@ -631,6 +637,8 @@ absl::StatusOr<Tensor> WhisperModel::PrefillRows(absl::Span<const std::vector<in
     return absl::OutOfRangeError(absl::StrCat("decoder context of ", dims_.n_text_ctx,
                                               " tokens exceeded (a prompt of ", t, " tokens)"));
   }
+  // With graphs, a few padded lengths serve every prompt: one capture each, then replays.
+  if (use_graphs_) t = std::min<int64_t>((t + 7) / 8 * 8, dims_.n_text_ctx);
   // Rows padded to t with their last token (0 for an empty row): the padding's K/V land at
   // positions past the row's tokens, which the row's next steps overwrite before attending to.
   std::vector<int32_t> flat(static_cast<size_t>(b * t), 0);
@@ -660,8 +668,22 @@ absl::StatusOr<Tensor> WhisperModel::PrefillRows(absl::Span<const std::vector<in
   const std::vector<int32_t> lengths(static_cast<size_t>(b), static_cast<int32_t>(t));
   RETURN_IF_ERROR(backend_.CopyFromHost(positions.data(), positions.size() * 4, state.positions_));
   RETURN_IF_ERROR(backend_.CopyFromHost(lengths.data(), lengths.size() * 4, state.lengths_));
-  ASSIGN_OR_RETURN(const Tensor token_ids, Upload(backend_, {b, t}, DType::kI32, flat.data()));
-  ASSIGN_OR_RETURN(const Tensor x, DecoderForward(token_ids, state));
+  Tensor x;
+  if (use_graphs_) {
+    ASSIGN_OR_RETURN(DecoderState::Prefill * prefill, PrefillBuffers(static_cast<int>(t), state));
+    RETURN_IF_ERROR(
+        backend_.CopyFromHost(flat.data(), flat.size() * sizeof(int32_t), prefill->token_ids));
+    const Workspace ws{prefill->h, prefill->q,        prefill->k,
+                       prefill->v, prefill->attended, prefill->hidden};
+    const Tensor* keys[] = {&prefill->token_ids, &prefill->x, &state.positions_};
+    RETURN_IF_ERROR(prefill->graph.Run(backend_, /*use_graph=*/true, keys, [&] {
+      return DecoderForwardInto(prefill->token_ids, state, prefill->x, prefill->scratch, ws);
+    }));
+    x = prefill->x;
+  } else {
+    ASSIGN_OR_RETURN(const Tensor token_ids, Upload(backend_, {b, t}, DType::kI32, flat.data()));
+    ASSIGN_OR_RETURN(x, DecoderForward(token_ids, state));
+  }
   if (!any_read) return Tensor();
   std::vector<int64_t> index(static_cast<size_t>(b), t - 1);
   for (int64_t i = 0; i < b; ++i) {
@@ -669,6 +691,39 @@ absl::StatusOr<Tensor> WhisperModel::PrefillRows(absl::Span<const std::vector<in
       index[static_cast<size_t>(i)] = read_at[static_cast<size_t>(i)];
   }
   return LogitsAt(x, index);
+}
+
+absl::StatusOr<DecoderState::Prefill*> WhisperModel::PrefillBuffers(int tokens,
+                                                                    DecoderState& state) const {
+  std::vector<std::unique_ptr<DecoderState::Prefill>>& kept = state.prefills_;
+  ++state.prefill_clock_;
+  for (const auto& p : kept) {
+    if (p->tokens == tokens) {
+      p->last_used = state.prefill_clock_;
+      return p.get();
+    }
+  }
+  if (kept.size() >= DecoderState::kMaxPrefills) {  // the least recently used length goes
+    kept.erase(std::min_element(kept.begin(), kept.end(), [](const auto& a, const auto& b) {
+      return a->last_used < b->last_used;
+    }));
+  }
+  auto p = std::make_unique<DecoderState::Prefill>();
+  p->tokens = tokens;
+  p->last_used = state.prefill_clock_;
+  const Shape shape{state.batch_size(), tokens, dims_.d_model};
+  ASSIGN_OR_RETURN(p->token_ids, backend_.Allocate({state.batch_size(), tokens}, DType::kI32));
+  ASSIGN_OR_RETURN(p->x, backend_.Allocate(shape, DType::kF32));
+  ASSIGN_OR_RETURN(p->scratch, backend_.Allocate(shape, DType::kF32));
+  ASSIGN_OR_RETURN(const Workspace ws, NewWorkspace(shape));
+  p->h = ws.h;
+  p->q = ws.q;
+  p->k = ws.k;
+  p->v = ws.v;
+  p->attended = ws.attended;
+  p->hidden = ws.hidden;
+  kept.push_back(std::move(p));
+  return kept.back().get();
 }
 
 absl::Status WhisperModel::DecodeStepAsync(absl::Span<const int32_t> tokens,

@@ -179,6 +179,17 @@ class DecoderState {
   // view), and of the cross-attention K/V projection of RunEncoder into it (per encoder buffers).
   GraphCache step_graph_{1};
   GraphCache cross_graphs_{2};
+  // WhisperModel::PrefillRows' buffers for prompts padded to `tokens` a row, with the graph
+  // captured on them; the kMaxPrefills lengths used last are kept.
+  struct Prefill {
+    int tokens = 0;
+    uint64_t last_used = 0;
+    Tensor token_ids, x, scratch, h, q, k, v, attended, hidden;
+    GraphCache graph{1};
+  };
+  static constexpr size_t kMaxPrefills = 4;
+  std::vector<std::unique_ptr<Prefill>> prefills_;
+  uint64_t prefill_clock_ = 0;
 };
 
 // Device buffers of one encoder pass for a fixed batch size (input, activations), so that the
@@ -307,7 +318,10 @@ class WhisperModel {
   // token; the padding writes K/V past the row's tokens, where the row's next tokens are written
   // before anything attends to them. Returns the logits f32 [B, n_vocab] on the device of token
   // read_at[b] of each row b (−1: any row, meaningless), or an undefined tensor when read_at is
-  // empty or all −1. Eager (its length varies per call), asynchronous.
+  // empty or all −1. Asynchronous. With graphs (uses_graphs()) the rows are padded further, to a
+  // multiple of 8 tokens (at most n_text_ctx), and the pass is captured once per padded length
+  // on buffers the state keeps for it (DecoderState::Prefill; the 4 lengths used last), then
+  // replayed: a prefill issues one graph instead of one launch per operation.
   absl::StatusOr<Tensor> PrefillRows(absl::Span<const std::vector<int32_t>> tokens,
                                      absl::Span<const int> read_at, DecoderState& state) const;
 
@@ -405,6 +419,12 @@ class WhisperModel {
   // The decoder over token_ids i32 [B, T] at state's positions()/lengths() (already written):
   // the final-normed activations [B, T, d_model] (eager, allocated per call).
   absl::StatusOr<Tensor> DecoderForward(const Tensor& token_ids, DecoderState& state) const;
+  // DecoderForward's calls into given buffers (x, scratch [B, T, d_model] and a workspace of
+  // that shape), allocating nothing: what the prefill's graphs capture.
+  absl::Status DecoderForwardInto(const Tensor& token_ids, DecoderState& state, const Tensor& x,
+                                  const Tensor& scratch, const Workspace& ws) const;
+  // The state's prefill buffers for prompts padded to `tokens` a row, allocated on first use.
+  absl::StatusOr<DecoderState::Prefill*> PrefillBuffers(int tokens, DecoderState& state) const;
   // Logits f32 [B, n_vocab] of x[b, index[b]] for each row b.
   absl::StatusOr<Tensor> LogitsAt(const Tensor& x, absl::Span<const int64_t> index) const;
   // The encoder pass of EncodeOnDevice (into buffers.output()) and its cross-attention K/V
