@@ -637,8 +637,9 @@ absl::StatusOr<Tensor> WhisperModel::PrefillRows(absl::Span<const std::vector<in
     return absl::OutOfRangeError(absl::StrCat("decoder context of ", dims_.n_text_ctx,
                                               " tokens exceeded (a prompt of ", t, " tokens)"));
   }
-  // With graphs, a few padded lengths serve every prompt: one capture each, then replays.
-  if (use_graphs_) t = std::min<int64_t>((t + 7) / 8 * 8, dims_.n_text_ctx);
+  // A few padded lengths serve every prompt: with graphs one capture each, then replays. Eager
+  // pads the same way, so that both run the same kernels on the same shapes (the same values).
+  t = std::min<int64_t>((t + 7) / 8 * 8, dims_.n_text_ctx);
   // Rows padded to t with their last token (0 for an empty row): the padding's K/V land at
   // positions past the row's tokens, which the row's next steps overwrite before attending to.
   std::vector<int32_t> flat(static_cast<size_t>(b * t), 0);

@@ -318,9 +318,9 @@ class WhisperModel {
   // token; the padding writes K/V past the row's tokens, where the row's next tokens are written
   // before anything attends to them. Returns the logits f32 [B, n_vocab] on the device of token
   // read_at[b] of each row b (−1: any row, meaningless), or an undefined tensor when read_at is
-  // empty or all −1. Asynchronous. With graphs (uses_graphs()) the rows are padded further, to a
-  // multiple of 8 tokens (at most n_text_ctx), and the pass is captured once per padded length
-  // on buffers the state keeps for it (DecoderState::Prefill; the 4 lengths used last), then
+  // empty or all −1. Asynchronous. The rows are padded further, to a multiple of 8 tokens (at
+  // most n_text_ctx); with graphs (uses_graphs()) the pass is captured once per padded length on
+  // buffers the state keeps for it (DecoderState::Prefill; the 4 lengths used last), then
   // replayed: a prefill issues one graph instead of one launch per operation.
   absl::StatusOr<Tensor> PrefillRows(absl::Span<const std::vector<int32_t>> tokens,
                                      absl::Span<const int> read_at, DecoderState& state) const;
