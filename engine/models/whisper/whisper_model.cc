@@ -674,11 +674,10 @@ absl::StatusOr<Tensor> WhisperModel::PrefillRows(absl::Span<const std::vector<in
     ASSIGN_OR_RETURN(DecoderState::Prefill * prefill, PrefillBuffers(static_cast<int>(t), state));
     RETURN_IF_ERROR(
         backend_.CopyFromHost(flat.data(), flat.size() * sizeof(int32_t), prefill->token_ids));
-    const Workspace ws{prefill->h, prefill->q,        prefill->k,
-                       prefill->v, prefill->attended, prefill->hidden};
     const Tensor* keys[] = {&prefill->token_ids, &prefill->x, &state.positions_};
     RETURN_IF_ERROR(prefill->graph.Run(backend_, /*use_graph=*/true, keys, [&] {
-      return DecoderForwardInto(prefill->token_ids, state, prefill->x, prefill->scratch, ws);
+      return DecoderForwardInto(prefill->token_ids, state, prefill->x, prefill->scratch,
+                                prefill->ws);
     }));
     x = prefill->x;
   } else {
@@ -716,13 +715,7 @@ absl::StatusOr<DecoderState::Prefill*> WhisperModel::PrefillBuffers(int tokens,
   ASSIGN_OR_RETURN(p->token_ids, backend_.Allocate({state.batch_size(), tokens}, DType::kI32));
   ASSIGN_OR_RETURN(p->x, backend_.Allocate(shape, DType::kF32));
   ASSIGN_OR_RETURN(p->scratch, backend_.Allocate(shape, DType::kF32));
-  ASSIGN_OR_RETURN(const Workspace ws, NewWorkspace(shape));
-  p->h = ws.h;
-  p->q = ws.q;
-  p->k = ws.k;
-  p->v = ws.v;
-  p->attended = ws.attended;
-  p->hidden = ws.hidden;
+  ASSIGN_OR_RETURN(p->ws, NewWorkspace(shape));
   kept.push_back(std::move(p));
   return kept.back().get();
 }

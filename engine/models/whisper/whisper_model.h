@@ -119,6 +119,12 @@ struct WhisperModelOptions {
   GraphUse absorbed_cross_attention = GraphUse::kAuto;
 };
 
+// The activation buffers a layer's calls use for a pass of one shape [B, T, d_model] (the FFN's
+// hidden layer flat), made by WhisperModel::NewWorkspace.
+struct LayerWorkspace {
+  Tensor h, q, k, v, attended, hidden;
+};
+
 // Cross-attention keys/values of one encoded window per batch row, and the self-attention cache.
 // Created by WhisperModel::NewDecoderState for a fixed batch size.
 class DecoderState {
@@ -184,7 +190,8 @@ class DecoderState {
   struct Prefill {
     int tokens = 0;
     uint64_t last_used = 0;
-    Tensor token_ids, x, scratch, h, q, k, v, attended, hidden;
+    Tensor token_ids, x, scratch;
+    LayerWorkspace ws;
     GraphCache graph{1};
   };
   static constexpr size_t kMaxPrefills = 4;
@@ -403,9 +410,7 @@ class WhisperModel {
 
   // Intermediates of one attention or feed-forward block: h, q, k, v, attended shaped like its
   // input x [.., d_model]; hidden flat, rows of x times the widest feed-forward layer.
-  struct Workspace {
-    Tensor h, q, k, v, attended, hidden;
-  };
+  using Workspace = LayerWorkspace;
   absl::StatusOr<Workspace> NewWorkspace(const Shape& x_shape) const;
 
   absl::Status RunAttention(const AttentionWeights& w, const Tensor& x, const Tensor& k_cache,
