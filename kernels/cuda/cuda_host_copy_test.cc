@@ -102,7 +102,7 @@ TEST_F(CudaHostCopyTest, RefusesShortBuffersWrongSizesAndCapture) {
 }
 
 // Random rows (repeats, any order) of f32 and f16 matrices whose rows take each copy width of the
-// kernel (16-, 4- and 2-byte words) and more indices than one launch carries (256), against the
+// kernel (16-, 4- and 1-byte words) and more indices than one launch carries (256), against the
 // CPU backend's GatherRows of the same values.
 TEST_F(CudaHostCopyTest, GatherRowsMatchesCpu) {
   std::unique_ptr<Backend> cpu = CreateCpuBackend({.num_threads = 1});
