@@ -164,7 +164,9 @@ struct CudaBackendOptions {
   // alignment's teacher-forced pass) through Flash v2 from this many queries a row: K and V read
   // once per 64 queries on tensor cores, q and the probabilities as f16 hi + lo parts (as exact
   // as SplitAttention's f32 arithmetic); fewer queries (a decoder step's one) through
-  // SplitAttention. 0: never.
+  // SplitAttention. 0: never. Default: 2 (H100, WhisperModel::PrefillRows: at 8 and 64 rows
+  // 1.4-2.7x faster from 8 tokens a row, within the noise at 2-4 tokens and at one row;
+  // docs/benchmarks.md, "Summary: H100, session 19").
   int flash_half_kv_min_queries = 2;
   // SharedKvAttention's key ranges per (row, group of 8 queries): 0 lets the plan choose (until
   // the grid fills the resident blocks once); n > 0 forces n (for tests and measurements).
