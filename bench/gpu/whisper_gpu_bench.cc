@@ -27,7 +27,8 @@
 //   --only "NAME;NAME": only the variants of exactly these names;
 //   --no-ops: skip the op profile; --list: print the variants selected and exit;
 //   --prefill-tokens T,...: also time WhisperModel::PrefillRows of each decoder batch with
-//   prompts of T random tokens (eager, logits at the last; not for the fused or persistent rows);
+//   prompts of T random tokens (graphs where the model uses them, logits at the last; not for the
+//   fused or persistent rows);
 //   --position P: the persistent steps' rows at position P (P + 1 self-attention keys; 0-447)
 //   instead of 64;
 //   --encoder-only: only the encoder rows (its ops, and the variants that run the encoder),
@@ -345,8 +346,9 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
       ASSIGN_OR_RETURN(const std::vector<int64_t> stamps, persistent->ReadTimeline());
       PrintClusterTimeline(stamps, batch);
     }
-    // The rows' prompts of t random tokens in one pass (WhisperModel::PrefillRows, eager as the
-    // streaming engine runs it), logits at each row's last token.
+    // The rows' prompts of t random tokens in one pass (WhisperModel::PrefillRows as the streaming
+    // engine runs it: a graph replayed per padded length where the model uses graphs), logits at
+    // each row's last token.
     for (int t : g_prefill_tokens) {
       if (fused || persistent) break;
       std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(b));
