@@ -13,7 +13,9 @@ LINE = re.compile(
     r"\((\d+) row-steps(?:, (\d+) on the device)?\), sampling ([\d.]+) ms, decoder total ([\d.]+) ms"
     r"(?: \(finals aligned (\d+) in ([\d.]+) ms, results sent in ([\d.]+) ms\))?"
     r"(?:, windows prepared in ([\d.]+) ms)?"
-    r"(?:, prompts of up to (\d+) tokens issued in ([\d.]+) ms)?")
+    r"(?:, prompts of up to (\d+) tokens issued in ([\d.]+) ms)?"
+    r"(?:; encoder passes (\d+): staging ([\d.]+) ms \(first ([\d.]+)\), uploads issued "
+    r"([\d.]+) ms, replays issued ([\d.]+) ms, waiting ([\d.]+) ms)?")
 STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)\]")
 RANGES = [(1, 4), (5, 12), (13, 24), (25, 40), (41, 64), (65, 96), (97, 128)]
 
@@ -67,6 +69,11 @@ def main(paths):
         print(f"prefill: {total(14):.0f} of its {total(2):.0f} ms issuing the batched passes; "
               f"prompts fed {statistics.median(fed) if fed else 0:.0f} tokens a row (median of "
               f"the batches' longest), up to {max(fed) if fed else 0:.0f}")
+    if len(rows[0]) > 15 and rows[0][15] == rows[0][15]:
+        print(f"encoder: {total(15):.0f} passes; of its {total(1):.0f} ms the scheduler's thread "
+              f"spent {total(17):.0f} staging the first pass's windows, {total(16):.0f} staging "
+              f"the next pass's while one ran, {total(18):.0f} issuing uploads, {total(19):.0f} "
+              f"issuing replays, {total(20):.0f} waiting for the device")
 
 
 if __name__ == "__main__":

@@ -78,6 +78,8 @@ struct BackendVariant {
   bool half_cross = true;
   // WhisperModelOptions::absorbed_cross_attention (kNever: the K/V caches, the rows before it).
   whisper::GraphUse absorbed_cross = whisper::GraphUse::kAuto;
+  // WhisperModelOptions::half_encoder_attention_output (false: f32, the rows before it).
+  bool half_encoder_attention = true;
 };
 
 struct Row {
@@ -235,6 +237,7 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
   // The persistent bench variants keep f32 caches (their f16 copies are RefreshCross()'s).
   model_options.half_cross_cache = variant.half_cross && !variant.persistent;
   model_options.absorbed_cross_attention = variant.absorbed_cross;
+  model_options.half_encoder_attention_output = variant.half_encoder_attention;
   ASSIGN_OR_RETURN(std::unique_ptr<whisper::WhisperModel> model,
                    whisper::WhisperModel::Load(model_dir, *backend, model_options));
   if (model->fused_step_max_batch() > 0) {
@@ -643,6 +646,9 @@ int Main(int argc, char** argv) {
   // encoder pass only, as the default of that build: no gain (docs/benchmarks.md).
   add("fast, CUDA graph + PDL, encoder without PDL", CudaMath::kFast, true, true, false);
   variants.back().options.pdl_large_kernels = false;
+  // Session 20: the encoder's attention output in f32 and its projection on HalfGemm (before).
+  add("fast, CUDA graph + PDL, f32 encoder attention output", CudaMath::kFast, true, true, false);
+  variants.back().half_encoder_attention = false;
   // f16 cross K/V caches (the default) against f32 ones, for the decoder step.
   add("fast, CUDA graph + PDL, f32 cross cache", CudaMath::kFast, true, true, false);
   variants.back().half_cross = false;

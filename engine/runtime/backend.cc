@@ -63,9 +63,10 @@ absl::StatusOr<HostBuffer> Backend::AllocateHost(size_t bytes) {
   return HostBuffer(data, bytes, [](void* p) { ::operator delete (p, std::align_val_t{64}); });
 }
 
-absl::Status Backend::CopyFromHostAsync(const HostBuffer& src, size_t bytes, const Tensor& dst) {
-  RETURN_IF_ERROR(checks::ValidateHostBufferHolds(src, bytes));
-  return CopyFromHost(src.data(), bytes, dst);
+absl::Status Backend::CopyFromHostAsync(const HostBuffer& src, size_t bytes, const Tensor& dst,
+                                        size_t src_offset) {
+  RETURN_IF_ERROR(checks::ValidateHostBufferHolds(src, bytes, src_offset));
+  return CopyFromHost(src.data_as<char>() + src_offset, bytes, dst);
 }
 
 absl::Status Backend::GatherRows(const Tensor& src, absl::Span<const int64_t> rows,

@@ -211,10 +211,11 @@ class Backend {
   // it without staging (CUDA), plain memory otherwise (the default). Reaches the driver: allocate
   // once, not per upload. The buffer must outlive every copy from it (Synchronize first).
   virtual absl::StatusOr<HostBuffer> AllocateHost(size_t bytes);
-  // Host -> device from the first `bytes` of `src` (AllocateHost's memory), `bytes` equal to
-  // dst.size_bytes(). May return before the copy has run: those bytes must stay as they are until
-  // the next Synchronize(). Default: CopyFromHost.
-  virtual absl::Status CopyFromHostAsync(const HostBuffer& src, size_t bytes, const Tensor& dst);
+  // Host -> device from bytes [src_offset, src_offset + bytes) of `src` (AllocateHost's memory),
+  // `bytes` equal to dst.size_bytes(). May return before the copy has run: those bytes must stay
+  // as they are until the next Synchronize(). Default: CopyFromHost.
+  virtual absl::Status CopyFromHostAsync(const HostBuffer& src, size_t bytes, const Tensor& dst,
+                                         size_t src_offset = 0);
   // Device -> host; waits for prior work. `bytes` must equal src.size_bytes().
   virtual absl::Status CopyToHost(const Tensor& src, void* dst, size_t bytes) = 0;
   // Device -> device, same dtype and element count (shapes may differ). With
@@ -235,7 +236,8 @@ class Backend {
   // Row-wise layer normalisation over the last dim: y = (x − mean) / sqrt(var + eps) · γ + β.
   virtual absl::Status LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                  float eps, const Tensor& y) = 0;
-  // y = a + b, elementwise, equal shapes; y may alias a or b.
+  // y = a + b, elementwise; b has a's shape or a's trailing dims (then it is added to each of
+  // a's leading rows: y[r, ...] = a[r, ...] + b[...]); y may alias a, or b of a's shape.
   virtual absl::Status Add(const Tensor& a, const Tensor& b, const Tensor& y) = 0;
   // y = gelu(x), exact (erf) form; y may alias x.
   virtual absl::Status Gelu(const Tensor& x, const Tensor& y) = 0;

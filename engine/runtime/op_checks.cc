@@ -94,10 +94,10 @@ absl::Status ValidateCopyFromHost(DeviceKind device, const void* src, size_t byt
   return absl::OkStatus();
 }
 
-absl::Status ValidateHostBufferHolds(const HostBuffer& src, size_t bytes) {
-  if (bytes <= src.size_bytes()) return absl::OkStatus();
-  return Invalid("CopyFromHostAsync",
-                 absl::StrCat(bytes, " bytes from a host buffer of ", src.size_bytes()));
+absl::Status ValidateHostBufferHolds(const HostBuffer& src, size_t bytes, size_t offset) {
+  if (offset <= src.size_bytes() && bytes <= src.size_bytes() - offset) return absl::OkStatus();
+  return Invalid("CopyFromHostAsync", absl::StrCat(bytes, " bytes at offset ", offset,
+                                                   " of a host buffer of ", src.size_bytes()));
 }
 
 absl::Status ValidateCopyToHost(DeviceKind device, const Tensor& src, const void* dst,
@@ -314,7 +314,15 @@ absl::Status ValidateAdd(DeviceKind device, const Tensor& a, const Tensor& b, co
   RETURN_IF_ERROR(CheckTensor(device, kOp, "a", a, {DType::kF32}, -1));
   RETURN_IF_ERROR(CheckTensor(device, kOp, "b", b, {DType::kF32}, -1));
   RETURN_IF_ERROR(CheckTensor(device, kOp, "y", y, {DType::kF32}, -1));
-  RETURN_IF_ERROR(CheckShape(kOp, "b", b, a.shape(), "same as a"));
+  // b: a's shape, or a's trailing dims (added to each of a's leading rows).
+  bool trailing = b.rank() <= a.rank();
+  for (int i = 0; trailing && i < b.rank(); ++i) {
+    trailing = b.dim(i) == a.dim(a.rank() - b.rank() + i);
+  }
+  if (!trailing) {
+    return Invalid(kOp, absl::StrCat("b ", b.Describe(), " must have a's shape ",
+                                     a.shape().ToString(), " or its trailing dims"));
+  }
   RETURN_IF_ERROR(CheckShape(kOp, "y", y, a.shape(), "same as a"));
   RETURN_IF_ERROR(CheckInPlaceOrDisjoint(kOp, "y", y, "a", a));
   return CheckInPlaceOrDisjoint(kOp, "y", y, "b", b);

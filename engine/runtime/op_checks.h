@@ -35,9 +35,9 @@ absl::Status CheckDisjoint(const char* op, const char* y_name, const Tensor& y, 
 
 absl::Status ValidateCopyFromHost(DeviceKind device, const void* src, size_t bytes,
                                   const Tensor& dst);
-// Backend::CopyFromHostAsync's own check: `src` holds at least `bytes` (dst's checks are
-// ValidateCopyFromHost's).
-absl::Status ValidateHostBufferHolds(const HostBuffer& src, size_t bytes);
+// Backend::CopyFromHostAsync's own check: `src` holds `bytes` from `offset` on (dst's checks
+// are ValidateCopyFromHost's).
+absl::Status ValidateHostBufferHolds(const HostBuffer& src, size_t bytes, size_t offset = 0);
 absl::Status ValidateCopyToHost(DeviceKind device, const Tensor& src, const void* dst,
                                 size_t bytes);
 // (`half_activations`: dst may also be f16 for an f32 src, a conversion.)

@@ -596,10 +596,16 @@ class StreamingEngine::Impl {
   // most encoder_[0]'s batch rows (one row per pass where the model does not batch its encoder):
   // each pass writes its windows into the first rows of the encoder buffers and replays the
   // pass and the cross-attention K/V projection into slots [begin, begin + size). The windows go
-  // through mel_staging_ (pinned on a GPU: one upload a pass, without the driver's staging),
-  // staged in parallel, pass k + 1's while pass k runs on the device. Every row of a pass gets
-  // the pass's time, from its staging to its end, in its encoder_ms.
-  absl::Status EncodeRows(std::vector<Row>& rows) {
+  // through mel_staging_ (pinned on a GPU: uploads without the driver's staging, each window's
+  // audio frames only, its padding zeroed on the device), staged in parallel, pass k + 1's while
+  // pass k runs on the device. Every row of a pass gets
+  // the pass's time, from its staging to its end, in its encoder_ms. `timings`: where the
+  // scheduler's thread spent the passes (the debug line's).
+  struct EncodeTimings {
+    int passes = 0;
+    double first_staging_ms = 0, staging_ms = 0, upload_ms = 0, replay_ms = 0, wait_ms = 0;
+  };
+  absl::Status EncodeRows(std::vector<Row>& rows, EncodeTimings& timings) {
     const whisper::WhisperModel& model = transcriber_.model();
     struct Pass {
       int begin = 0, size = 0;
@@ -629,19 +635,37 @@ class StreamingEngine::Impl {
       for (const absl::Status& status : staged) RETURN_IF_ERROR(status);
       return absl::OkStatus();
     };
+    timings.passes = static_cast<int>(passes.size());
+    auto clock = std::chrono::steady_clock::now();
+    auto lap = [&clock] {  // ms since the last lap
+      const auto now = std::chrono::steady_clock::now();
+      const double ms = std::chrono::duration<double, std::milli>(now - clock).count();
+      clock = now;
+      return ms;
+    };
     RETURN_IF_ERROR(stage(0));
+    timings.first_staging_ms = lap();
     for (size_t k = 0; k < passes.size(); ++k) {
       const Pass& pass = passes[k];
       whisper::EncoderBuffers& buffers =
           *encoders_[static_cast<size_t>(std::countr_zero(static_cast<unsigned>(pass.size)))];
-      absl::Status status = model.UploadStagedMel(mel_staging_[k % 2], buffers);
+      std::vector<int> frames(static_cast<size_t>(pass.size));  // each window's audio
+      for (int i = 0; i < pass.size; ++i) {
+        frames[static_cast<size_t>(i)] = static_cast<int>(
+            rows[static_cast<size_t>(pass.begin + i)].input.mel.size() / model.dims().n_mels);
+      }
+      absl::Status status = model.UploadStagedMel(mel_staging_[k % 2], frames, buffers);
+      timings.upload_ms += lap();
       absl::StatusOr<whisper::DecoderState*> slots = decoders_->Range(pass.begin, pass.size);
       if (status.ok()) status = slots.status();
       if (status.ok()) status = model.RunEncoder(buffers, *slots);
+      timings.replay_ms += lap();
       // The other staging buffer's last upload (pass k − 1's) ended at the last Synchronize.
       if (status.ok() && k + 1 < passes.size()) status = stage(k + 1);
+      timings.staging_ms += lap();
       // Also on an error: no upload may still be reading a staging buffer after this returns.
       const absl::Status synced = model.backend().Synchronize();
+      timings.wait_ms += lap();
       RETURN_IF_ERROR(status);
       RETURN_IF_ERROR(synced);
       const double ms = MsSince(pass.start);
@@ -690,7 +714,8 @@ class StreamingEngine::Impl {
     });
 
     const auto encode_start = std::chrono::steady_clock::now();
-    absl::Status status = EncodeRows(rows);
+    EncodeTimings encode;
+    absl::Status status = EncodeRows(rows, encode);
     const double encode_ms = MsSince(encode_start);
     std::vector<std::vector<int>> prompts;
     for (Row& row : rows) prompts.push_back(std::move(row.input.prompt));
@@ -804,10 +829,14 @@ class StreamingEngine::Impl {
         "batch of {}: encoder {:.2f} ms, prefill {:.2f} ms, {} steps {:.2f} ms "
         "({} row-steps, {} on the device), sampling {:.2f} ms, decoder total {:.2f} ms "
         "(finals aligned {} in {:.2f} ms, results sent in {:.2f} ms), windows prepared in "
-        "{:.2f} ms, prompts of up to {} tokens issued in {:.2f} ms",
+        "{:.2f} ms, prompts of up to {} tokens issued in {:.2f} ms; encoder passes {}: "
+        "staging {:.2f} ms (first {:.2f}), uploads issued {:.2f} ms, replays issued {:.2f} ms, "
+        "waiting {:.2f} ms",
         batch, encode_ms, timings.prefill_ms, timings.steps, timings.step_ms, timings.row_steps,
         timings.device_steps, timings.sample_ms, decoder_ms, deferred.size(), align_ms, send_ms,
-        prepare_ms, timings.prefill_tokens, timings.prefill_pass_ms);
+        prepare_ms, timings.prefill_tokens, timings.prefill_pass_ms, encode.passes,
+        encode.staging_ms, encode.first_staging_ms, encode.upload_ms, encode.replay_ms,
+        encode.wait_ms);
     int batch_steps = 1;
     for (const whisper::GreedyResult& r : *decoded) batch_steps = std::max(batch_steps, r.steps);
     // One observation per batch: every row of it shared each step.

@@ -378,17 +378,10 @@ class CpuBackend final : public Backend {
   }
 
   absl::Status Add(const Tensor& a, const Tensor& b, const Tensor& y) override {
-    constexpr const char* kOp = "Add";
-    RETURN_IF_ERROR(CheckTensor(kOp, "a", a, {DType::kF32}, -1));
-    RETURN_IF_ERROR(CheckTensor(kOp, "b", b, {DType::kF32}, -1));
-    RETURN_IF_ERROR(CheckTensor(kOp, "y", y, {DType::kF32}, -1));
-    RETURN_IF_ERROR(CheckShape(kOp, "b", b, a.shape(), "same as a"));
-    RETURN_IF_ERROR(CheckShape(kOp, "y", y, a.shape(), "same as a"));
-    RETURN_IF_ERROR(CheckInPlaceOrDisjoint(kOp, "y", y, "a", a));
-    RETURN_IF_ERROR(CheckInPlaceOrDisjoint(kOp, "y", y, "b", b));
+    RETURN_IF_ERROR(checks::ValidateAdd(DeviceKind::kCpu, a, b, y));
     return Submit([state = state_, a, b, y]() {
       cpu::AddKernel(state->context(), a.data_as<float>(), b.data_as<float>(), y.data_as<float>(),
-                     y.numel());
+                     y.numel(), b.numel());
       return absl::OkStatus();
     });
   }

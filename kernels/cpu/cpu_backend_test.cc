@@ -135,7 +135,8 @@ TEST_F(CpuBackendTest, CopiesCheckSizesAndDtypes) {
 }
 
 // Backend's default AllocateHost and CopyFromHostAsync (plain memory, CopyFromHost): the first
-// `bytes` of the buffer arrive; short buffers, wrong sizes and copies while capturing are refused.
+// `bytes` of the buffer arrive, or those from an offset; short buffers, offsets past what it
+// holds, wrong sizes and copies while capturing are refused.
 TEST_F(CpuBackendTest, HostBuffersUploadTheirFirstBytes) {
   auto empty = backend_->AllocateHost(0);
   ASSERT_TRUE(empty.ok());
@@ -151,6 +152,12 @@ TEST_F(CpuBackendTest, HostBuffersUploadTheirFirstBytes) {
   ASSERT_TRUE(backend_->CopyFromHostAsync(*host, 12 * sizeof(float), a).ok());
   ASSERT_TRUE(backend_->Synchronize().ok());
   EXPECT_EQ(Read(a), std::vector<float>(values.begin(), values.begin() + 12));
+  ASSERT_TRUE(backend_->CopyFromHostAsync(*host, 12 * sizeof(float), a, sizeof(float)).ok());
+  EXPECT_EQ(Read(a), std::vector<float>(values.begin() + 1, values.end()));
+  for (size_t offset : {2 * sizeof(float), 14 * sizeof(float), ~size_t{0}}) {
+    EXPECT_EQ(backend_->CopyFromHostAsync(*host, 12 * sizeof(float), a, offset).code(),
+              absl::StatusCode::kInvalidArgument);
+  }
   Tensor b = Poisoned({14});
   EXPECT_EQ(backend_->CopyFromHostAsync(*host, 14 * sizeof(float), b).code(),
             absl::StatusCode::kInvalidArgument);

@@ -5,10 +5,10 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/runtime/thread_pool.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/simd.h"
-#include "engine/runtime/thread_pool.h"
 
 namespace waav::cpu {
 namespace {
@@ -108,17 +108,29 @@ void LayerNormKernel(const KernelContext& ctx, const float* x, int64_t rows, int
       RowGrain(cols));
 }
 
-void AddKernel(const KernelContext& ctx, const float* a, const float* b, float* y, int64_t n) {
+void AddKernel(const KernelContext& ctx, const float* a, const float* b, float* y, int64_t n,
+               int64_t period) {
+  if (n == 0) return;
+  // Values [begin, end) of one period: b from its start.
+  auto add = [](const float* a, const float* b, float* y, int64_t count) {
+    int64_t i = 0;
+    for (; i + simd::kLanes <= count; i += simd::kLanes) {
+      _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+    }
+    for (; i < count; ++i) y[i] = a[i] + b[i];
+  };
+  if (period == n) {
+    ctx.pool->ParallelFor(
+        n, [&](int64_t begin, int64_t end) { add(a + begin, b + begin, y + begin, end - begin); },
+        kElementGrain);
+    return;
+  }
   ctx.pool->ParallelFor(
-      n,
+      n / period,
       [&](int64_t begin, int64_t end) {
-        int64_t i = begin;
-        for (; i + simd::kLanes <= end; i += simd::kLanes) {
-          _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
-        }
-        for (; i < end; ++i) y[i] = a[i] + b[i];
+        for (int64_t r = begin; r < end; ++r) add(a + r * period, b, y + r * period, period);
       },
-      kElementGrain);
+      std::max<int64_t>(1, kElementGrain / period));
 }
 
 void GeluKernel(const KernelContext& ctx, const float* x, float* y, int64_t n) {

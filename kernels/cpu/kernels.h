@@ -40,7 +40,9 @@ void Conv1dKernel(const KernelContext& ctx, const float* x, const void* w, DType
 
 void LayerNormKernel(const KernelContext& ctx, const float* x, int64_t rows, int64_t cols,
                      const float* gamma, const float* beta, float eps, float* y);
-void AddKernel(const KernelContext& ctx, const float* a, const float* b, float* y, int64_t n);
+// y = a + b over n values, b repeated every `period` values (n a multiple of it; n: no repeat).
+void AddKernel(const KernelContext& ctx, const float* a, const float* b, float* y, int64_t n,
+               int64_t period);
 void GeluKernel(const KernelContext& ctx, const float* x, float* y, int64_t n);
 void LogSoftmaxKernel(const KernelContext& ctx, const float* x, int64_t rows, int64_t cols,
                       float* y);

@@ -41,8 +41,8 @@ struct AttentionArgs {
   // q is f32 (q), k and v f16 at k16, v16 (an f16 K/V cache); k, v unused. SplitAttention, and
   // Flash v2 (its split-q form) from CudaBackendOptions::flash_half_kv_min_queries queries.
   bool kv_half = false;
-  // The output rounded to f16 at out16 (out unused): SplitAttention rounds as it stores;
-  // LaunchAttention runs the other kernels into f32 scratch and converts after them.
+  // The output rounded to f16 at out16 (out unused): SplitAttention and Flash v2 round as they
+  // store; LaunchAttention runs the other kernels into f32 scratch and converts after them.
   bool out_half = false;
   void* out16 = nullptr;
 };

@@ -47,9 +47,9 @@ AttentionChoice ChooseAttention(AttentionArgs& args, int64_t q_numel, int64_t kv
         PlanSplitAttention(args, sm_count, max_counters, options.split_attention_blocks_per_sm);
     own = c.split.partial_bytes;
   }
-  // An f16 out: SplitAttention rounds as it stores; the other kernels write f32 into scratch,
-  // then one conversion.
-  if (args.out_half && (c.decode.supported || c.flash)) {
+  // An f16 out: SplitAttention and Flash v2 round as they store; the other kernels write f32
+  // into scratch, then one conversion.
+  if (args.out_half && (c.decode.supported || (c.flash && !c.flash2))) {
     c.out32_bytes = RoundUp256(static_cast<size_t>(out_numel) * 4);
   }
   c.scratch_bytes = c.convert_bytes + own + c.out32_bytes;
@@ -82,8 +82,6 @@ cudaError_t LaunchAttention(const LaunchContext& ctx, AttentionArgs args, const 
     cudaError_t err = cudaSuccess;
     if (c.decode.supported) {
       err = LaunchDecodeAttention(ctx, args, c.decode, reinterpret_cast<float*>(own), counters);
-    } else if (c.flash2) {
-      err = LaunchFlashAttention2(ctx, args, c.flash_plan, own, counters);
     } else {
       err = LaunchFlashAttention(ctx, args, c.flash_plan, own, counters);
     }

@@ -93,13 +93,14 @@ absl::StatusOr<HostBuffer> AllocatePinnedHost(size_t bytes) {
   return HostBuffer(data, bytes, [](void* p) { (void)cudaFreeHost(p); });
 }
 
-absl::Status CopyFromPinnedHost(DeviceKind device, const HostBuffer& src, size_t bytes,
-                                const Tensor& dst, cudaStream_t stream) {
-  RETURN_IF_ERROR(checks::ValidateHostBufferHolds(src, bytes));
-  RETURN_IF_ERROR(checks::ValidateCopyFromHost(device, src.data(), bytes, dst));
+absl::Status CopyFromPinnedHost(DeviceKind device, const HostBuffer& src, size_t offset,
+                                size_t bytes, const Tensor& dst, cudaStream_t stream) {
+  RETURN_IF_ERROR(checks::ValidateHostBufferHolds(src, bytes, offset));
+  const char* from = src.data_as<const char>() + offset;
+  RETURN_IF_ERROR(checks::ValidateCopyFromHost(device, from, bytes, dst));
   if (bytes == 0) return absl::OkStatus();
   return GpuStatus("CopyFromHostAsync",
-                   cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyHostToDevice, stream));
+                   cudaMemcpyAsync(dst.data(), from, bytes, cudaMemcpyHostToDevice, stream));
 }
 
 absl::Status AllocateErrorWord(unsigned long long** host, unsigned long long** device) {

@@ -31,10 +31,10 @@ absl::StatusOr<cudaDeviceProp> OpenDevice(int device_index);
 absl::Status AllocateErrorWord(unsigned long long** host, unsigned long long** device);
 // Page-locked host memory (Backend::AllocateHost): the device copies from it without staging.
 absl::StatusOr<HostBuffer> AllocatePinnedHost(size_t bytes);
-// Backend::CopyFromHostAsync's checks (`src` holds `bytes`, dst takes them), then the copy,
-// stream-ordered, returning at once.
-absl::Status CopyFromPinnedHost(DeviceKind device, const HostBuffer& src, size_t bytes,
-                                const Tensor& dst, cudaStream_t stream);
+// Backend::CopyFromHostAsync's checks (`src` holds `bytes` from `offset` on, dst takes them),
+// then the copy, stream-ordered, returning at once.
+absl::Status CopyFromPinnedHost(DeviceKind device, const HostBuffer& src, size_t offset,
+                                size_t bytes, const Tensor& dst, cudaStream_t stream);
 // The backend's one-line description (Backend::Describe).
 std::string DescribeDevice(const cudaDeviceProp& props, const std::string& gemm, bool fast_math,
                            bool graphs, bool pdl);

@@ -123,8 +123,7 @@ class CudaBackend final : public Backend, public CudaExtensions {
     RETURN_IF_ERROR(NotCapturing("CopyFromHost"));
     RETURN_IF_ERROR(checks::ValidateCopyFromHost(kGpuKind, src, bytes, dst));
     if (bytes == 0) return absl::OkStatus();
-    // From pageable memory the runtime stages the bytes before returning, so `src` may be reused
-    // at once; the copy itself is stream-ordered after every earlier kernel.
+    // Pageable memory: the runtime stages the bytes before returning (src reusable); in order.
     return GpuStatus("CopyFromHost",
                      cudaMemcpyAsync(dst.data(), src, bytes, cudaMemcpyHostToDevice, stream()));
   }
@@ -132,9 +131,10 @@ class CudaBackend final : public Backend, public CudaExtensions {
   absl::StatusOr<HostBuffer> AllocateHost(size_t bytes) override {
     return cuda::AllocatePinnedHost(bytes);
   }
-  absl::Status CopyFromHostAsync(const HostBuffer& src, size_t bytes, const Tensor& dst) override {
+  absl::Status CopyFromHostAsync(const HostBuffer& src, size_t bytes, const Tensor& dst,
+                                 size_t src_offset) override {
     RETURN_IF_ERROR(NotCapturing("CopyFromHostAsync"));
-    return cuda::CopyFromPinnedHost(kGpuKind, src, bytes, dst, stream());
+    return cuda::CopyFromPinnedHost(kGpuKind, src, src_offset, bytes, dst, stream());
   }
 
   absl::Status CopyToHost(const Tensor& src, void* dst, size_t bytes) override {
@@ -492,10 +492,10 @@ class CudaBackend final : public Backend, public CudaExtensions {
 
   absl::Status Add(const Tensor& a, const Tensor& b, const Tensor& y) override {
     RETURN_IF_ERROR(checks::ValidateAdd(kGpuKind, a, b, y));
-    Sign({static_cast<int64_t>(SigOp::kAdd), y.numel()});
+    Sign({static_cast<int64_t>(SigOp::kAdd), y.numel(), b.numel()});
     return Submit([state = state_, ctx = Ctx(), a, b, y]() {
       return GpuStatus("Add", cuda::LaunchAdd(ctx, a.data_as<float>(), b.data_as<float>(),
-                                              y.data_as<float>(), y.numel()));
+                                              y.data_as<float>(), y.numel(), b.numel()));
     });
   }
 

@@ -426,6 +426,24 @@ TEST_P(CudaParityTest, AddAndGeluMatchCpuAlsoInPlace) {
   }
 }
 
+// b of a's trailing dims, added to every leading row (the encoder's positions, one call for a
+// batch of windows): float4 steps where the rows are multiples of 4, else one value a step.
+TEST_P(CudaParityTest, AddBroadcastsTrailingDimsLikeCpu) {
+  for (const auto& [a_shape, b_shape] : std::vector<std::pair<Shape, Shape>>{
+           {{5, 1}, {1}}, {{3, 7}, {7}}, {{2, 3, 12}, {3, 12}}, {{16, 1500, 384}, {1500, 384}}}) {
+    const std::string what = absl::StrCat("Add ", a_shape.ToString(), " + ", b_shape.ToString());
+    const Pair a = F32(a_shape, Random(a_shape.numel(), -3.0f, 3.0f));
+    const Pair b = F32(b_shape, Random(b_shape.numel()));
+    const Pair y = Poisoned(a_shape);
+    ASSERT_TRUE(cpu_->Add(a.cpu, b.cpu, y.cpu).ok());
+    ASSERT_TRUE(gpu_->Add(a.gpu, b.gpu, y.gpu).ok());
+    EXPECT_TRUE(Close(what, Gpu(y.gpu), Cpu(y.cpu), kExact));
+    ASSERT_TRUE(gpu_->Add(a.gpu, b.gpu, a.gpu).ok());
+    EXPECT_TRUE(Close(what + " in place", Gpu(a.gpu), Cpu(y.cpu), kExact));
+    EXPECT_EQ(gpu_->Add(a.gpu, y.gpu, b.gpu).code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
 TEST_P(CudaParityTest, LogSoftmaxMatchesCpuAlsoInPlace) {
   for (const auto& [rows, cols] :
        std::vector<std::pair<int64_t, int64_t>>{{1, 51864}, {3, 7}, {64, 1000}}) {
@@ -639,198 +657,6 @@ TEST_P(CudaParityTest, LinearPlanesMatchesCpuLinear) {
   EXPECT_EQ(
       cpu_->LinearPlanes(x.cpu, weight.cpu, nullptr, PlanesOf(Poisoned({3, 4, 4}).cpu)).code(),
       absl::StatusCode::kUnimplemented);
-}
-
-TEST_P(CudaParityTest, AttentionWithHalfInputsMatchesCpu) {
-  if (!half_activations_) GTEST_SKIP() << "f16 activations off in this variant";
-  struct Case {
-    int64_t batch, q_len, kv_len, heads, head_dim;
-  };
-  // Flash v2 reads f16 q, k, v as they are; the others (odd heads, accurate) widen them first.
-  for (const Case c : {Case{1, 1500, 1500, 6, 64}, Case{2, 300, 300, 6, 64},
-                       Case{1, 1500, 70, 6, 64}, Case{2, 5, 33, 3, 24}}) {
-    const std::string what = absl::StrCat("Attention f16 q, k, v B=", c.batch, " Tq=", c.q_len,
-                                          " Tk=", c.kv_len, " H=", c.heads, " D=", c.head_dim);
-    SCOPED_TRACE(what);
-    const int64_t width = c.heads * c.head_dim;
-    std::vector<float> qv = Random(c.batch * c.q_len * width, -2.0f, 2.0f);
-    std::vector<float> kv = Random(c.batch * c.kv_len * width, -2.0f, 2.0f);
-    std::vector<float> vv = Random(c.batch * c.kv_len * width);
-    const Tensor q16 = HalfGpu({c.batch, c.q_len, width}, qv);
-    const Tensor k16 = HalfGpu({c.batch, c.kv_len, width}, kv);
-    const Tensor v16 = HalfGpu({c.batch, c.kv_len, width}, vv);
-    const Pair q = F32({c.batch, c.q_len, width}, qv);
-    const Pair k = F32({c.batch, c.kv_len, width}, kv);
-    const Pair v = F32({c.batch, c.kv_len, width}, vv);
-    const Pair out = Poisoned({c.batch, c.q_len, width});
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    ASSERT_TRUE(cpu_->Attention(q.cpu, k.cpu, v.cpu, nullptr, static_cast<int>(c.heads), scale,
-                                false, out.cpu)
-                    .ok());
-    const absl::Status status =
-        gpu_->Attention(q16, k16, v16, nullptr, static_cast<int>(c.heads), scale, false, out.gpu);
-    ASSERT_TRUE(status.ok()) << status;
-    const bool tensor_cores = fast() && c.head_dim == 64 && c.q_len >= 16;
-    EXPECT_TRUE(Close(what, Gpu(out.gpu), Cpu(out.cpu), tensor_cores ? kFastAttention : kExact));
-  }
-  // Mixed dtypes are refused.
-  std::vector<float> a = Random(2 * 16 * 64);
-  const Tensor q16 = HalfGpu({2, 16, 64}, a);
-  const Pair k = F32({2, 16, 64}, a);
-  const Pair out = Poisoned({2, 16, 64});
-  EXPECT_EQ(gpu_->Attention(q16, k.gpu, k.gpu, nullptr, 1, 0.125f, false, out.gpu).code(),
-            absl::StatusCode::kInvalidArgument);
-}
-
-TEST_P(CudaParityTest, AttentionMatchesCpu) {
-  struct Case {
-    int64_t batch, q_len, kv_len, heads, head_dim;
-    bool causal, lengths;
-  };
-  for (const Case c :
-       {Case{4, 1, 448, 6, 64, true, true},     // decoder self-attention
-        Case{2, 3, 448, 6, 64, true, true},     // prompt
-        Case{1, 1, 1500, 6, 64, false, false},  // cross-attention
-        Case{3, 1, 1500, 6, 64, false, false},
-        Case{1, 300, 300, 6, 64, false, false},  // encoder-like
-        Case{2, 100, 120, 6, 64, true, true}, Case{1, 1500, 1500, 6, 64, false, false},
-        Case{1, 64, 1024, 2, 64, true, true},     // f16 path with key splits
-        Case{2, 1500, 1500, 6, 64, false, true},  // split v2 kernel, a row that sees nothing
-        Case{1, 200, 1500, 6, 64, true, true}, Case{1, 1500, 70, 6, 64, false, false},
-        Case{2, 5, 33, 3, 24, true, true},  // odd head sizes
-        Case{1, 20, 50, 2, 128, false, false}, Case{1, 2, 40, 1, 200, false, true}}) {
-    const std::string what =
-        absl::StrCat("Attention B=", c.batch, " Tq=", c.q_len, " Tk=", c.kv_len, " H=", c.heads,
-                     " D=", c.head_dim, c.causal ? " causal" : "", c.lengths ? " lengths" : "");
-    SCOPED_TRACE(what);
-    const int64_t width = c.heads * c.head_dim;
-    const Pair q = F32({c.batch, c.q_len, width}, Random(c.batch * c.q_len * width, -2.0f, 2.0f));
-    const Pair k = F32({c.batch, c.kv_len, width}, Random(c.batch * c.kv_len * width, -2.0f, 2.0f));
-    const Pair v = F32({c.batch, c.kv_len, width}, Random(c.batch * c.kv_len * width));
-    std::vector<int32_t> lengths(c.batch);
-    for (int32_t& l : lengths) l = RandomInt(0, static_cast<int>(c.kv_len));
-    if (c.lengths && c.batch > 1) lengths[1] = 0;  // a row that sees nothing outputs zeros
-    const Pair len = I32({c.batch}, lengths);
-    const Pair out = Poisoned({c.batch, c.q_len, width});
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    ASSERT_TRUE(cpu_->Attention(q.cpu, k.cpu, v.cpu, c.lengths ? &len.cpu : nullptr,
-                                static_cast<int>(c.heads), scale, c.causal, out.cpu)
-                    .ok());
-    ASSERT_TRUE(gpu_->Attention(q.gpu, k.gpu, v.gpu, c.lengths ? &len.gpu : nullptr,
-                                static_cast<int>(c.heads), scale, c.causal, out.gpu)
-                    .ok());
-    const bool tensor_cores = fast() && c.head_dim == 64 && c.q_len >= 16;
-    EXPECT_TRUE(Close(what, Gpu(out.gpu), Cpu(out.cpu), tensor_cores ? kFastAttention : kExact));
-  }
-}
-
-// An f32 q over an f16 K/V cache (the decoder's cross-attention with f16 activations):
-// SplitAttention widens K and V as it loads them (one query; every query where not kFast), Flash
-// v2 takes q and the probabilities as f16 hi + lo parts (prompts); the CPU attends over the same
-// (widened) values in f32, so the results agree to f32 rounding (kExact).
-// An f16 out (f16 activations): SplitAttention rounds as it stores (a decoder step's one query
-// over f32 or f16 caches), the other kernels (flash for many queries, DecodeAttention in its
-// variant) write f32 scratch and convert; each against the CPU's result rounded to f16.
-TEST_P(CudaParityTest, AttentionIntoHalfMatchesCpuRounded) {
-  if (!half_activations_) GTEST_SKIP() << "f16 activations off in this variant";
-  struct Case {
-    int64_t batch, q_len, kv_len;
-    bool causal, half_kv;
-  };
-  for (const Case c :
-       {Case{16, 1, 64, true, false}, Case{5, 1, 448, true, true}, Case{3, 1, 1500, false, true},
-        Case{1, 64, 200, true, false}, Case{2, 20, 1500, false, true}}) {
-    const int64_t heads = 6, head_dim = 64, width = heads * head_dim;
-    const std::string what = absl::StrCat("Attention into f16 B=", c.batch, " Tq=", c.q_len,
-                                          " Tk=", c.kv_len, c.half_kv ? " f16 k, v" : "");
-    SCOPED_TRACE(what);
-    const Pair q = F32({c.batch, c.q_len, width}, Random(c.batch * c.q_len * width, -2.0f, 2.0f));
-    std::vector<float> kv_k = Random(c.batch * c.kv_len * width, -2.0f, 2.0f);
-    std::vector<float> kv_v = Random(c.batch * c.kv_len * width);
-    const Shape kv_shape{c.batch, c.kv_len, width};
-    // f16 caches: rounded first, so that the CPU reads the same values.
-    auto cache = [&](std::vector<float>& values) {
-      if (!c.half_kv) return F32(kv_shape, values);
-      const Tensor gpu = HalfGpu(kv_shape, values);
-      return Pair{F32(kv_shape, values).cpu, gpu};
-    };
-    const Pair k = cache(kv_k), v = cache(kv_v);
-    const Pair out = Poisoned({c.batch, c.q_len, width});
-    const Tensor out16 = PoisonedHalf({c.batch, c.q_len, width});
-    const float scale = 0.125f;
-    ASSERT_TRUE(cpu_->Attention(q.cpu, k.cpu, v.cpu, nullptr, static_cast<int>(heads), scale,
-                                c.causal, out.cpu)
-                    .ok());
-    ASSERT_TRUE(gpu_->Attention(q.gpu, k.gpu, v.gpu, nullptr, static_cast<int>(heads), scale,
-                                c.causal, out16)
-                    .ok());
-    auto bits = Download<uint16_t>(*gpu_, out16);
-    ASSERT_TRUE(bits.ok()) << bits.status();
-    std::vector<float> got(bits->size()), want = Cpu(out.cpu);
-    for (size_t i = 0; i < got.size(); ++i) {
-      got[i] = HalfToFloat((*bits)[i]);
-      want[i] = HalfToFloat(FloatToHalf(want[i]));
-    }
-    // The f32 results agree to ~1e-6 (kFastAttention with tensor cores); rounding then differs
-    // by one f16 step (2^-11 relative) where they straddle a boundary: measured up to 5.3e-5
-    // over the whole output. Truncating instead of rounding would put ~2.8e-4 on it.
-    const bool tensor_cores = fast() && c.q_len >= 16;
-    EXPECT_TRUE(Close(what, got, want, tensor_cores ? kFastAttention : 1.5e-4));
-  }
-}
-
-TEST_P(CudaParityTest, AttentionOverHalfKvCacheMatchesCpu) {
-  std::vector<float> a = Random(2 * 16 * 64);
-  const Pair q = F32({2, 16, 64}, a);
-  const Tensor k16 = HalfGpu({2, 16, 64}, a);
-  const Pair out = Poisoned({2, 16, 64});
-  if (!half_activations_) {
-    EXPECT_EQ(gpu_->Attention(q.gpu, k16, k16, nullptr, 1, 0.125f, false, out.gpu).code(),
-              absl::StatusCode::kInvalidArgument);
-    GTEST_SKIP() << "f16 activations off in this variant: f16 K/V refused";
-  }
-  // K and V of one dtype.
-  EXPECT_EQ(gpu_->Attention(q.gpu, k16, q.gpu, nullptr, 1, 0.125f, false, out.gpu).code(),
-            absl::StatusCode::kInvalidArgument);
-  struct Case {
-    int64_t batch, q_len, kv_len, heads, head_dim;
-    bool causal, lengths;
-  };
-  for (const Case c :
-       {Case{1, 1, 1500, 6, 64, false, false},  // cross-attention step
-        Case{8, 1, 1500, 6, 64, false, false}, Case{64, 1, 1500, 6, 64, false, false},
-        Case{3, 7, 1500, 6, 64, false, false},  // prompts over the cross cache (kFast: Flash v2)
-        Case{64, 2, 1500, 6, 64, false, false}, Case{3, 40, 1500, 6, 64, false, false},
-        Case{2, 130, 1500, 6, 64, false, true}, Case{2, 20, 448, 6, 64, true, true},
-        Case{4, 1, 448, 6, 64, true, true},    // a self cache in f16
-        Case{2, 5, 33, 3, 24, true, true},     // odd heads: 8-byte loads
-        Case{2, 4, 30, 2, 6, false, true}}) {  // scalar path (D % 4 != 0)
-    const std::string what = absl::StrCat("Attention f32 q, f16 k, v B=", c.batch, " Tq=", c.q_len,
-                                          " Tk=", c.kv_len, " H=", c.heads, " D=", c.head_dim,
-                                          c.causal ? " causal" : "", c.lengths ? " lengths" : "");
-    SCOPED_TRACE(what);
-    const int64_t width = c.heads * c.head_dim;
-    std::vector<float> kv = Random(c.batch * c.kv_len * width, -2.0f, 2.0f);
-    std::vector<float> vv = Random(c.batch * c.kv_len * width);
-    const Tensor key16 = HalfGpu({c.batch, c.kv_len, width}, kv);    // rounds kv and vv: the CPU
-    const Tensor value16 = HalfGpu({c.batch, c.kv_len, width}, vv);  // sees the same values
-    const Pair query = F32({c.batch, c.q_len, width}, Random(c.batch * c.q_len * width, -2, 2));
-    const Pair k = F32({c.batch, c.kv_len, width}, kv);
-    const Pair v = F32({c.batch, c.kv_len, width}, vv);
-    std::vector<int32_t> lengths(static_cast<size_t>(c.batch));
-    for (int32_t& l : lengths) l = RandomInt(static_cast<int>(c.q_len), static_cast<int>(c.kv_len));
-    const Pair len = I32({c.batch}, lengths);
-    const Pair o = Poisoned({c.batch, c.q_len, width});
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    ASSERT_TRUE(cpu_->Attention(query.cpu, k.cpu, v.cpu, c.lengths ? &len.cpu : nullptr,
-                                static_cast<int>(c.heads), scale, c.causal, o.cpu)
-                    .ok());
-    const absl::Status status =
-        gpu_->Attention(query.gpu, key16, value16, c.lengths ? &len.gpu : nullptr,
-                        static_cast<int>(c.heads), scale, c.causal, o.gpu);
-    ASSERT_TRUE(status.ok()) << status;
-    EXPECT_TRUE(Close(what, Gpu(o.gpu), Cpu(o.cpu), kExact));
-  }
 }
 
 TEST_P(CudaParityTest, BadIndexValuesAreReportedBySynchronize) {

@@ -94,6 +94,18 @@ TEST_F(CudaHostCopyTest, RefusesShortBuffersWrongSizesAndCapture) {
   EXPECT_EQ(gpu_->CopyFromHostAsync(HostBuffer(), 512, *small).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(gpu_->CopyFromHostAsync(*host, 512, *small).ok());
+  // From an offset: what lies there arrives; past the buffer's end refused.
+  ASSERT_TRUE(gpu_->Synchronize().ok());  // (the copy above reads the buffer until then)
+  auto* bytes = static_cast<unsigned char*>(host->data());
+  for (int i = 0; i < 1024; ++i) bytes[i] = static_cast<unsigned char>(i * 7);
+  ASSERT_TRUE(gpu_->CopyFromHostAsync(*host, 512, *small, 512).ok());
+  std::vector<unsigned char> back(512);
+  ASSERT_TRUE(gpu_->CopyToHost(*small, back.data(), back.size()).ok());
+  EXPECT_EQ(std::memcmp(back.data(), bytes + 512, 512), 0);
+  EXPECT_EQ(gpu_->CopyFromHostAsync(*host, 512, *small, 513).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gpu_->CopyFromHostAsync(*host, 512, *small, ~size_t{0}).code(),
+            absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(gpu_->BeginCapture().ok());
   EXPECT_EQ(gpu_->CopyFromHostAsync(*host, 512, *small).code(),
             absl::StatusCode::kFailedPrecondition);

@@ -56,6 +56,7 @@ struct Flash2Params {
   const float* q32;  // kSplitQ: the f32 q (q unused), split into f16 hi + lo parts as loaded
   const int32_t* kv_lengths;
   float* out;
+  __half* out16;  // non-null: the output rounded to f16 here instead (out unused)
   int64_t q_len, kv_len;
   int heads;
   float scale_log2;
@@ -72,6 +73,16 @@ __device__ __forceinline__ void SplitPack(float a, float b, uint32_t& hi, uint32
   const float2 back = __half22float2(h);
   hi = *reinterpret_cast<const uint32_t*>(&h);
   lo = PackHalf2(a - back.x, b - back.y);
+}
+
+// Two adjacent output elements at `index` (even): f32 into out, or rounded to f16 into out16.
+__device__ __forceinline__ void StoreOutPair(const Flash2Params& p, int64_t index, float a,
+                                             float b) {
+  if (p.out16 != nullptr) {
+    *reinterpret_cast<__half2*>(p.out16 + index) = __floats2half2_rn(a, b);
+  } else {
+    *reinterpret_cast<float2*>(p.out + index) = make_float2(a, b);
+  }
 }
 
 // kSplitQ: an f32 q (q32) over f16 K/V: q and the probabilities split into f16 hi + lo parts,
@@ -302,21 +313,15 @@ __global__ void __launch_bounds__(128, kSplitQ ? 3 : kResidentPerSm) Flash2Kerne
   l0 += __shfl_xor_sync(kFullMask, l0, 2);
   l1 += __shfl_xor_sync(kFullMask, l1, 1);
   l1 += __shfl_xor_sync(kFullMask, l1, 2);
-  float* ob = p.out + b * q_len * width + h * kDim;
-  const int r0 = warp * 16 + fr, r1 = r0 + 8;  // rows within the block
+  const int64_t ob = b * q_len * width + h * kDim;  // the output's (row b, head h) offset
+  const int r0 = warp * 16 + fr, r1 = r0 + 8;       // rows within the block
   if (p.splits == 1) {
     const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
 #pragma unroll
     for (int dt = 0; dt < 8; ++dt) {
       const int d = dt * 8 + fc;
-      if (row0 < q_len) {
-        *reinterpret_cast<float2*>(ob + row0 * width + d) =
-            make_float2(o[dt][0] * inv0, o[dt][1] * inv0);
-      }
-      if (row1 < q_len) {
-        *reinterpret_cast<float2*>(ob + row1 * width + d) =
-            make_float2(o[dt][2] * inv1, o[dt][3] * inv1);
-      }
+      if (row0 < q_len) StoreOutPair(p, ob + row0 * width + d, o[dt][0] * inv0, o[dt][1] * inv0);
+      if (row1 < q_len) StoreOutPair(p, ob + row1 * width + d, o[dt][2] * inv1, o[dt][3] * inv1);
     }
     return;
   }
@@ -405,9 +410,9 @@ __global__ void __launch_bounds__(128, kSplitQ ? 3 : kResidentPerSm) Flash2Kerne
         acc[j].w = fmaf(part[j][sp].w, w, acc[j].w);
       }
       if (r < rows) {
-        float* dst = ob + (i0 + r) * width + d4 * 4;
-        *reinterpret_cast<float2*>(dst) = make_float2(acc[j].x, acc[j].y);
-        *reinterpret_cast<float2*>(dst + 2) = make_float2(acc[j].z, acc[j].w);
+        const int64_t dst = ob + (i0 + r) * width + d4 * 4;
+        StoreOutPair(p, dst, acc[j].x, acc[j].y);
+        StoreOutPair(p, dst + 2, acc[j].z, acc[j].w);
       }
     }
   }
@@ -462,17 +467,18 @@ cudaError_t PrepareFlashAttention2() {
 bool FlashAttention2Supported(const AttentionArgs& a) {
 #if WAAV_GPU_HAS_MMA
   auto aligned16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+  // (Its output: f32 at out, or f16 at out16 with out_half.)
+  if (a.out_half ? !aligned16(a.out16) : !aligned16(a.out)) return false;
   if (a.half_inputs) {
-    return a.head_dim == 64 && a.q_len >= 16 && aligned16(a.out) && aligned16(a.q16) &&
-           aligned16(a.k16) && aligned16(a.v16);
+    return a.head_dim == 64 && a.q_len >= 16 && aligned16(a.q16) && aligned16(a.k16) &&
+           aligned16(a.v16);
   }
   // An f32 q over f16 K/V: any number of queries (the caller chooses from how many).
   if (a.kv_half) {
-    return a.head_dim == 64 && a.q_len >= 1 && aligned16(a.out) && aligned16(a.q) &&
-           aligned16(a.k16) && aligned16(a.v16);
+    return a.head_dim == 64 && a.q_len >= 1 && aligned16(a.q) && aligned16(a.k16) &&
+           aligned16(a.v16);
   }
-  return a.head_dim == 64 && a.q_len >= 16 && aligned16(a.out) && aligned16(a.q) &&
-         aligned16(a.k) && aligned16(a.v);
+  return a.head_dim == 64 && a.q_len >= 16 && aligned16(a.q) && aligned16(a.k) && aligned16(a.v);
 #else
   (void)a;
   return false;
@@ -554,6 +560,7 @@ cudaError_t LaunchFlashAttention2(const LaunchContext& ctx, const AttentionArgs&
                       a.kv_half ? a.q : nullptr,
                       a.kv_lengths,
                       a.out,
+                      a.out_half ? static_cast<__half*>(a.out16) : nullptr,
                       a.q_len,
                       a.kv_len,
                       a.heads,

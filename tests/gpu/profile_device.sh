@@ -9,8 +9,10 @@
 # (enc_b1.csv/.log, dec_b64.csv/.log: the device tool brings back at most 8 files).
 #   bash .device/prof/profile_device.sh
 # Knobs: PROF_VARIANTS (';'-separated bench variants, default "fast, eager launches"; variant i
-# is named v<i> in the files), PROF_DEC_BATCHES (','-separated, default 64), PROF_ENCODER (1:
-# also the encoder pass, the default), PROF_LAUNCHES (kernels profiled per run, default 260),
+# is named v<i> in the files), PROF_DEC_BATCHES (','-separated, default 64, "none": no decoder
+# step), PROF_ENCODER (1:
+# also the encoder pass, the default), PROF_ENC_BATCHES (','-separated encoder batches, default
+# 1), PROF_LAUNCHES (kernels profiled per run, default 260),
 # PROF_DRAM (1: also DRAM bytes read and written per kernel, summarised as GB/s).
 set -uo pipefail
 scripts=$(cd "$(dirname "$0")" && pwd)
@@ -36,10 +38,14 @@ profile() {  # NAME COUNT VARIANT BENCH_ARGS...
 }
 IFS=';' read -r -a variants <<< "${PROF_VARIANTS:-fast, eager launches}"
 IFS=',' read -r -a batches <<< "${PROF_DEC_BATCHES:-64}"
+[ "${batches[*]}" = none ] && batches=()
+IFS=',' read -r -a enc_batches <<< "${PROF_ENC_BATCHES:-1}"
 summary_args=()
 if [ "${PROF_ENCODER:-1}" = 1 ]; then
-  profile enc_b1 150 "${variants[0]}" --encoder-only --encoder-batches 1
-  summary_args+=("$out/enc_b1.csv" Im2colKernel 2)
+  for b in "${enc_batches[@]}"; do
+    profile "enc_b$b" 150 "${variants[0]}" --encoder-only --encoder-batches "$b"
+    summary_args+=("$out/enc_b$b.csv" Im2colKernel 2)
+  done
 fi
 for i in "${!variants[@]}"; do
   for b in "${batches[@]}"; do

@@ -486,8 +486,10 @@ TEST_F(GreedyBatchTest, MelLayoutsWriteTheSameWindow) {
 }
 
 // StageMel + UploadStagedMel put on the device what WriteMel puts there, in either host layout, for
-// the first rows of a larger staging buffer, also for windows of fewer frames (zero-padded as
-// they are staged, over what the row held before); bad windows, rows and sizes are refused.
+// the first rows of a larger staging buffer, also for windows of fewer frames (their audio
+// uploaded, the rest of the row zeroed on the device over what it held before, also where the
+// staging row still holds a longer window's frames); bad windows, rows, frame counts and sizes
+// are refused.
 TEST_F(GreedyBatchTest, StagedMelUploadsWhatWriteMelWrites) {
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
@@ -517,9 +519,15 @@ TEST_F(GreedyBatchTest, StagedMelUploadsWhatWriteMelWrites) {
   ASSERT_TRUE(staged.ok() && written.ok());
   auto first_two = (*staged)->Rows(0, 2);
   ASSERT_TRUE(first_two.ok());
-  ASSERT_TRUE(model().UploadStagedMel(*staging, **first_two).ok());
-  // Four rows need more than the three windows staged.
-  EXPECT_FALSE(model().UploadStagedMel(*staging, **staged).ok());
+  const int full = model().dims().n_frames();
+  ASSERT_TRUE(model().UploadStagedMel(*staging, {full, full}, **first_two).ok());
+  // Four rows need more than the three windows staged; a frame count per row, each of 0 to
+  // n_frames.
+  EXPECT_FALSE(model().UploadStagedMel(*staging, {full, full, full, full}, **staged).ok());
+  EXPECT_FALSE(model().UploadStagedMel(*staging, {full}, **first_two).ok());
+  EXPECT_FALSE(model().UploadStagedMel(*staging, {full, full, full}, **first_two).ok());
+  EXPECT_FALSE(model().UploadStagedMel(*staging, {full + 1, full}, **first_two).ok());
+  EXPECT_FALSE(model().UploadStagedMel(*staging, {full, -1}, **first_two).ok());
   ASSERT_TRUE(model().WriteMel(windows[0], 0, **written).ok());
   ASSERT_TRUE(model().WriteMel(windows[1], 1, **written, WhisperModel::MelLayout::kTimeMajor).ok());
   // The staged rows against the written ones, element for element.
@@ -562,7 +570,7 @@ TEST_F(GreedyBatchTest, StagedMelUploadsWhatWriteMelWrites) {
   ASSERT_TRUE(model().StageMel(short_mel_major, 0, *staging).ok());
   ASSERT_TRUE(
       model().StageMel(short_time_major, 1, *staging, WhisperModel::MelLayout::kTimeMajor).ok());
-  ASSERT_TRUE(model().UploadStagedMel(*staging, **first_two).ok());
+  ASSERT_TRUE(model().UploadStagedMel(*staging, {f0, f1}, **first_two).ok());
   ASSERT_TRUE(model().WriteMel(padded_mel_major, 0, **written).ok());
   ASSERT_TRUE(
       model().WriteMel(padded_time_major, 1, **written, WhisperModel::MelLayout::kTimeMajor).ok());

@@ -24,6 +24,11 @@ absl::StatusOr<std::unique_ptr<EncoderBuffers>> WhisperModel::NewEncoderBuffers(
   ASSIGN_OR_RETURN(buffers->conv1_, backend_.Allocate({b, dims_.n_frames(), d}, DType::kF32));
   ASSIGN_OR_RETURN(buffers->x_, backend_.Allocate({b, dims_.n_audio_ctx, d}, DType::kF32));
   ASSIGN_OR_RETURN(buffers->scratch_, backend_.Allocate(buffers->x_.shape(), DType::kF32));
+  ASSIGN_OR_RETURN(buffers->mel_zeros_,
+                   backend_.Allocate({dims_.n_frames(), dims_.n_mels}, DType::kF32));
+  const std::vector<float> zeros(static_cast<size_t>(buffers->mel_zeros_.numel()), 0.0f);
+  RETURN_IF_ERROR(
+      backend_.CopyFromHost(zeros.data(), zeros.size() * sizeof(float), buffers->mel_zeros_));
   ASSIGN_OR_RETURN(const Workspace ws, NewWorkspace(buffers->x_.shape()));
   buffers->h_ = ws.h;
   buffers->q_ = ws.q;
@@ -52,6 +57,7 @@ absl::StatusOr<std::unique_ptr<EncoderBuffers>> EncoderBuffers::Rows(int begin, 
   }
   auto view = std::make_unique<EncoderBuffers>();
   view->batch_size_ = end - begin;
+  view->mel_zeros_ = mel_zeros_;
   // Batch-first, except `hidden`, which is flat and sliced by its per-row share.
   const std::pair<const Tensor*, Tensor*> batch_first[] = {{&mel_, &view->mel_},
                                                            {&conv1_, &view->conv1_},
@@ -142,13 +148,47 @@ absl::Status WhisperModel::StageMel(absl::Span<const float> mel, int row, HostBu
   } else {
     TransposeTiled(mel.data(), mels, given, given, dst, mels);
   }
-  std::memset(dst + mel.size(), 0, (window - mel.size()) * sizeof(float));
-  return absl::OkStatus();
+  return absl::OkStatus();  // (the padding: zeroed on the device by UploadStagedMel)
 }
 
-absl::Status WhisperModel::UploadStagedMel(const HostBuffer& staging,
+absl::Status WhisperModel::UploadStagedMel(const HostBuffer& staging, absl::Span<const int> frames,
                                            EncoderBuffers& buffers) const {
-  return backend_.CopyFromHostAsync(staging, buffers.mel_.size_bytes(), buffers.mel_);
+  const int64_t n_frames = dims_.n_frames(), mels = dims_.n_mels;
+  const int64_t rows = buffers.batch_size();
+  if (static_cast<int64_t>(frames.size()) != rows) {
+    return absl::InvalidArgumentError(absl::StrCat("UploadStagedMel: ", frames.size(),
+                                                   " frame counts for encoder buffers of ", rows,
+                                                   " rows"));
+  }
+  const size_t window_bytes = static_cast<size_t>(n_frames * mels) * sizeof(float);
+  if (staging.size_bytes() < static_cast<size_t>(rows) * window_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("UploadStagedMel: a staging buffer of ",
+                                                   staging.size_bytes(), " bytes for ", rows,
+                                                   " windows of ", window_bytes));
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t f = frames[static_cast<size_t>(i)];
+    if (f < 0 || f > n_frames) {
+      return absl::InvalidArgumentError(absl::StrCat("UploadStagedMel: row ", i, " has ", f,
+                                                     " frames; a window has 0 to ", n_frames));
+    }
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t f = frames[static_cast<size_t>(i)];
+    ASSIGN_OR_RETURN(Tensor row, buffers.mel_.Slice(i, i + 1));
+    ASSIGN_OR_RETURN(row, row.Reshape({n_frames, mels}));
+    if (f > 0) {
+      ASSIGN_OR_RETURN(const Tensor audio, row.Slice(0, f));
+      RETURN_IF_ERROR(backend_.CopyFromHostAsync(staging, audio.size_bytes(), audio,
+                                                 static_cast<size_t>(i) * window_bytes));
+    }
+    if (f < n_frames) {
+      ASSIGN_OR_RETURN(const Tensor padding, row.Slice(f, n_frames));
+      ASSIGN_OR_RETURN(const Tensor zeros, buffers.mel_zeros_.Slice(f, n_frames));
+      RETURN_IF_ERROR(backend_.Copy(zeros, padding));
+    }
+  }
+  return absl::OkStatus();
 }
 
 namespace {
@@ -206,16 +246,11 @@ absl::Status WhisperModel::RunEncoder(EncoderBuffers& buffers, DecoderState* sta
 
 absl::Status WhisperModel::EncoderPass(EncoderBuffers& buffers) const {
   const LargeKernels large_kernels(backend_);
-  const int64_t b = buffers.batch_size();
   const Tensor& x = buffers.x_;
   RETURN_IF_ERROR(
       backend_.Conv1d(buffers.mel_, conv1_w_, conv1_b_, 1, 1, Activation::kGelu, buffers.conv1_));
   RETURN_IF_ERROR(backend_.Conv1d(buffers.conv1_, conv2_w_, conv2_b_, 2, 1, Activation::kGelu, x));
-  for (int64_t i = 0; i < b; ++i) {
-    ASSIGN_OR_RETURN(Tensor row, x.Slice(i, i + 1));
-    ASSIGN_OR_RETURN(row, row.Reshape(encoder_positions_.shape()));
-    RETURN_IF_ERROR(backend_.Add(row, encoder_positions_, row));
-  }
+  RETURN_IF_ERROR(backend_.Add(x, encoder_positions_, x));  // every window's positions
   const Workspace ws{buffers.h_, buffers.q_,        buffers.k_,
                      buffers.v_, buffers.attended_, buffers.hidden_};
   // The residual additions go into the projections' epilogues where the backend can fuse them.
@@ -258,9 +293,11 @@ absl::Status WhisperModel::RunEncoderAttentionPlanes(const EncoderLayer& layer, 
   }
   RETURN_IF_ERROR(
       backend_.LinearPlanes(h2, layer.self_attention.qkv_w, &layer.self_attention.qkv_b, planes));
+  // The attention's output in f16 goes into h (read by the projection above, free now).
+  const Tensor& attended = half_encoder_attention_ ? h : buffers.attended_;
   RETURN_IF_ERROR(backend_.Attention(planes[0], planes[1], planes[2], nullptr, dims_.n_heads,
-                                     attention_scale_, /*causal=*/false, buffers.attended_));
-  return backend_.LinearResidual(buffers.attended_, w.out_w, &w.out_b, Activation::kNone, x, x);
+                                     attention_scale_, /*causal=*/false, attended));
+  return backend_.LinearResidual(attended, w.out_w, &w.out_b, Activation::kNone, x, x);
 }
 
 absl::Status WhisperModel::ProjectCross(const Tensor& encoded, DecoderState& state) const {

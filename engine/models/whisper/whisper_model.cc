@@ -273,6 +273,7 @@ absl::StatusOr<std::unique_ptr<WhisperModel>> WhisperModel::FromModelFile(
   if (options.stacked_cross_projection && backend.supports(Op::kLinearPlanes)) {
     RETURN_IF_ERROR(m.StackCrossProjections());
   }
+  m.half_encoder_attention_ = options.half_encoder_attention_output;
   // The absorbed cross-attention pays where the encoder output is kept in f16 (kAuto); kAlways
   // takes it wherever the backend has the op.
   const GraphUse absorbed = options.absorbed_cross_attention;

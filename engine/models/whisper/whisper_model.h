@@ -117,6 +117,14 @@ struct WhisperModelOptions {
   // tests), else Load fails; kNever: the K/V caches everywhere. Logits equal the K/V form's to
   // rounding. Default: kAuto.
   GraphUse absorbed_cross_attention = GraphUse::kAuto;
+  // Where the encoder runs its attention on f16 planes (Op::kHalfActivations and
+  // Op::kLinearPlanes): the attention writes its output in f16 (into the block's normed-input
+  // buffer, which the Q/K/V projection has read by then), and the output projection reads it as
+  // it is. Both GEMM paths round that input to f16 anyway (HalfGemm as it loads, cuBLAS by a
+  // conversion), so the values are the same; the f16 input takes the output projection to
+  // cuBLAS with the residual accumulated (beta = 1), which large batches run several times
+  // faster than HalfGemm (docs/benchmarks.md, session 20). false: an f32 output. Default: true.
+  bool half_encoder_attention_output = true;
 };
 
 // The activation buffers a layer's calls use for a pass of one shape [B, T, d_model] (the FFN's
@@ -228,6 +236,8 @@ class EncoderBuffers {
   // d_model] where, in addition, the backend supports Op::kLinearPlanes (the attention block's
   // normed input then goes to ffn_h_).
   Tensor qkv_;
+  // f32 [n_frames, n_mels] of zeros: the padding UploadStagedMel copies after a window's audio.
+  Tensor mel_zeros_;
   GraphCache graph_{1};  // WhisperModel::RunEncoder's encoder pass
 };
 
@@ -292,14 +302,17 @@ class WhisperModel {
   // WriteMel in two halves, for many windows at once: StageMel writes a window into row `row`
   // of `staging`, host memory from backend().AllocateHost laid out as an EncoderBuffers::mel()
   // (thread-safe for distinct rows: the windows of a pass are staged in parallel); the window
-  // may hold fewer than n_frames frames ([n_mels, f] or [f, n_mels]), the rest of the row being
-  // zeroed, as a window's zero padding after its audio; UploadStagedMel
-  // copies staging's first buffers.batch_size() windows into buffers.mel() in one upload that
-  // needs no staging by the driver (pinned memory on a GPU). Asynchronous: `staging` must stay
-  // unchanged until the backend's next Synchronize().
+  // may hold fewer than n_frames frames ([n_mels, f] or [f, n_mels], its audio), and only those
+  // are written. UploadStagedMel copies the first frames[i] frames of staging's row i into row i
+  // of buffers.mel() for each of its buffers.batch_size() rows (uploads that need no staging by
+  // the driver: pinned memory on a GPU) and zeroes the rest of the row on the device, as a
+  // window's zero padding after its audio: a 30 s window is 960 KB, a streaming window's audio
+  // often a fifth of it. Asynchronous: `staging` must stay unchanged until the backend's next
+  // Synchronize().
   absl::Status StageMel(absl::Span<const float> mel, int row, HostBuffer& staging,
                         MelLayout layout = MelLayout::kMelMajor) const;
-  absl::Status UploadStagedMel(const HostBuffer& staging, EncoderBuffers& buffers) const;
+  absl::Status UploadStagedMel(const HostBuffer& staging, absl::Span<const int> frames,
+                               EncoderBuffers& buffers) const;
 
   // Encoder output only (host [B, n_audio_ctx, d_model]); for tests and parity checks.
   absl::StatusOr<std::vector<float>> EncoderOutput(absl::Span<const float> mel, int batch) const;
@@ -492,6 +505,8 @@ class WhisperModel {
   std::unique_ptr<PreparedDecoderStep> prepared_step_;
   // Whether decoder states keep the encoder output and op-by-op steps use absorbed_cross.
   bool absorbed_cross_ = false;
+  // WhisperModelOptions::half_encoder_attention_output (where the encoder runs on f16 planes).
+  bool half_encoder_attention_ = true;
   // The word-alignment pass's host buffer for the keys it downloads (ScoresPass; from
   // Backend::AllocateHost, grown to a power of two as needed), and the lock that lets one pass at
   // a time use it: the model stays shareable between threads.
