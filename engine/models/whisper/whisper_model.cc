@@ -179,7 +179,8 @@ absl::StatusOr<std::unique_ptr<WhisperModel>> WhisperModel::FromModelFile(
   model->attention_scale_ = 1.0f / std::sqrt(static_cast<float>(d_model / n_heads));
   WeightLoader loader(file, backend);
   const int64_t d = d_model;
-  const DType wt = options.weight_dtype;
+  const DType wt = options.weight_dtype.value_or(
+      backend.device() == DeviceKind::kCpu ? DType::kF32 : DType::kF16);
   const DType f32 = DType::kF32;
 
   auto load_norm = [&](const std::string& prefix, Tensor& gamma, Tensor& beta) -> absl::Status {

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,9 +71,13 @@ using ForEachFn = std::function<void(size_t n, const std::function<void(size_t)>
 
 struct WhisperModelOptions {
   // Element type the large projection weights are kept in on the device. f32 doubles the memory
-  // of the f16 file but lets the CPU backend use BLAS; f16 halves weight traffic. Values are the
-  // same either way (f16 -> f32 is exact). Default: kF32.
-  DType weight_dtype = DType::kF32;
+  // of the f16 file but lets the CPU backend use BLAS; f16 halves weight traffic and takes the
+  // GPU backends' f16 paths (f16 tensor-core GEMMs, HalfGemm, the f16 planes and residual
+  // epilogues; f32 weights there run TF32 GEMMs with conversions around them). Values are the
+  // same either way (f16 -> f32 is exact). Unset (the default): kF32 on the CPU, kF16 on other
+  // devices. (Until session 20 the default was kF32 everywhere, so waavd and `waav transcribe`
+  // on a GPU ran the f32 paths that the benchmarks, with f16 weights, did not time.)
+  std::optional<DType> weight_dtype = std::nullopt;
   // Element type of the token embedding, which is also the output projection (51864 x d_model,
   // the largest read of every decoder step). Default: kF16.
   DType embedding_dtype = DType::kF16;
