@@ -649,6 +649,13 @@ int Main(int argc, char** argv) {
   // Session 20: the encoder's attention output in f32 and its projection on HalfGemm (before).
   add("fast, CUDA graph + PDL, f32 encoder attention output", CudaMath::kFast, true, true, false);
   variants.back().half_encoder_attention = false;
+  // Flash v2's key splits forced (CudaBackendOptions::flash_splits; default: as many as one wave
+  // of resident blocks holds, none from 4 windows up), for the last wave's share.
+  for (int splits : {1, 2, 3}) {
+    add(absl::StrCat("fast, CUDA graph + PDL, flash splits ", splits), CudaMath::kFast, true, true,
+        false);
+    variants.back().options.flash_splits = splits;
+  }
   // f16 cross K/V caches (the default) against f32 ones, for the decoder step.
   add("fast, CUDA graph + PDL, f32 cross cache", CudaMath::kFast, true, true, false);
   variants.back().half_cross = false;
