@@ -598,9 +598,9 @@ class StreamingEngine::Impl {
   // pass and the cross-attention K/V projection into slots [begin, begin + size). The windows go
   // through mel_staging_ (pinned on a GPU: uploads without the driver's staging, each window's
   // audio frames only, its padding zeroed on the device), staged in parallel, pass k + 1's while
-  // pass k runs on the device. Every row of a pass gets
-  // the pass's time, from its staging to its end, in its encoder_ms. `timings`: where the
-  // scheduler's thread spent the passes (the debug line's).
+  // pass k runs on the device. Every row of a pass gets the pass's time, from its staging to its
+  // end, in its encoder_ms. `timings`: where the scheduler's thread spent the passes (the debug
+  // line's).
   struct EncodeTimings {
     int passes = 0;
     double first_staging_ms = 0, staging_ms = 0, upload_ms = 0, replay_ms = 0, wait_ms = 0;
