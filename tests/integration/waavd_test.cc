@@ -698,12 +698,17 @@ TEST_F(WaavdServing, MetricsCountStreamsAndPassPromtool) {
   }
 
   // The server counts a stream when its call is over on the server's side, which the client
-  // does not wait for: poll until both are counted.
+  // does not wait for: poll until both are counted, each by the last series its end updates
+  // (the refused stream's outcome; the served one's real-time factor, after its outcome and
+  // audio). The active gauge alone can reach 0 before the last stream's counters are added
+  // (seen once in CI).
   WaavdProcess::HttpResponse metrics;
-  const std::string ended = "waav_streams_finished_total{kind=\"stt\",outcome=\"error\"}";
+  const std::string failed = "waav_streams_finished_total{kind=\"stt\",outcome=\"error\"}";
+  const std::string served = "waav_stream_real_time_factor_count{kind=\"stt\"}";
   for (int i = 0; i < 250; ++i) {
     metrics = daemon_->HttpGet("/metrics");
-    if (SeriesValue(metrics.body, ended) > SeriesValue(before, ended) &&
+    if (SeriesValue(metrics.body, failed) > SeriesValue(before, failed) &&
+        SeriesValue(metrics.body, served) > SeriesValue(before, served) &&
         absl::StrContains(metrics.body, "waav_streams_active{kind=\"stt\"} 0\n")) {
       break;
     }
