@@ -649,6 +649,10 @@ int Main(int argc, char** argv) {
   // Session 20: the encoder's attention output in f32 and its projection on HalfGemm (before).
   add("fast, CUDA graph + PDL, f32 encoder attention output", CudaMath::kFast, true, true, false);
   variants.back().half_encoder_attention = false;
+  // Session 21: cuBLAS's f16-output GEMMs stored in f32, then a pass adding the bias (and GELU)
+  // and rounding (before).
+  add("fast, CUDA graph + PDL, f32 GEMM outputs", CudaMath::kFast, true, true, false);
+  variants.back().options.blas_half_output = false;
   // Flash v2's key splits forced (CudaBackendOptions::flash_splits; default: as many as one wave
   // of resident blocks holds, none from 4 windows up), for the last wave's share.
   for (int splits : {1, 2, 3}) {

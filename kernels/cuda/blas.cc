@@ -141,14 +141,14 @@ const Blas::LtPlan& Blas::PlanLt(const LtKey& key) const {
   if (auto it = lt_plans_.find(key); it != lt_plans_.end()) return it->second;
   // (beta != 0 is part of the key only: the same descriptors, but an algorithm chosen for it.)
   [[maybe_unused]] const auto [m, n, k, x_type, w_type, compute, accumulate, x_align, w_align,
-                               y_align] = key;
+                               y_align, y_type] = key;
   LtPlan& plan = lt_plans_[key];
   // The column-major view of Gemm: D[N, M] = op(A)·B with A = w stored K×N (transposed) and
   // B = x stored K×M; C is D (beta·y in place). Any step that fails leaves the plan without an
   // algorithm (GemmBias then declines and the caller adds the bias itself).
   const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
   const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-  const int32_t bias_type = CUDA_R_32F;
+  const int32_t bias_type = y_type;  // (cuBLASLt: an f16 D takes an f16 bias)
   const uint64_t workspace = workspace_bytes_;
   const uint32_t alignments[] = {static_cast<uint32_t>(w_align), static_cast<uint32_t>(x_align),
                                  static_cast<uint32_t>(y_align), static_cast<uint32_t>(y_align)};
@@ -183,7 +183,7 @@ const Blas::LtPlan& Blas::PlanLt(const LtKey& key) const {
                              static_cast<uint64_t>(m), k);
   });
   then([&] {
-    return lt_.layout_create(&plan.d, CUDA_R_32F, static_cast<uint64_t>(n),
+    return lt_.layout_create(&plan.d, static_cast<cudaDataType>(y_type), static_cast<uint64_t>(n),
                              static_cast<uint64_t>(m), n);
   });
   then([&] { return lt_.pref_create(&preference); });
@@ -208,8 +208,8 @@ const Blas::LtPlan& Blas::PlanLt(const LtKey& key) const {
 }
 
 absl::Status Blas::Gemm(int64_t m, int64_t n, int64_t k, const void* x, cudaDataType x_type,
-                        const void* w, cudaDataType w_type, float beta, float* y,
-                        cublasComputeType_t compute) const {
+                        const void* w, cudaDataType w_type, float beta, void* y,
+                        cublasComputeType_t compute, cudaDataType y_type) const {
   if (m > INT_MAX || n > INT_MAX || k > INT_MAX) {
     return absl::InvalidArgumentError(
         absl::StrCat("GEMM of ", m, "x", n, "x", k, " exceeds cuBLAS's 32-bit sizes"));
@@ -220,7 +220,7 @@ absl::Status Blas::Gemm(int64_t m, int64_t n, int64_t k, const void* x, cudaData
   const cublasStatus_t status = gemm_ex_(
       handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
       static_cast<int>(k), &alpha, w, w_type, static_cast<int>(k), x, x_type, static_cast<int>(k),
-      &beta, y, CUDA_R_32F, static_cast<int>(n), compute, CUBLAS_GEMM_DEFAULT);
+      &beta, y, y_type, static_cast<int>(n), compute, CUBLAS_GEMM_DEFAULT);
   if (status != CUBLAS_STATUS_SUCCESS) {
     return absl::InternalError(
         absl::StrCat("cuBLAS GEMM ", m, "x", n, "x", k, ": ", status_string_(status)));
@@ -230,8 +230,8 @@ absl::Status Blas::Gemm(int64_t m, int64_t n, int64_t k, const void* x, cudaData
 
 absl::StatusOr<bool> Blas::GemmBias(int64_t m, int64_t n, int64_t k, const void* x,
                                     cudaDataType x_type, const void* w, cudaDataType w_type,
-                                    float beta, float* y, const float* bias,
-                                    cublasComputeType_t compute) const {
+                                    float beta, void* y, const void* bias,
+                                    cublasComputeType_t compute, cudaDataType y_type) const {
   if (lt_handle_ == nullptr || AlignmentOf(bias) < 16) return false;
   const LtKey key{m,
                   n,
@@ -242,7 +242,8 @@ absl::StatusOr<bool> Blas::GemmBias(int64_t m, int64_t n, int64_t k, const void*
                   beta != 0.0f,
                   AlignmentOf(x),
                   AlignmentOf(w),
-                  AlignmentOf(y)};
+                  AlignmentOf(y),
+                  static_cast<int>(y_type)};
   absl::MutexLock lock(&lt_mutex_);
   const LtPlan& plan = PlanLt(key);
   if (!plan.found) return false;

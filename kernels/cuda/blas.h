@@ -34,18 +34,21 @@ class Blas {
   Blas(const Blas&) = delete;
   Blas& operator=(const Blas&) = delete;
 
-  // Row-major y[M, N] = x[M, K] · w[N, K]ᵀ (+ beta·y). x and w are f32 or f16 (`*_type`), y f32.
+  // Row-major y[M, N] = x[M, K] · w[N, K]ᵀ (+ beta·y). x and w are f32 or f16 (`*_type`); y is
+  // f32, or f16 (`y_type`: the f32 sums rounded to nearest as they are stored).
   absl::Status Gemm(int64_t m, int64_t n, int64_t k, const void* x, cudaDataType x_type,
-                    const void* w, cudaDataType w_type, float beta, float* y,
-                    cublasComputeType_t compute) const;
+                    const void* w, cudaDataType w_type, float beta, void* y,
+                    cublasComputeType_t compute, cudaDataType y_type = CUDA_R_32F) const;
 
-  // The same plus the f32 bias[N] on every row, added by cuBLASLt's epilogue in the GEMM's own
-  // kernel (after beta·y: y = x·wᵀ + beta·y + bias). Returns false, having done nothing, where
-  // that is not on offer (no cuBLASLt, a bias not 16-byte aligned, no algorithm for the shape):
-  // the caller then runs Gemm and adds the bias itself.
+  // The same plus bias[N] on every row, added by cuBLASLt's epilogue in the GEMM's own kernel
+  // (after beta·y: y = x·wᵀ + beta·y + bias, summed in f32, then stored as y_type). The bias has
+  // y's type (cuBLASLt's rule: an f16 y takes an f16 bias). Returns false, having done nothing,
+  // where that is not on offer (no cuBLASLt, a bias not 16-byte aligned, no algorithm for the
+  // shape): the caller then runs Gemm and adds the bias itself.
   absl::StatusOr<bool> GemmBias(int64_t m, int64_t n, int64_t k, const void* x, cudaDataType x_type,
-                                const void* w, cudaDataType w_type, float beta, float* y,
-                                const float* bias, cublasComputeType_t compute) const;
+                                const void* w, cudaDataType w_type, float beta, void* y,
+                                const void* bias, cublasComputeType_t compute,
+                                cudaDataType y_type = CUDA_R_32F) const;
 
   // Where the library was loaded from (for Describe()); with cuBLASLt's name where it loaded.
   const std::string& library() const { return library_; }
@@ -87,8 +90,8 @@ class Blas {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  // (m, n, k, x type, w type, compute, beta != 0, alignment of x, w, y).
-  using LtKey = std::tuple<int64_t, int64_t, int64_t, int, int, int, bool, int, int, int>;
+  // (m, n, k, x type, w type, compute, beta != 0, alignment of x, w, y, y type).
+  using LtKey = std::tuple<int64_t, int64_t, int64_t, int, int, int, bool, int, int, int, int>;
 
   // Loads cuBLASLt beside cuBLAS; leaves lt_handle_ null where it is missing.
   void LoadLt();

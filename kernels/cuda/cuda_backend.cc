@@ -23,6 +23,7 @@
 #include "kernels/cuda/backend_util.h"
 #include "kernels/cuda/blas.h"
 #include "kernels/cuda/conv1d.cuh"
+#include "kernels/cuda/device_state.h"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/embed.cuh"
 #include "kernels/cuda/fused_linear.cuh"
@@ -43,37 +44,13 @@ namespace waav {
 namespace {
 
 using cuda::DecodeDeviceError;
+using cuda::DeviceState;
 using cuda::GpuStatus;
+using cuda::kAttentionCounters;
 using cuda::kGpuKind;
 using cuda::RoundUp256;
 using cuda::SigOp;
 using cuda::ToEpilogue;
-
-// Arrival counters for SplitAttention's merge: enough for 1,048,576 (row, head, query block)
-// groups, zeroed once and left zero by every kernel.
-constexpr int64_t kAttentionCounters = int64_t{1} << 20;
-
-// What the backend's closures need, shared with the graphs that hold them so that a graph stays
-// runnable (and its memory valid) after the backend is gone.
-struct DeviceState {
-  ~DeviceState() {
-    // Teardown: errors here have no one to go to.
-    (void)cudaSetDevice(device);
-    if (graphs != nullptr) (void)cudaStreamSynchronize(graphs->stream);
-    if (error_host != nullptr) (void)cudaFreeHost(error_host);
-  }
-
-  int device = 0;
-  std::shared_ptr<cuda::DevicePool> pool;
-  std::shared_ptr<cuda::GraphRuntime> graphs;  // owns the stream
-  unsigned long long* error_host = nullptr;    // host-mapped error word
-  unsigned long long* error_device = nullptr;  // the same word as the device sees it
-  Tensor counters;
-  Tensor blas_workspace;
-  std::unique_ptr<cuda::Blas> blas;
-  cuda::GemmConfig gemm;
-  cuda::LaunchContext ctx;
-};
 
 class CudaBackend final : public Backend, public CudaExtensions {
  public:
@@ -236,6 +213,29 @@ class CudaBackend final : public Backend, public CudaExtensions {
     const cuda::GemmPlan plan = cuda::PlanGemm(state_->gemm, d.m, d.n, d.k, w_f16, false);
     const bool x_direct = x_f16 && (plan.path == cuda::GemmPath::kBlasHalf ||
                                     plan.path == cuda::GemmPath::kBlasHalfSplit);
+    // f16 planes from f16 x on cuBLAS (blas_half_output): one GEMM per plane stores it in f16,
+    // the bias (in f16) in cuBLASLt's epilogue; no f32 result and no pass writing the planes.
+    const bool half_out = y_f16 && x_direct && append.first_appended >= std::ssize(planes) &&
+                          options_.blas_half_output && options_.math == CudaMath::kFast &&
+                          cuda::GemmStoresHalf(plan.path);
+    if (half_out) {
+      const size_t bias16_bytes =
+          cuda::HalfOutputBias16Bytes(d.n, b.defined(), cuda::Epilogue::kNone);
+      ASSIGN_OR_RETURN(Tensor scratch, Scratch(plan.scratch_bytes + bias16_bytes));
+      Sign({static_cast<int64_t>(SigOp::kLinear), d.m, d.n, d.k, w_f16, b.defined(),
+            static_cast<int64_t>(planes.size()), static_cast<int64_t>(plan.path), x_f16, y_f16, -2,
+            append_sig});
+      return Submit([state = state_, ctx = Ctx(), x, weight, b, held = std::move(held), out, d,
+                     w_f16, plan, plane_cols, scratch]() {
+        char* base = scratch.defined() ? static_cast<char*>(scratch.data()) : nullptr;
+        const cuda::HalfOutput half{out.planes, static_cast<int>(held.size() - 1), plane_cols,
+                                    b.defined() ? base + plan.scratch_bytes : nullptr};
+        return cuda::RunGemmHalfOutput(state->gemm, ctx, plan, x.data(), d.m, d.k, weight.data(),
+                                       w_f16, b.defined() ? b.data_as<float>() : nullptr,
+                                       cuda::Epilogue::kNone, half,
+                                       plan.scratch_bytes > 0 ? base : nullptr);
+      });
+    }
     const size_t x_bytes = x_f16 && !x_direct ? RoundUp256(static_cast<size_t>(d.m * d.k) * 4) : 0;
     const size_t temp_bytes = RoundUp256(static_cast<size_t>(d.m * d.n) * 4);
     ASSIGN_OR_RETURN(Tensor scratch, Scratch(temp_bytes + x_bytes + plan.scratch_bytes));
@@ -362,13 +362,32 @@ class CudaBackend final : public Backend, public CudaExtensions {
     const bool accumulate = residual.defined() && !fused && residual.data() == y.data() &&
                             residual.size_bytes() == y.size_bytes() &&
                             epilogue == cuda::Epilogue::kNone && cuda::GemmAccumulates(plan.path);
-    const size_t temp_bytes = (residual.defined() && !fused && !accumulate) || y_f16
+    // An f16 y from f16 x on cuBLAS: stored in f16 by the GEMM (blas_half_output), the bias
+    // (without activation) in f16 for cuBLASLt's epilogue.
+    const bool half_out = y_f16 && x_direct && !residual.defined() && options_.blas_half_output &&
+                          options_.math == CudaMath::kFast && cuda::GemmStoresHalf(plan.path);
+    const size_t bias16_bytes =
+        half_out ? cuda::HalfOutputBias16Bytes(d.n, b.defined(), epilogue) : 0;
+    const size_t temp_bytes = (residual.defined() && !fused && !accumulate) || (y_f16 && !half_out)
                                   ? RoundUp256(static_cast<size_t>(d.m * d.n) * 4)
                                   : 0;
-    ASSIGN_OR_RETURN(Tensor scratch, Scratch(temp_bytes + x_bytes + plan.scratch_bytes));
+    ASSIGN_OR_RETURN(Tensor scratch,
+                     Scratch(temp_bytes + x_bytes + plan.scratch_bytes + bias16_bytes));
     Sign({static_cast<int64_t>(SigOp::kLinear), d.m, d.n, d.k, w_f16, b.defined(),
           static_cast<int64_t>(epilogue), static_cast<int64_t>(plan.path), residual.defined(),
-          accumulate, x_f16, y_f16});
+          accumulate, x_f16, y_f16, half_out});
+    if (half_out) {
+      return Submit([state = state_, ctx = Ctx(), x, weight, b, y, d, w_f16, epilogue, plan,
+                     scratch]() {
+        char* base = scratch.defined() ? static_cast<char*>(scratch.data()) : nullptr;
+        void* const planes[] = {y.data()};
+        const cuda::HalfOutput out{planes, 1, d.n,
+                                   base != nullptr ? base + plan.scratch_bytes : nullptr};
+        return cuda::RunGemmHalfOutput(state->gemm, ctx, plan, x.data(), d.m, d.k, weight.data(),
+                                       w_f16, b.defined() ? b.data_as<float>() : nullptr, epilogue,
+                                       out, plan.scratch_bytes > 0 ? base : nullptr);
+      });
+    }
     return Submit([state = state_, ctx = Ctx(), x, weight, b, residual, y, d, w_f16, epilogue, plan,
                    fused, accumulate, temp_bytes, x_bytes, x_direct, y_f16, blas_path, scratch,
                    op]() {
@@ -937,40 +956,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const CudaBackendOp
         absl::StrCat("skinny_max_rows ", options.skinny_max_rows, " must be >= 0"));
   }
 
-  auto state = std::make_shared<DeviceState>();
-  state->device = options.device_index;
-  state->pool = std::make_shared<cuda::DevicePool>(options.device_index);
-  state->graphs = std::make_shared<cuda::GraphRuntime>();
-  RETURN_IF_ERROR(GpuStatus("cudaStreamCreate", cudaStreamCreateWithFlags(&state->graphs->stream,
-                                                                          cudaStreamNonBlocking)));
-  RETURN_IF_ERROR(cuda::AllocateErrorWord(&state->error_host, &state->error_device));
-  ASSIGN_OR_RETURN(
-      state->counters,
-      cuda::AllocateDeviceTensor(
-          state->pool, Shape{kAttentionCounters + cuda::kHalfGemmSplitCounters}, DType::kI32));
-  RETURN_IF_ERROR(GpuStatus("cudaMemset",
-                            cudaMemsetAsync(state->counters.data(), 0, state->counters.size_bytes(),
-                                            state->graphs->stream)));
-
-  ASSIGN_OR_RETURN(const std::string gemm,
-                   cuda::LoadBlas(options.use_cublas, options.cublas_workspace_bytes, state->pool,
-                                  state->graphs->stream, &state->blas_workspace, &state->blas));
-  RETURN_IF_ERROR(GpuStatus("HalfGemm shared memory", cuda::PrepareHalfGemm()));
-  RETURN_IF_ERROR(GpuStatus("flash attention shared memory", cuda::PrepareFlashAttention2()));
-  state->gemm = {state->blas.get(),
-                 options.math,
-                 options.skinny_max_rows,
-                 options.use_half_gemm,
-                 options.half_gemm_narrow_tiles,
-                 options.half_gemm_split_k_waves,
-                 props.multiProcessorCount,
-                 state->counters.data_as<int>() + kAttentionCounters,
-                 options.blas_bias_epilogue};
-  const bool pdl = options.use_pdl && WAAV_GPU_HAS_PDL && props.major >= 9;
-  state->ctx = {state->graphs->stream, pdl, state->error_device, props.multiProcessorCount,
-                std::max(0, options.pdl_max_blocks_per_sm)};
-  RETURN_IF_ERROR(GpuStatus("cudaStreamSynchronize", cudaStreamSynchronize(state->graphs->stream)));
-
+  std::string gemm;
+  ASSIGN_OR_RETURN(std::shared_ptr<DeviceState> state,
+                   cuda::CreateDeviceState(options, props, &gemm));
+  const bool pdl = state->ctx.pdl;
   return std::unique_ptr<Backend>(new CudaBackend(
       options, std::move(state),
       cuda::DescribeDevice(props, gemm, options.math == CudaMath::kFast, options.use_graphs, pdl),

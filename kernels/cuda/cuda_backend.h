@@ -85,6 +85,13 @@ struct CudaBackendOptions {
   // without cuBLASLt, or where it has no algorithm for a shape, the kernel runs as before.
   // Default: true.
   bool blas_bias_epilogue = true;
+  // f16 results of cuBLAS GEMMs over f16 x (the Whisper encoder's Q/K/V planes and FFN1, the
+  // cross K/V projection, a large decoder step's FFN1) stored in f16 by cuBLAS itself: planes
+  // one GEMM each, the bias in cuBLASLt's epilogue (in f16, its rule for an f16 output); with
+  // an activation (GELU), bias and activation in one in-place f16 pass, the GEMM's sums rounded
+  // to f16 before it. false: an f32 result, then one pass adding the bias (and activation) and
+  // rounding it. Default: true.
+  bool blas_half_output = true;
   // Rows up to which Linear uses the memory-bound skinny kernel. 8: a decoder step of 16 rows
   // took 553 us with the skinny kernel and 467 us with HalfGemm on an H100 (batches 8 and 32
   // unchanged; docs/benchmarks.md, "Skinny GEMMs up to 8 rows"). Default: 8.

@@ -76,6 +76,7 @@ struct Variant {
   bool defaults = false;  // CudaBackendOptions' defaults for all of the above (variant "Fast")
   bool encoder_no_pdl = false;    // CudaBackendOptions::pdl_large_kernels false (with defaults too)
   bool decode_attention = false;  // CudaBackendOptions::decode_attention on (with defaults too)
+  bool f32_gemm_output = false;   // CudaBackendOptions::blas_half_output off (with defaults too)
 };
 
 inline void PrintTo(const Variant& variant, std::ostream* os) { *os << variant.name; }
@@ -101,6 +102,7 @@ class CudaParityTest : public ::testing::TestWithParam<Variant> {
     }
     if (GetParam().encoder_no_pdl) options.pdl_large_kernels = false;
     if (GetParam().decode_attention) options.decode_attention = true;
+    if (GetParam().f32_gemm_output) options.blas_half_output = false;
     half_activations_ = options.half_activations;
     skinny_max_rows_ = options.skinny_max_rows;
     auto gpu = CreateCudaBackend(options);
@@ -228,6 +230,13 @@ const Variant kVariants[] = {
      .graphs = true,
      .defaults = true,
      .decode_attention = true},
+    // The defaults with cuBLAS's f16 results stored in f32 and rounded by an epilogue pass.
+    {.name = "FastF32GemmOutput",
+     .math = CudaMath::kFast,
+     .cublas = true,
+     .graphs = true,
+     .defaults = true,
+     .f32_gemm_output = true},
     // The built-in GEMM (f16 activations widened for it).
     {.name = "AccurateBuiltinGemmEagerGraphs",
      .math = CudaMath::kAccurate,

@@ -125,6 +125,24 @@ absl::Status RunGemm(const GemmConfig& config, const LaunchContext& ctx, const G
 #else
   const Blas& blas = *config.blas;
   const cudaDataType w_type = p.w_f16 ? CUDA_R_16F : CUDA_R_32F;
+  if (p.y_half != nullptr) {
+    if (!GemmStoresHalf(plan.path) || !p.x_f16 || p.accumulate) {
+      return absl::InternalError("Linear: an f16 result needs f16 x on a cuBLAS f16 path");
+    }
+    bool bias_done = false;
+    if (p.bias_half != nullptr && p.act == Epilogue::kNone && config.blas_bias_epilogue) {
+      ASSIGN_OR_RETURN(bias_done,
+                       blas.GemmBias(p.m, p.n, p.k, p.x, CUDA_R_16F, p.w, w_type, 0.0f, p.y_half,
+                                     p.bias_half, CUBLAS_COMPUTE_32F, CUDA_R_16F));
+    }
+    if (!bias_done) {
+      RETURN_IF_ERROR(blas.Gemm(p.m, p.n, p.k, p.x, CUDA_R_16F, p.w, w_type, 0.0f, p.y_half,
+                                CUBLAS_COMPUTE_32F, CUDA_R_16F));
+    }
+    if (bias_done || (p.bias == nullptr && p.act == Epilogue::kNone)) return absl::OkStatus();
+    return LaunchStatus("Linear epilogue",
+                        LaunchEpilogueHalfInPlace(ctx, p.y_half, p.m, p.n, p.bias, p.act));
+  }
   const float beta = p.accumulate ? 1.0f : 0.0f;
   // The bias in the (last) GEMM's own epilogue where cuBLASLt offers it; otherwise, and with an
   // activation, the epilogue kernel after the GEMM.
@@ -172,6 +190,35 @@ absl::Status RunGemm(const GemmConfig& config, const LaunchContext& ctx, const G
   return LaunchStatus("Linear epilogue",
                       LaunchEpilogue(ctx, p.y, p.m, p.n, p.bias, p.act, /*zero_input=*/false));
 #endif
+}
+
+absl::Status RunGemmHalfOutput(const GemmConfig& config, const LaunchContext& ctx,
+                               const GemmPlan& plan, const void* x, int64_t m, int64_t k,
+                               const void* w, bool w_f16, const float* bias, Epilogue act,
+                               const HalfOutput& out, void* scratch) {
+  const int64_t n = out.plane_cols * out.count;
+  auto* bias16 = static_cast<char*>(out.bias16);
+  if (bias16 != nullptr) {
+    RETURN_IF_ERROR(LaunchStatus("Linear f16 bias", LaunchToHalf(ctx, bias, n, bias16)));
+  }
+  const size_t w_bytes = w_f16 ? 2 : 4;
+  for (int p = 0; p < out.count; ++p) {
+    const int64_t first = p * out.plane_cols;
+    GemmProblem g{static_cast<const float*>(x),  // (f16 values: x_f16)
+                  m,
+                  k,
+                  static_cast<const char*>(w) + static_cast<size_t>(first * k) * w_bytes,
+                  w_f16,
+                  out.plane_cols,
+                  bias != nullptr ? bias + first : nullptr,
+                  act,
+                  nullptr};
+    g.x_f16 = true;
+    g.y_half = out.planes[p];
+    g.bias_half = bias16 != nullptr ? bias16 + first * 2 : nullptr;
+    RETURN_IF_ERROR(RunGemm(config, ctx, plan, g, scratch));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace waav::cuda

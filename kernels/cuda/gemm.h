@@ -73,6 +73,14 @@ struct GemmProblem {
   // kHalfMma only: the result written as f32 planes of plane_cols columns (LinearPlanes), not y.
   const PlaneOutputs* planes = nullptr;
   int64_t plane_cols = 0;
+  // kBlasHalf and kBlasHalfSplit with x_f16 only (not accumulate): the result rounded to f16 by
+  // cuBLAS as it stores, into y_half instead of y (no f32 result and no conversion pass). The
+  // bias: with bias_half (the same values in f16, cuBLASLt's rule for an f16 output) and no
+  // activation, in cuBLASLt's epilogue; otherwise bias and activation by one in-place pass over
+  // y_half (LaunchEpilogueHalfInPlace: the sums are rounded twice, as the GEMM stores them and
+  // after the bias and activation).
+  void* y_half = nullptr;
+  const void* bias_half = nullptr;
 };
 
 // cuBLAS for a backend (CudaBackendOptions::use_cublas) with its workspace, allocated from `pool`
@@ -84,11 +92,35 @@ absl::StatusOr<std::string> LoadBlas(bool use_cublas, size_t workspace_bytes,
 
 // Whether `path` can add into y (GemmProblem::accumulate).
 bool GemmAccumulates(GemmPath path);
+// Whether `path` can store an f16 result itself (GemmProblem::y_half, x_f16).
+inline bool GemmStoresHalf(GemmPath path) {
+  return path == GemmPath::kBlasHalf || path == GemmPath::kBlasHalfSplit;
+}
 
 // `half_gemm_ok`: HalfGemmSupported() for the problem's shapes and addresses; `conv`: a Conv1d's
 // implicit GEMM (never split along K).
 GemmPlan PlanGemm(const GemmConfig& config, int64_t m, int64_t n, int64_t k, bool w_f16,
                   bool half_gemm_ok = false, bool conv = false);
+// f16 results of an f16 x on a path that stores them (GemmStoresHalf; GemmProblem::y_half):
+// the n output columns of x·wᵀ + bias, act applied, in `count` planes of plane_cols = n / count
+// columns (plane p: columns [p·plane_cols, (p + 1)·plane_cols), stored [m, plane_cols] at
+// planes[p]; one plane: a Linear's y), one GEMM each. Without an activation the bias is first
+// rounded into `bias16` (HalfOutputBias16Bytes of scratch, 16-byte aligned) for cuBLASLt's
+// epilogue. `scratch` holds plan.scratch_bytes (null when 0).
+struct HalfOutput {
+  void* const* planes;
+  int count;
+  int64_t plane_cols;
+  void* bias16;
+};
+inline size_t HalfOutputBias16Bytes(int64_t n, bool bias, Epilogue act) {
+  return bias && act == Epilogue::kNone ? (static_cast<size_t>(n) * 2 + 255) / 256 * 256 : 0;
+}
+absl::Status RunGemmHalfOutput(const GemmConfig& config, const LaunchContext& ctx,
+                               const GemmPlan& plan, const void* x, int64_t m, int64_t k,
+                               const void* w, bool w_f16, const float* bias, Epilogue act,
+                               const HalfOutput& out, void* scratch);
+
 // `scratch` holds plan.scratch_bytes (null when 0).
 absl::Status RunGemm(const GemmConfig& config, const LaunchContext& ctx, const GemmPlan& plan,
                      const GemmProblem& p, void* scratch);

@@ -345,6 +345,42 @@ __global__ void EpilogueToHalfScalarKernel(const float* in, int64_t rows, int64_
   }
 }
 
+// In place on f16 values, eight columns per thread (cols % 8 == 0, 16-byte aligned y and bias).
+template <typename Index>
+__global__ void EpilogueHalfInPlace8Kernel(__half* y, Index rows, Index cols, const float* bias,
+                                           Epilogue act) {
+  WaitForPreviousKernel();
+  AllowNextKernel();
+  const Index octets = rows * cols / 8;
+  const Index stride = Index{gridDim.x} * blockDim.x;
+  for (Index q = blockIdx.x * Index{blockDim.x} + threadIdx.x; q < octets; q += stride) {
+    uint4 packed = reinterpret_cast<const uint4*>(y)[q];
+    auto* h = reinterpret_cast<__half2*>(&packed);
+    const float* b = bias != nullptr ? bias + (q * 8) % cols : nullptr;
+    for (int i = 0; i < 4; ++i) {
+      float2 v = __half22float2(h[i]);
+      if (b != nullptr) {
+        v.x += b[2 * i];
+        v.y += b[2 * i + 1];
+      }
+      h[i] = __floats2half2_rn(ApplyEpilogue(v.x, act), ApplyEpilogue(v.y, act));
+    }
+    reinterpret_cast<uint4*>(y)[q] = packed;
+  }
+}
+
+__global__ void EpilogueHalfInPlaceScalarKernel(__half* y, int64_t rows, int64_t cols,
+                                                const float* bias, Epilogue act) {
+  WaitForPreviousKernel();
+  AllowNextKernel();
+  const int64_t total = rows * cols;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += stride) {
+    const float v = __half2float(y[i]) + (bias != nullptr ? bias[i % cols] : 0.0f);
+    y[i] = __float2half_rn(ApplyEpilogue(v, act));
+  }
+}
+
 __global__ void SplitHalfKernel(const float* x, int64_t n, __half* hi, __half* lo) {
   WaitForPreviousKernel();
   AllowNextKernel();
@@ -461,6 +497,23 @@ cudaError_t LaunchEpilogueToHalf(const LaunchContext& ctx, const float* in, int6
   }
   return Launch(ctx, EpilogueToHalfScalarKernel, dim3(GridFor(ctx, rows * cols)), dim3(kThreads), 0,
                 in, rows, cols, bias, act, static_cast<__half*>(out));
+}
+
+cudaError_t LaunchEpilogueHalfInPlace(const LaunchContext& ctx, void* y, int64_t rows, int64_t cols,
+                                      const float* bias, Epilogue act) {
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  auto* h = static_cast<__half*>(y);
+  if (cols % 8 == 0 && Aligned16(y) && (bias == nullptr || Aligned16(bias))) {
+    if (Fits32(rows * cols)) {
+      return Launch(ctx, EpilogueHalfInPlace8Kernel<uint32_t>, dim3(GridFor(ctx, rows * cols / 8)),
+                    dim3(kThreads), 0, h, static_cast<uint32_t>(rows), static_cast<uint32_t>(cols),
+                    bias, act);
+    }
+    return Launch(ctx, EpilogueHalfInPlace8Kernel<int64_t>, dim3(GridFor(ctx, rows * cols / 8)),
+                  dim3(kThreads), 0, h, rows, cols, bias, act);
+  }
+  return Launch(ctx, EpilogueHalfInPlaceScalarKernel, dim3(GridFor(ctx, rows * cols)),
+                dim3(kThreads), 0, h, rows, cols, bias, act);
 }
 
 namespace {

@@ -35,6 +35,10 @@ cudaError_t LaunchToFloat(const LaunchContext& ctx, const void* x, int64_t n, fl
 // __half values (f16 activations for the next GEMM).
 cudaError_t LaunchEpilogueToHalf(const LaunchContext& ctx, const float* in, int64_t rows,
                                  int64_t cols, const float* bias, Epilogue act, void* out);
+// y[r, c] = f16(act(y[r, c] + bias[c])) over rows × cols, in place on f16 values (a cuBLAS GEMM's
+// f16 output); bias may be null.
+cudaError_t LaunchEpilogueHalfInPlace(const LaunchContext& ctx, void* y, int64_t rows, int64_t cols,
+                                      const float* bias, Epilogue act);
 // Where LinearPlanes writes: one pointer per plane (by value in the kernel's arguments).
 inline constexpr int kMaxPlaneOutputs = 16;
 struct PlaneOutputs {
