@@ -653,6 +653,12 @@ int Main(int argc, char** argv) {
   // and rounding (before).
   add("fast, CUDA graph + PDL, f32 GEMM outputs", CudaMath::kFast, true, true, false);
   variants.back().options.blas_half_output = false;
+  // Flash v2's warps over one and two m-tiles of 16 queries (CudaBackendOptions::flash_m_tiles).
+  for (int m_tiles : {1, 2}) {
+    add(absl::StrCat("fast, CUDA graph + PDL, flash m-tiles ", m_tiles), CudaMath::kFast, true,
+        true, false);
+    variants.back().options.flash_m_tiles = m_tiles;
+  }
   // Flash v2's key splits forced (CudaBackendOptions::flash_splits; default: as many as one wave
   // of resident blocks holds, none from 4 windows up), for the last wave's share.
   for (int splits : {1, 2, 3}) {

@@ -75,6 +75,7 @@ struct FlashPlan {
   size_t partial_bytes = 0;  // partial results when splits > 1
   size_t scratch_bytes = 0;  // half_bytes + partial_bytes
   int64_t counters = 0;      // zeroed arrival counters needed (0 when splits == 1)
+  int m_tiles = 1;           // Flash v2: m-tiles of 16 queries a warp (64·m_tiles a block)
 };
 FlashPlan PlanFlashAttention(const AttentionArgs& args, int sm_count, int64_t max_counters);
 cudaError_t LaunchFlashAttention(const LaunchContext& ctx, const AttentionArgs& args,
@@ -88,8 +89,10 @@ cudaError_t LaunchFlashAttention(const LaunchContext& ctx, const AttentionArgs& 
 cudaError_t PrepareFlashAttention2();
 bool FlashAttention2Supported(const AttentionArgs& args);
 // `force_splits` > 0: that many key ranges (at most 4) instead of the plan's choice.
+// `m_tiles`: 16-query m-tiles a warp, 1 or 2, 0 the plan's choice (CudaBackendOptions::
+// flash_m_tiles; the split-q form takes 1).
 FlashPlan PlanFlashAttention2(const AttentionArgs& args, int sm_count, int64_t max_counters,
-                              int force_splits = 0);
+                              int force_splits = 0, int m_tiles = 0);
 cudaError_t LaunchFlashAttention2(const LaunchContext& ctx, const AttentionArgs& args,
                                   const FlashPlan& plan, void* scratch, int* counters);
 

@@ -37,7 +37,8 @@ AttentionChoice ChooseAttention(AttentionArgs& args, int64_t q_numel, int64_t kv
   if (c.decode.supported) {
     own = c.decode.partial_bytes;
   } else if (c.flash2) {
-    c.flash_plan = PlanFlashAttention2(args, sm_count, max_counters, options.flash_splits);
+    c.flash_plan = PlanFlashAttention2(args, sm_count, max_counters, options.flash_splits,
+                                       options.flash_m_tiles);
     own = c.flash_plan.scratch_bytes;
   } else if (c.flash) {
     c.flash_plan = PlanFlashAttention(args, sm_count, max_counters);

@@ -167,6 +167,12 @@ struct CudaBackendOptions {
   // Flash v2 key ranges per query block: 0 lets the plan choose (as many as one wave of
   // resident blocks holds, up to 4); 1 to 4 forces that many (for measurements).
   int flash_splits = 0;
+  // Flash v2 m-tiles of 16 queries a warp: 1 (64 queries a block, 4 blocks an SM) or 2 (128 a
+  // block, 2 an SM: each K and V fragment read from shared memory feeds twice the MMAs); 0 lets
+  // the plan choose (2 where their grid fills at least 4 waves: the encoder from ~15 windows a
+  // pass; H100, session 21: 157 against 163 us a window at 64 windows, 6-7% slower at 1 and 4).
+  // The split-q form (f32 q over f16 K/V) takes 1 either way. Default: 0.
+  int flash_m_tiles = 0;
   // kFast: an f32 q over an f16 K/V cache (a prompt over the cross-attention cache, the word
   // alignment's teacher-forced pass) through Flash v2 from this many queries a row: K and V read
   // once per 64 queries on tensor cores, q and the probabilities as f16 hi + lo parts (as exact

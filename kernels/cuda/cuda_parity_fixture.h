@@ -77,6 +77,7 @@ struct Variant {
   bool encoder_no_pdl = false;    // CudaBackendOptions::pdl_large_kernels false (with defaults too)
   bool decode_attention = false;  // CudaBackendOptions::decode_attention on (with defaults too)
   bool f32_gemm_output = false;   // CudaBackendOptions::blas_half_output off (with defaults too)
+  int flash_m_tiles = 0;          // > 0: CudaBackendOptions::flash_m_tiles (with defaults too)
 };
 
 inline void PrintTo(const Variant& variant, std::ostream* os) { *os << variant.name; }
@@ -103,6 +104,7 @@ class CudaParityTest : public ::testing::TestWithParam<Variant> {
     if (GetParam().encoder_no_pdl) options.pdl_large_kernels = false;
     if (GetParam().decode_attention) options.decode_attention = true;
     if (GetParam().f32_gemm_output) options.blas_half_output = false;
+    if (GetParam().flash_m_tiles > 0) options.flash_m_tiles = GetParam().flash_m_tiles;
     half_activations_ = options.half_activations;
     skinny_max_rows_ = options.skinny_max_rows;
     auto gpu = CreateCudaBackend(options);
@@ -237,6 +239,19 @@ const Variant kVariants[] = {
      .graphs = true,
      .defaults = true,
      .f32_gemm_output = true},
+    // The defaults with Flash v2's warps over two m-tiles (128 queries a block) and one.
+    {.name = "FastFlashTwoMTiles",
+     .math = CudaMath::kFast,
+     .cublas = true,
+     .graphs = true,
+     .defaults = true,
+     .flash_m_tiles = 2},
+    {.name = "FastFlashOneMTile",
+     .math = CudaMath::kFast,
+     .cublas = true,
+     .graphs = true,
+     .defaults = true,
+     .flash_m_tiles = 1},
     // The built-in GEMM (f16 activations widened for it).
     {.name = "AccurateBuiltinGemmEagerGraphs",
      .math = CudaMath::kAccurate,

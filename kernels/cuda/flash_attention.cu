@@ -25,11 +25,16 @@ namespace {
 #if WAAV_GPU_HAS_MMA
 using namespace mma;  // NOLINT: the PTX wrappers of mma.cuh
 
-constexpr int kRows = 64;  // queries per block (16 per warp) and keys per tile
+constexpr int kRows = 64;  // keys per tile (and queries per block with one m-tile per warp)
 constexpr int kDim = 64;
 constexpr int kPadded = kDim + 8;  // row stride in halves (144 bytes: conflict-free ldmatrix)
 constexpr int kMaxSplits = 4;
-constexpr int kResidentPerSm = 4;  // __launch_bounds__(128, 4)
+constexpr int kResidentPerSm = 4;  // __launch_bounds__(128, 4) with one m-tile per warp
+// Blocks per SM of a kernel with kM m-tiles per warp (16 queries each: the block's queries are
+// 64·kM) and of its split-q form (more registers).
+constexpr int ResidentPerSm(bool split_q, int m_tiles) {
+  return split_q ? 3 : (m_tiles == 1 ? kResidentPerSm : 2);
+}
 
 __device__ __forceinline__ int64_t Visible(int64_t valid, int64_t q_len, int64_t i, bool causal) {
   if (!causal) return valid;
@@ -37,12 +42,13 @@ __device__ __forceinline__ int64_t Visible(int64_t valid, int64_t q_len, int64_t
   return n < 0 ? 0 : (n > valid ? valid : n);
 }
 
-// Rows [row0, row0 + 64) of a [B·T, width] f16 matrix at column col0 into `tile`; rows at or
-// beyond `rows` are zero-filled.
+// Rows [row0, row0 + kCount) of a [B·T, width] f16 matrix at column col0 into `tile`; rows at
+// or beyond `rows` are zero-filled.
+template <int kCount = kRows>
 __device__ __forceinline__ void LoadRows(__half (*tile)[kPadded], const __half* base, int64_t row0,
                                          int64_t rows, int64_t width, int64_t col0) {
 #pragma unroll
-  for (int i = 0; i < kRows * kDim / 8 / 128; ++i) {
+  for (int i = 0; i < kCount * kDim / 8 / 128; ++i) {
     const int c = threadIdx.x + 128 * i;
     const int r = c / 8, c8 = c % 8;
     const bool in = row0 + r < rows;
@@ -88,19 +94,27 @@ __device__ __forceinline__ void StoreOutPair(const Flash2Params& p, int64_t inde
 // kSplitQ: an f32 q (q32) over f16 K/V: q and the probabilities split into f16 hi + lo parts,
 // each multiplied by both.
 // Its second MMAs need more registers than 4 blocks an SM leave (128 a thread): 3 blocks.
-template <bool kSplitQ>
-__global__ void __launch_bounds__(128, kSplitQ ? 3 : kResidentPerSm) Flash2Kernel(Flash2Params p) {
+// kM: m-tiles of 16 queries per warp (1 or 2; the split-q form 1). With 2 each K and V fragment
+// loaded from shared memory feeds twice the MMAs (the loads were as many cycles as the MMAs at
+// one), at twice the accumulators: 2 blocks an SM.
+template <bool kSplitQ, int kM>
+__global__ void __launch_bounds__(128, ResidentPerSm(kSplitQ, kM)) Flash2Kernel(Flash2Params p) {
+  static_assert(kM == 1 || (kM == 2 && !kSplitQ), "1 or 2 m-tiles a warp, the split-q form 1");
+  constexpr int kQRows = 64 * kM;  // queries per block
   const int64_t q_len = p.q_len, kv_len = p.kv_len;
   const int heads = p.heads;
   const float scale_log2 = p.scale_log2;
   WaitForPreviousKernel();
   AllowNextKernel();
-  __shared__ alignas(16) __half qs[kRows][kPadded];
-  __shared__ alignas(16) __half ks[2][kRows][kPadded];
-  __shared__ alignas(16) __half vs[2][kRows][kPadded];
+  // K and V tiles [k0, v0, k1, v1]; the queries' tile is the second buffer pair (kQRows <= 128
+  // rows) until every warp has its fragments, before the second tile is loaded there.
+  __shared__ alignas(16) __half kv_tiles[4 * kRows][kPadded];
+  __half(*const qs)[kPadded] = kv_tiles + 2 * kRows;
+  auto ks = [&](int buf) { return kv_tiles + 2 * buf * kRows; };
+  auto vs = [&](int buf) { return kv_tiles + (2 * buf + 1) * kRows; };
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int64_t bh = blockIdx.y, b = bh / heads, h = bh % heads;
-  const int64_t i0 = blockIdx.x * int64_t{kRows};
+  const int64_t i0 = blockIdx.x * int64_t{kQRows};
   const int64_t width = int64_t{heads} * kDim;
   int64_t valid = kv_len;
   if (p.kv_lengths != nullptr) {
@@ -112,7 +126,7 @@ __global__ void __launch_bounds__(128, kSplitQ ? 3 : kResidentPerSm) Flash2Kerne
       return;
     }
   }
-  const int64_t last_row = min(i0 + kRows, q_len) - 1;
+  const int64_t last_row = min(i0 + kQRows, q_len) - 1;
   const int64_t block_keys = Visible(valid, q_len, last_row, p.causal);
   const int all_tiles = static_cast<int>((block_keys + kRows - 1) / kRows);
   const int per_split = (all_tiles + p.splits - 1) / p.splits;
@@ -122,11 +136,11 @@ __global__ void __launch_bounds__(128, kSplitQ ? 3 : kResidentPerSm) Flash2Kerne
   const __half* kb = p.k + b * kv_len * width;
   const __half* vb = p.v + b * kv_len * width;
 
-  if constexpr (!kSplitQ) LoadRows(qs, qb, i0, q_len, width, h * kDim);
+  if constexpr (!kSplitQ) LoadRows<kQRows>(qs, qb, i0, q_len, width, h * kDim);
   CommitAsync();
   if (tiles > 0) {
-    LoadRows(ks[0], kb, int64_t{first_tile} * kRows, kv_len, width, h * kDim);
-    LoadRows(vs[0], vb, int64_t{first_tile} * kRows, kv_len, width, h * kDim);
+    LoadRows(ks(0), kb, int64_t{first_tile} * kRows, kv_len, width, h * kDim);
+    LoadRows(vs(0), vb, int64_t{first_tile} * kRows, kv_len, width, h * kDim);
   }
   CommitAsync();
   // The split-q form reads its f32 q rows while the first K/V tile is in flight (8 float4 a
@@ -149,12 +163,16 @@ __global__ void __launch_bounds__(128, kSplitQ ? 3 : kResidentPerSm) Flash2Kerne
   WaitAsync<0>();
   __syncthreads();
 
-  // This warp's 16 query rows as A fragments, 4 steps of 16 along the head dim.
+  // This warp's 16·kM query rows as A fragments, 4 steps of 16 along the head dim.
   const int fr = lane / 4, fc = (lane % 4) * 2;
-  uint32_t qa[4][4];
+  uint32_t qa[kM][4][4];
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
-    LdMatrix4(qa[kk], &qs[warp * 16 + lane % 16][kk * 16 + (lane / 16) * 8]);
+  for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      LdMatrix4(qa[mi][kk], &qs[(warp * kM + mi) * 16 + lane % 16][kk * 16 + (lane / 16) * 8]);
+    }
+  }
   uint32_t qa_lo[4][4];
   if constexpr (kSplitQ) {  // the lo parts through the same tile once every warp has its hi
     __syncthreads();
@@ -171,18 +189,31 @@ __global__ void __launch_bounds__(128, kSplitQ ? 3 : kResidentPerSm) Flash2Kerne
     for (int kk = 0; kk < 4; ++kk)
       LdMatrix4(qa_lo[kk], &qs[warp * 16 + lane % 16][kk * 16 + (lane / 16) * 8]);
   }
+  __syncthreads();  // every warp has its fragments: the second tile may go where q was
   // A warp whose rows all lie past the last query (a prompt's few queries) only helps load
   // (split-q form only: the test costs the other form registers).
-  const bool active = i0 + warp * 16 < q_len;
-  const int64_t row0 = i0 + warp * 16 + fr, row1 = row0 + 8;
-  const int64_t visible0 = Visible(valid, q_len, row0, p.causal);
-  const int64_t visible1 = Visible(valid, q_len, row1, p.causal);
-  const int64_t visible_min = min(visible0, visible1);
-
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-  float o[8][4];
+  const bool active = i0 + warp * 16 * kM < q_len;
+  // m-tile mi's two rows of this lane: row[mi][0] and row[mi][0] + 8.
+  int64_t row[kM][2], visible[kM][2];
 #pragma unroll
-  for (int dt = 0; dt < 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+  for (int mi = 0; mi < kM; ++mi) {
+    row[mi][0] = i0 + (warp * kM + mi) * 16 + fr;
+    row[mi][1] = row[mi][0] + 8;
+    visible[mi][0] = Visible(valid, q_len, row[mi][0], p.causal);
+    visible[mi][1] = Visible(valid, q_len, row[mi][1], p.causal);
+  }
+  // (Rows grow down the block: a causal mask shows the first row the fewest keys.)
+  const int64_t visible_min = min(visible[0][0], visible[0][1]);
+
+  float m[kM][2], l[kM][2];
+  float o[kM][8][4];
+#pragma unroll
+  for (int mi = 0; mi < kM; ++mi) {
+    m[mi][0] = m[mi][1] = -INFINITY;
+    l[mi][0] = l[mi][1] = 0.0f;
+#pragma unroll
+    for (int dt = 0; dt < 8; ++dt) o[mi][dt][0] = o[mi][dt][1] = o[mi][dt][2] = o[mi][dt][3] = 0.0f;
+  }
 
   // One barrier per tile: it makes tile kt visible and tells that every warp is done with tile
   // kt − 1, whose buffer then takes tile kt + 1 while tile kt is computed.
@@ -194,134 +225,161 @@ __global__ void __launch_bounds__(128, kSplitQ ? 3 : kResidentPerSm) Flash2Kerne
     }
     if (kt + 1 < tiles) {
       const int64_t next = int64_t{first_tile + kt + 1} * kRows;
-      LoadRows(ks[buf ^ 1], kb, next, kv_len, width, h * kDim);
-      LoadRows(vs[buf ^ 1], vb, next, kv_len, width, h * kDim);
+      LoadRows(ks(buf ^ 1), kb, next, kv_len, width, h * kDim);
+      LoadRows(vs(buf ^ 1), vb, next, kv_len, width, h * kDim);
     }
     CommitAsync();
     if (kSplitQ && !active) continue;  // the barrier and the loads above are the block's
 
-    float s[8][4];
+    float s[kM][8][4];
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+        s[mi][nt][0] = s[mi][nt][1] = s[mi][nt][2] = s[mi][nt][3] = 0.0f;
+    }
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
       for (int nt = 0; nt < 8; nt += 2) {
         uint32_t kf[4];
         LdMatrix4(kf,
-                  &ks[buf][nt * 8 + (lane / 16) * 8 + lane % 8][kk * 16 + ((lane / 8) % 2) * 8]);
-        Mma16816(s[nt], qa[kk], kf[0], kf[1]);
-        Mma16816(s[nt + 1], qa[kk], kf[2], kf[3]);
+                  &ks(buf)[nt * 8 + (lane / 16) * 8 + lane % 8][kk * 16 + ((lane / 8) % 2) * 8]);
+#pragma unroll
+        for (int mi = 0; mi < kM; ++mi) {
+          Mma16816(s[mi][nt], qa[mi][kk], kf[0], kf[1]);
+          Mma16816(s[mi][nt + 1], qa[mi][kk], kf[2], kf[3]);
+        }
         if constexpr (kSplitQ) {
-          Mma16816(s[nt], qa_lo[kk], kf[0], kf[1]);
-          Mma16816(s[nt + 1], qa_lo[kk], kf[2], kf[3]);
+          Mma16816(s[0][nt], qa_lo[kk], kf[0], kf[1]);
+          Mma16816(s[0][nt + 1], qa_lo[kk], kf[2], kf[3]);
         }
       }
     }
     const int64_t key0 = int64_t{first_tile + kt} * kRows;
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-    if (key0 + kRows <= visible_min) {
+#pragma unroll
+    for (int mi = 0; mi < kM; ++mi) {
+      float mx0 = -INFINITY, mx1 = -INFINITY;
+      if (key0 + kRows <= visible_min) {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            s[mi][nt][e] *= scale_log2;
+            s[mi][nt][2 + e] *= scale_log2;
+            mx0 = fmaxf(mx0, s[mi][nt][e]);
+            mx1 = fmaxf(mx1, s[mi][nt][2 + e]);
+          }
+        }
+      } else {
+        const int64_t d0 = visible[mi][0] - key0, d1 = visible[mi][1] - key0;
+        const int lim0 = d0 < 0 ? 0 : (d0 > kRows ? kRows : static_cast<int>(d0));
+        const int lim1 = d1 < 0 ? 0 : (d1 > kRows ? kRows : static_cast<int>(d1));
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int key = nt * 8 + fc + e;
+            s[mi][nt][e] = key < lim0 ? s[mi][nt][e] * scale_log2 : -INFINITY;
+            s[mi][nt][2 + e] = key < lim1 ? s[mi][nt][2 + e] * scale_log2 : -INFINITY;
+            mx0 = fmaxf(mx0, s[mi][nt][e]);
+            mx1 = fmaxf(mx1, s[mi][nt][2 + e]);
+          }
+        }
+      }
+      mx0 = fmaxf(mx0, __shfl_xor_sync(kFullMask, mx0, 1));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(kFullMask, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(kFullMask, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(kFullMask, mx1, 2));
+      const float n0 = fmaxf(m[mi][0], mx0), n1 = fmaxf(m[mi][1], mx1);
+      // A row that has seen no key yet keeps max −inf: subtract 0 instead (2^−inf = 0 then).
+      const float base0 = n0 == -INFINITY ? 0.0f : n0, base1 = n1 == -INFINITY ? 0.0f : n1;
+      const float alpha0 = Exp2Approx(m[mi][0] - base0), alpha1 = Exp2Approx(m[mi][1] - base1);
+      m[mi][0] = n0;
+      m[mi][1] = n1;
+      float sum0 = 0.0f, sum1 = 0.0f;
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          s[nt][e] *= scale_log2;
-          s[nt][2 + e] *= scale_log2;
-          mx0 = fmaxf(mx0, s[nt][e]);
-          mx1 = fmaxf(mx1, s[nt][2 + e]);
+          s[mi][nt][e] = Exp2Approx(s[mi][nt][e] - base0);
+          s[mi][nt][2 + e] = Exp2Approx(s[mi][nt][2 + e] - base1);
+          sum0 += s[mi][nt][e];
+          sum1 += s[mi][nt][2 + e];
         }
       }
-    } else {
-      const int64_t d0 = visible0 - key0, d1 = visible1 - key0;
-      const int lim0 = d0 < 0 ? 0 : (d0 > kRows ? kRows : static_cast<int>(d0));
-      const int lim1 = d1 < 0 ? 0 : (d1 > kRows ? kRows : static_cast<int>(d1));
+      l[mi][0] = l[mi][0] * alpha0 + sum0;
+      l[mi][1] = l[mi][1] * alpha1 + sum1;
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int key = nt * 8 + fc + e;
-          s[nt][e] = key < lim0 ? s[nt][e] * scale_log2 : -INFINITY;
-          s[nt][2 + e] = key < lim1 ? s[nt][2 + e] * scale_log2 : -INFINITY;
-          mx0 = fmaxf(mx0, s[nt][e]);
-          mx1 = fmaxf(mx1, s[nt][2 + e]);
-        }
+      for (int dt = 0; dt < 8; ++dt) {
+        o[mi][dt][0] *= alpha0;
+        o[mi][dt][1] *= alpha0;
+        o[mi][dt][2] *= alpha1;
+        o[mi][dt][3] *= alpha1;
       }
-    }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(kFullMask, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(kFullMask, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(kFullMask, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(kFullMask, mx1, 2));
-    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-    // A row that has seen no key yet keeps max −inf: subtract 0 instead (2^−inf = 0 then).
-    const float base0 = n0 == -INFINITY ? 0.0f : n0, base1 = n1 == -INFINITY ? 0.0f : n1;
-    const float alpha0 = Exp2Approx(m0 - base0), alpha1 = Exp2Approx(m1 - base1);
-    m0 = n0;
-    m1 = n1;
-    float sum0 = 0.0f, sum1 = 0.0f;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        s[nt][e] = Exp2Approx(s[nt][e] - base0);
-        s[nt][2 + e] = Exp2Approx(s[nt][2 + e] - base1);
-        sum0 += s[nt][e];
-        sum1 += s[nt][2 + e];
-      }
-    }
-    l0 = l0 * alpha0 + sum0;
-    l1 = l1 * alpha1 + sum1;
-#pragma unroll
-    for (int dt = 0; dt < 8; ++dt) {
-      o[dt][0] *= alpha0;
-      o[dt][1] *= alpha0;
-      o[dt][2] *= alpha1;
-      o[dt][3] *= alpha1;
     }
     // O += P·V: P's accumulator layout is the A-fragment layout of the next MMA; V's B fragments
     // come transposed from the row-major tile through ldmatrix.trans.
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      uint32_t pa[4], pl[4];
-      if constexpr (kSplitQ) {
-        SplitPack(s[2 * kk][0], s[2 * kk][1], pa[0], pl[0]);
-        SplitPack(s[2 * kk][2], s[2 * kk][3], pa[1], pl[1]);
-        SplitPack(s[2 * kk + 1][0], s[2 * kk + 1][1], pa[2], pl[2]);
-        SplitPack(s[2 * kk + 1][2], s[2 * kk + 1][3], pa[3], pl[3]);
-      } else {
-        pa[0] = PackHalf2(s[2 * kk][0], s[2 * kk][1]);
-        pa[1] = PackHalf2(s[2 * kk][2], s[2 * kk][3]);
-        pa[2] = PackHalf2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        pa[3] = PackHalf2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      uint32_t pa[kM][4], pl[4];
+#pragma unroll
+      for (int mi = 0; mi < kM; ++mi) {
+        if constexpr (kSplitQ) {
+          SplitPack(s[0][2 * kk][0], s[0][2 * kk][1], pa[0][0], pl[0]);
+          SplitPack(s[0][2 * kk][2], s[0][2 * kk][3], pa[0][1], pl[1]);
+          SplitPack(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1], pa[0][2], pl[2]);
+          SplitPack(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3], pa[0][3], pl[3]);
+        } else {
+          pa[mi][0] = PackHalf2(s[mi][2 * kk][0], s[mi][2 * kk][1]);
+          pa[mi][1] = PackHalf2(s[mi][2 * kk][2], s[mi][2 * kk][3]);
+          pa[mi][2] = PackHalf2(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
+          pa[mi][3] = PackHalf2(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
+        }
       }
 #pragma unroll
       for (int dt = 0; dt < 8; dt += 2) {
-        const int mi = lane / 8, rr = lane % 8;
+        const int mj = lane / 8, rr = lane % 8;
         uint32_t vf[4];
-        LdMatrix4Trans(vf, &vs[buf][kk * 16 + (mi & 1) * 8 + rr][(dt + (mi >> 1)) * 8]);
-        Mma16816(o[dt], pa, vf[0], vf[1]);
-        Mma16816(o[dt + 1], pa, vf[2], vf[3]);
+        LdMatrix4Trans(vf, &vs(buf)[kk * 16 + (mj & 1) * 8 + rr][(dt + (mj >> 1)) * 8]);
+#pragma unroll
+        for (int mi = 0; mi < kM; ++mi) {
+          Mma16816(o[mi][dt], pa[mi], vf[0], vf[1]);
+          Mma16816(o[mi][dt + 1], pa[mi], vf[2], vf[3]);
+        }
         if constexpr (kSplitQ) {
-          Mma16816(o[dt], pl, vf[0], vf[1]);
-          Mma16816(o[dt + 1], pl, vf[2], vf[3]);
+          Mma16816(o[0][dt], pl, vf[0], vf[1]);
+          Mma16816(o[0][dt + 1], pl, vf[2], vf[3]);
         }
       }
     }
   }
   WaitAsync<0>();
 
-  l0 += __shfl_xor_sync(kFullMask, l0, 1);
-  l0 += __shfl_xor_sync(kFullMask, l0, 2);
-  l1 += __shfl_xor_sync(kFullMask, l1, 1);
-  l1 += __shfl_xor_sync(kFullMask, l1, 2);
-  const int64_t ob = b * q_len * width + h * kDim;  // the output's (row b, head h) offset
-  const int r0 = warp * 16 + fr, r1 = r0 + 8;       // rows within the block
-  if (p.splits == 1) {
-    const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
 #pragma unroll
-    for (int dt = 0; dt < 8; ++dt) {
-      const int d = dt * 8 + fc;
-      if (row0 < q_len) StoreOutPair(p, ob + row0 * width + d, o[dt][0] * inv0, o[dt][1] * inv0);
-      if (row1 < q_len) StoreOutPair(p, ob + row1 * width + d, o[dt][2] * inv1, o[dt][3] * inv1);
+  for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      l[mi][e] += __shfl_xor_sync(kFullMask, l[mi][e], 1);
+      l[mi][e] += __shfl_xor_sync(kFullMask, l[mi][e], 2);
+    }
+  }
+  const int64_t ob = b * q_len * width + h * kDim;  // the output's (row b, head h) offset
+  if (p.splits == 1) {
+#pragma unroll
+    for (int mi = 0; mi < kM; ++mi) {
+      const float inv0 = l[mi][0] > 0.0f ? 1.0f / l[mi][0] : 0.0f;
+      const float inv1 = l[mi][1] > 0.0f ? 1.0f / l[mi][1] : 0.0f;
+#pragma unroll
+      for (int dt = 0; dt < 8; ++dt) {
+        const int d = dt * 8 + fc;
+        if (row[mi][0] < q_len) {
+          StoreOutPair(p, ob + row[mi][0] * width + d, o[mi][dt][0] * inv0, o[mi][dt][1] * inv0);
+        }
+        if (row[mi][1] < q_len) {
+          StoreOutPair(p, ob + row[mi][1] * width + d, o[mi][dt][2] * inv1, o[mi][dt][3] * inv1);
+        }
+      }
     }
     return;
   }
@@ -330,20 +388,24 @@ __global__ void __launch_bounds__(128, kSplitQ ? 3 : kResidentPerSm) Flash2Kerne
   const int64_t group = bh * gridDim.x + blockIdx.x;
   const int64_t records = int64_t{gridDim.x} * gridDim.y * p.splits;
   const int64_t record = group * p.splits + blockIdx.z;
-  float* part_o = p.partials + record * kRows * kDim;
-  float* part_ml = p.partials + records * kRows * kDim + record * kRows * 2;
+  float* part_o = p.partials + record * kQRows * kDim;
+  float* part_ml = p.partials + records * kQRows * kDim + record * kQRows * 2;
 #pragma unroll
-  for (int dt = 0; dt < 8; ++dt) {
-    const int d = dt * 8 + fc;
-    *reinterpret_cast<float2*>(part_o + r0 * kDim + d) = make_float2(o[dt][0], o[dt][1]);
-    *reinterpret_cast<float2*>(part_o + r1 * kDim + d) = make_float2(o[dt][2], o[dt][3]);
-  }
-  if ((lane & 3) == 0) {
-    *reinterpret_cast<float2*>(part_ml + 2 * r0) = make_float2(m0, l0);
-    *reinterpret_cast<float2*>(part_ml + 2 * r1) = make_float2(m1, l1);
+  for (int mi = 0; mi < kM; ++mi) {
+    const int r0 = (warp * kM + mi) * 16 + fr, r1 = r0 + 8;  // rows within the block
+#pragma unroll
+    for (int dt = 0; dt < 8; ++dt) {
+      const int d = dt * 8 + fc;
+      *reinterpret_cast<float2*>(part_o + r0 * kDim + d) = make_float2(o[mi][dt][0], o[mi][dt][1]);
+      *reinterpret_cast<float2*>(part_o + r1 * kDim + d) = make_float2(o[mi][dt][2], o[mi][dt][3]);
+    }
+    if ((lane & 3) == 0) {
+      *reinterpret_cast<float2*>(part_ml + 2 * r0) = make_float2(m[mi][0], l[mi][0]);
+      *reinterpret_cast<float2*>(part_ml + 2 * r1) = make_float2(m[mi][1], l[mi][1]);
+    }
   }
   __shared__ int last;
-  __shared__ float weight[kMaxSplits][kRows];
+  __shared__ float weight[kMaxSplits][kQRows];
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(&p.counters[group], 1) == p.splits - 1;
@@ -351,15 +413,15 @@ __global__ void __launch_bounds__(128, kSplitQ ? 3 : kResidentPerSm) Flash2Kerne
   if (!last) return;
   __threadfence();
   const int splits = p.splits;
-  const float* group_o = p.partials + group * splits * kRows * kDim;
-  const float* group_ml = p.partials + records * kRows * kDim + group * splits * kRows * 2;
+  const float* group_o = p.partials + group * splits * kQRows * kDim;
+  const float* group_ml = p.partials + records * kQRows * kDim + group * splits * kQRows * 2;
   // Per row: the weight of each split, 2^(m_s − m) / Σ_s l_s·2^(m_s − m); all loads at once.
-  if (threadIdx.x < kRows) {
+  if (threadIdx.x < kQRows) {
     const int r = threadIdx.x;
     float2 ml[kMaxSplits];
 #pragma unroll
     for (int sp = 0; sp < kMaxSplits; ++sp) {
-      ml[sp] = sp < splits ? __ldcg(reinterpret_cast<const float2*>(group_ml) + sp * kRows + r)
+      ml[sp] = sp < splits ? __ldcg(reinterpret_cast<const float2*>(group_ml) + sp * kQRows + r)
                            : make_float2(-INFINITY, 0.0f);
     }
     float m_max = -INFINITY;
@@ -376,11 +438,11 @@ __global__ void __launch_bounds__(128, kSplitQ ? 3 : kResidentPerSm) Flash2Kerne
     for (int sp = 0; sp < kMaxSplits; ++sp) weight[sp][r] = w[sp] * inv;
   }
   __syncthreads();
-  const int rows = static_cast<int>(min(int64_t{kRows}, q_len - i0));
-  // 64 rows × 16 float4 per row: 8 per thread, in two rounds of 4 with every split's load issued
-  // before the first use.
+  const int rows = static_cast<int>(min(int64_t{kQRows}, q_len - i0));
+  // kQRows rows × 16 float4 per row: 8·kM per thread, in rounds of 4 with every split's load
+  // issued before the first use.
 #pragma unroll
-  for (int round = 0; round < 2; ++round) {
+  for (int round = 0; round < 2 * kM; ++round) {
     float4 acc[4];
     float4 part[4][kMaxSplits];
 #pragma unroll
@@ -391,7 +453,7 @@ __global__ void __launch_bounds__(128, kSplitQ ? 3 : kResidentPerSm) Flash2Kerne
       for (int sp = 0; sp < kMaxSplits; ++sp) {
         part[j][sp] = sp < splits && r < rows
                           ? __ldcg(reinterpret_cast<const float4*>(
-                                       group_o + (int64_t{sp} * kRows + r) * kDim) +
+                                       group_o + (int64_t{sp} * kQRows + r) * kDim) +
                                    d4)
                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
@@ -451,9 +513,10 @@ size_t Rounded256(int64_t bytes) { return static_cast<size_t>((bytes + 255) / 25
 
 cudaError_t PrepareFlashAttention2() {
 #if WAAV_GPU_HAS_MMA
-  // 47 KB of shared memory per block: four blocks per SM only with the largest carveout.
-  for (const void* kernel : {reinterpret_cast<const void*>(Flash2Kernel<false>),
-                             reinterpret_cast<const void*>(Flash2Kernel<true>)}) {
+  // 37 KB of shared memory per block: four blocks per SM only with the largest carveout.
+  for (const void* kernel : {reinterpret_cast<const void*>(Flash2Kernel<false, 1>),
+                             reinterpret_cast<const void*>(Flash2Kernel<false, 2>),
+                             reinterpret_cast<const void*>(Flash2Kernel<true, 1>)}) {
     const cudaError_t err = cudaFuncSetAttribute(
         kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
     if (err != cudaSuccess) return err;
@@ -486,17 +549,25 @@ bool FlashAttention2Supported(const AttentionArgs& a) {
 }
 
 FlashPlan PlanFlashAttention2(const AttentionArgs& a, int sm_count, int64_t max_counters,
-                              int force_splits) {
+                              int force_splits, int m_tiles) {
   FlashPlan plan;
 #if WAAV_GPU_HAS_MMA
+  // Two m-tiles a warp where their grid, unsplit, fills at least 4 waves of its resident blocks
+  // (2 an SM): H100, session 21, the encoder pass 157 against 163 us a window at 64 windows, even
+  // at 16 (4.4 waves), 6-7% slower at 1 and 4 windows, where one m-tile's key splits fill the
+  // chip better. The split-q form: one m-tile.
+  const int64_t groups_of_two = (a.q_len + 2 * kRows - 1) / (2 * kRows) * a.batch * a.heads;
+  const bool two = m_tiles == 2 || (m_tiles == 0 && groups_of_two >= 4 * 2 * int64_t{sm_count});
+  plan.m_tiles = two && !a.kv_half ? 2 : 1;
+  const int64_t q_rows = int64_t{kRows} * plan.m_tiles;
   const int64_t width = int64_t{a.heads} * a.head_dim;
-  const int64_t groups = (a.q_len + kRows - 1) / kRows * a.batch * a.heads;
+  const int64_t groups = (a.q_len + q_rows - 1) / q_rows * a.batch * a.heads;
   const int64_t tiles = (a.kv_len + kRows - 1) / kRows;
   // Key splits while the grid still fits in one wave of resident blocks (4 per SM: 128
   // registers and 47 KB of shared memory each), at least 2 tiles per split. One 30 s window (144
   // groups, 24 tiles, 132 SMs): 3 splits, 432 blocks of 8 tiles. (Measured on an H100 with 4
   // splits, 576 blocks: 32.8 µs per layer with the conversion, against 60.4 unsplit.)
-  const int64_t resident = a.kv_half ? 3 : kResidentPerSm;  // the split-q form: 3 an SM
+  const int64_t resident = ResidentPerSm(a.kv_half, plan.m_tiles);
   int best = 1;
   for (int s = 2; s <= kMaxSplits && tiles / s >= 2; ++s) {
     if (groups * s <= resident * sm_count) best = s;
@@ -512,7 +583,7 @@ FlashPlan PlanFlashAttention2(const AttentionArgs& a, int sm_count, int64_t max_
   if (best > 1 && groups <= max_counters) {
     plan.splits = best;
     plan.counters = groups;
-    plan.partial_bytes = static_cast<size_t>(groups * best) * kRows * (a.head_dim + 2) * 4;
+    plan.partial_bytes = static_cast<size_t>(groups * best * q_rows) * (a.head_dim + 2) * 4;
   }
   plan.scratch_bytes = plan.half_bytes + plan.partial_bytes;
 #else
@@ -520,6 +591,7 @@ FlashPlan PlanFlashAttention2(const AttentionArgs& a, int sm_count, int64_t max_
   (void)sm_count;
   (void)max_counters;
   (void)force_splits;
+  (void)m_tiles;
 #endif
   return plan;
 }
@@ -570,10 +642,11 @@ cudaError_t LaunchFlashAttention2(const LaunchContext& ctx, const AttentionArgs&
                       reinterpret_cast<float*>(base + plan.half_bytes),
                       counters,
                       ctx.error_word};
-  const dim3 grid(CeilDiv(a.q_len, kRows), static_cast<unsigned>(a.batch * a.heads),
-                  static_cast<unsigned>(plan.splits));
-  if (a.kv_half) return Launch(ctx, Flash2Kernel<true>, grid, dim3(128), 0, params);
-  return Launch(ctx, Flash2Kernel<false>, grid, dim3(128), 0, params);
+  const dim3 grid(CeilDiv(a.q_len, int64_t{kRows} * plan.m_tiles),
+                  static_cast<unsigned>(a.batch * a.heads), static_cast<unsigned>(plan.splits));
+  if (a.kv_half) return Launch(ctx, Flash2Kernel<true, 1>, grid, dim3(128), 0, params);
+  if (plan.m_tiles == 2) return Launch(ctx, Flash2Kernel<false, 2>, grid, dim3(128), 0, params);
+  return Launch(ctx, Flash2Kernel<false, 1>, grid, dim3(128), 0, params);
 #else
   (void)ctx;
   (void)a;
