@@ -226,10 +226,10 @@ class CudaBackend final : public Backend, public CudaExtensions {
             static_cast<int64_t>(planes.size()), static_cast<int64_t>(plan.path), x_f16, y_f16, -2,
             append_sig});
       return Submit([state = state_, ctx = Ctx(), x, weight, b, held = std::move(held), out, d,
-                     w_f16, plan, plane_cols, scratch]() {
+                     w_f16, plan, plane_cols, bias16_bytes, scratch]() {
         char* base = scratch.defined() ? static_cast<char*>(scratch.data()) : nullptr;
         const cuda::HalfOutput half{out.planes, static_cast<int>(held.size() - 1), plane_cols,
-                                    b.defined() ? base + plan.scratch_bytes : nullptr};
+                                    bias16_bytes > 0 ? base + plan.scratch_bytes : nullptr};
         return cuda::RunGemmHalfOutput(state->gemm, ctx, plan, x.data(), d.m, d.k, weight.data(),
                                        w_f16, b.defined() ? b.data_as<float>() : nullptr,
                                        cuda::Epilogue::kNone, half,
@@ -378,11 +378,11 @@ class CudaBackend final : public Backend, public CudaExtensions {
           accumulate, x_f16, y_f16, half_out});
     if (half_out) {
       return Submit([state = state_, ctx = Ctx(), x, weight, b, y, d, w_f16, epilogue, plan,
-                     scratch]() {
+                     bias16_bytes, scratch]() {
         char* base = scratch.defined() ? static_cast<char*>(scratch.data()) : nullptr;
         void* const planes[] = {y.data()};
         const cuda::HalfOutput out{planes, 1, d.n,
-                                   base != nullptr ? base + plan.scratch_bytes : nullptr};
+                                   bias16_bytes > 0 ? base + plan.scratch_bytes : nullptr};
         return cuda::RunGemmHalfOutput(state->gemm, ctx, plan, x.data(), d.m, d.k, weight.data(),
                                        w_f16, b.defined() ? b.data_as<float>() : nullptr, epilogue,
                                        out, plan.scratch_bytes > 0 ? base : nullptr);

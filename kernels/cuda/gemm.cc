@@ -197,7 +197,9 @@ absl::Status RunGemmHalfOutput(const GemmConfig& config, const LaunchContext& ct
                                const void* w, bool w_f16, const float* bias, Epilogue act,
                                const HalfOutput& out, void* scratch) {
   const int64_t n = out.plane_cols * out.count;
-  auto* bias16 = static_cast<char*>(out.bias16);
+  // (bias16 is scratch for a bias without activation only: HalfOutputBias16Bytes.)
+  auto* bias16 =
+      bias != nullptr && act == Epilogue::kNone ? static_cast<char*>(out.bias16) : nullptr;
   if (bias16 != nullptr) {
     RETURN_IF_ERROR(LaunchStatus("Linear f16 bias", LaunchToHalf(ctx, bias, n, bias16)));
   }
