@@ -172,15 +172,10 @@ absl::StatusOr<std::vector<std::vector<float>>> WhisperModel::ScoresPass(
                      static_cast<size_t>(requests[k].n_positions));
     total_positions += requests[k].n_positions;
   }
-  // The whole pass is issued first; each layer with an alignment head keeps its queries and the
-  // requests' keys (packed, so that one copy brings them all) in tensors of its own, read back
-  // after the last layer: the device never waits for the host's scoring between layers, and the
-  // host scores every layer at once (on for_each's threads).
-  struct WantedLayer {
-    int layer;
-    Tensor q, packed;
-  };
-  std::vector<WantedLayer> wanted_layers;
+  // One pass at a time downloads through scores_download_ (kept, so that page-locking it is paid
+  // once, not per pass).
+  std::lock_guard<std::mutex> download_lock(scores_download_mu_);
+  HostBuffer& download = scores_download_;
   for (int i = 0; i <= last_layer; ++i) {
     const DecoderLayer& layer = decoder_layers_[static_cast<size_t>(i)];
     RETURN_IF_ERROR(RunAttention(layer.self_attention, x, self_k, self_v, &positions, &lengths,
@@ -189,14 +184,11 @@ absl::StatusOr<std::vector<std::vector<float>>> WhisperModel::ScoresPass(
                                     [i](const AttentionHead& h) { return h.layer == i; });
     if (wanted) {
       const AttentionWeights& w = layer.cross_attention;
-      ASSIGN_OR_RETURN(const Tensor q, backend_.Allocate({rows, t_max, d}, DType::kF32));
       RETURN_IF_ERROR(backend_.LayerNorm(x, w.norm_gamma, w.norm_beta, 1e-5f, ws.h));
-      RETURN_IF_ERROR(backend_.Linear(ws.h, w.q_w, &w.q_b, Activation::kNone, q));
+      RETURN_IF_ERROR(backend_.Linear(ws.h, w.q_w, &w.q_b, Activation::kNone, ws.q));
+      // The keys of every request's audio positions, packed on the device (copies queued behind
+      // the pass) so that one download brings them all.
       const Tensor& cache = state->cross_k_[static_cast<size_t>(i)];
-      if (cache.dtype() != DType::kF16 && cache.dtype() != DType::kF32) {
-        return absl::InternalError(
-            absl::StrCat(kWhat, ": cross-attention keys of ", cache.Describe(), " (f32 or f16)"));
-      }
       ASSIGN_OR_RETURN(const Tensor packed, backend_.Allocate({total_positions, d}, cache.dtype()));
       int64_t at = 0;
       for (const ScoresRequest& r : requests) {
@@ -207,68 +199,53 @@ absl::StatusOr<std::vector<std::vector<float>>> WhisperModel::ScoresPass(
         RETURN_IF_ERROR(backend_.Copy(src, dst));
         at += r.n_positions;
       }
-      wanted_layers.push_back({i, q, packed});
+      ASSIGN_OR_RETURN(const std::vector<float> q, Download<float>(backend_, ws.q));
+      // The keys as they are (f16 or f32) into the pass's host buffer: page-locked on a GPU, so
+      // the copy runs at the link's rate; each request widens only its heads' columns.
+      if (download.size_bytes() < packed.size_bytes()) {
+        download = HostBuffer();  // the old buffer is freed before the larger one is taken
+        ASSIGN_OR_RETURN(download, backend_.AllocateHost(std::bit_ceil(packed.size_bytes())));
+      }
+      RETURN_IF_ERROR(backend_.CopyToHost(packed, download.data(), packed.size_bytes()));
+      const bool half_keys = packed.dtype() == DType::kF16;
+      if (!half_keys && packed.dtype() != DType::kF32) {
+        return absl::InternalError(
+            absl::StrCat(kWhat, ": cross-attention keys of ", packed.Describe(), " (f32 or f16)"));
+      }
+      // Request k's keys start at row key_row[k] of `packed`; each request's scores are its own.
+      std::vector<int64_t> key_row(requests.size(), 0);
+      for (size_t k = 1; k < requests.size(); ++k) {
+        key_row[k] = key_row[k - 1] + requests[k - 1].n_positions;
+      }
+      auto score_request = [&](size_t k) {
+        const ScoresRequest& r = requests[k];
+        const int64_t t = static_cast<int64_t>(r.tokens.size()), n = r.n_positions;
+        std::vector<float> keys_t;
+        for (size_t h = 0; h < heads.size(); ++h) {
+          if (heads[h].layer != i) continue;
+          const float* q_rows = q.data() + r.row * t_max * d;
+          float* out = scores[k].data() + h * static_cast<size_t>(t * n);
+          const int64_t offset = heads[h].head * head_dim;
+          if (half_keys) {
+            HeadScores(q_rows, t, download.data_as<const uint16_t>() + key_row[k] * d, n, d, offset,
+                       head_dim, attention_scale_, keys_t, out);
+          } else {
+            HeadScores(q_rows, t, download.data_as<const float>() + key_row[k] * d, n, d, offset,
+                       head_dim, attention_scale_, keys_t, out);
+          }
+        }
+      };
+      if (for_each != nullptr) {
+        for_each(requests.size(), score_request);
+      } else {
+        for (size_t k = 0; k < requests.size(); ++k) score_request(k);
+      }
     }
     if (i == last_layer && next_token_probs == nullptr) break;
     RETURN_IF_ERROR(RunAttention(layer.cross_attention, x, state->cross_k_[static_cast<size_t>(i)],
                                  state->cross_v_[static_cast<size_t>(i)], nullptr, nullptr,
                                  /*causal=*/false, scratch, ws));
     RETURN_IF_ERROR(RunFeedForward(layer.ffn, x, ws));
-  }
-  // One pass at a time downloads through scores_download_ (kept, so that page-locking it is paid
-  // once, not per pass): every wanted layer's keys as they are (f16 or f32), one after another;
-  // page-locked on a GPU, so the copies run at the link's rate. Each request widens only its
-  // heads' columns.
-  std::lock_guard<std::mutex> download_lock(scores_download_mu_);
-  HostBuffer& download = scores_download_;
-  size_t key_bytes = 0;
-  for (const WantedLayer& l : wanted_layers) key_bytes += l.packed.size_bytes();
-  if (download.size_bytes() < key_bytes) {
-    download = HostBuffer();  // the old buffer is freed before the larger one is taken
-    ASSIGN_OR_RETURN(download, backend_.AllocateHost(std::bit_ceil(key_bytes)));
-  }
-  std::vector<std::vector<float>> q_of(wanted_layers.size());
-  std::vector<const char*> keys_of(wanted_layers.size());
-  size_t offset = 0;
-  for (size_t w = 0; w < wanted_layers.size(); ++w) {
-    const WantedLayer& l = wanted_layers[w];
-    ASSIGN_OR_RETURN(q_of[w], Download<float>(backend_, l.q));
-    char* at = static_cast<char*>(download.data()) + offset;
-    RETURN_IF_ERROR(backend_.CopyToHost(l.packed, at, l.packed.size_bytes()));
-    keys_of[w] = at;
-    offset += l.packed.size_bytes();
-  }
-  // Request k's keys start at row key_row[k] of each layer's `packed`; each request's scores are
-  // its own.
-  std::vector<int64_t> key_row(requests.size(), 0);
-  for (size_t k = 1; k < requests.size(); ++k) {
-    key_row[k] = key_row[k - 1] + requests[k - 1].n_positions;
-  }
-  auto score_request = [&](size_t k) {
-    const ScoresRequest& r = requests[k];
-    const int64_t t = static_cast<int64_t>(r.tokens.size()), n = r.n_positions;
-    std::vector<float> keys_t;
-    for (size_t w = 0; w < wanted_layers.size(); ++w) {
-      const bool half_keys = wanted_layers[w].packed.dtype() == DType::kF16;
-      for (size_t h = 0; h < heads.size(); ++h) {
-        if (heads[h].layer != wanted_layers[w].layer) continue;
-        const float* q_rows = q_of[w].data() + r.row * t_max * d;
-        float* out = scores[k].data() + h * static_cast<size_t>(t * n);
-        const int64_t head_offset = heads[h].head * head_dim;
-        if (half_keys) {
-          HeadScores(q_rows, t, reinterpret_cast<const uint16_t*>(keys_of[w]) + key_row[k] * d, n,
-                     d, head_offset, head_dim, attention_scale_, keys_t, out);
-        } else {
-          HeadScores(q_rows, t, reinterpret_cast<const float*>(keys_of[w]) + key_row[k] * d, n, d,
-                     head_offset, head_dim, attention_scale_, keys_t, out);
-        }
-      }
-    }
-  };
-  if (for_each != nullptr) {
-    for_each(requests.size(), score_request);
-  } else {
-    for (size_t k = 0; k < requests.size(); ++k) score_request(k);
   }
   if (next_token_probs != nullptr) {
     // Each request's position i < T − 1: the probability of its token i + 1 under a softmax

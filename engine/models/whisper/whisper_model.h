@@ -390,10 +390,8 @@ class WhisperModel {
   // computed and dropped): element k is request k's [heads.size(), T_k, n_positions_k]. The same
   // arithmetic as one call per row, each row's in batched kernels (rounding may differ where a
   // backend's GEMM does with the row count). Rows distinct. Reads only the state's cross K/V.
-  // The scores are computed on the host from the downloaded queries and keys, after the whole
-  // pass has been issued (the device never waits for the host's scoring between layers), each
-  // request's (every layer's heads) through one `for_each` where given (in parallel: they are
-  // independent).
+  // The scores are computed on the host from the downloaded queries and keys, each request's
+  // through `for_each` where given (in parallel: they are independent).
   absl::StatusOr<std::vector<std::vector<float>>> CrossAttentionScoresBatch(
       absl::Span<const ScoresRequest> requests, absl::Span<const AttentionHead> heads,
       const DecoderState& encoded, const ForEachFn& for_each = nullptr) const;
