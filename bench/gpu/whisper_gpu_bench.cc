@@ -649,11 +649,9 @@ int Main(int argc, char** argv) {
   // Session 20: the encoder's attention output in f32 and its projection on HalfGemm (before).
   add("fast, CUDA graph + PDL, f32 encoder attention output", CudaMath::kFast, true, true, false);
   variants.back().half_encoder_attention = false;
-  // Session 21: cuBLAS's f16-output GEMMs stored in f32, then a pass adding the bias (and GELU)
-  // and rounding (before).
+  // Session 21: f32 GEMM outputs and a rounding pass (before); Flash v2's m-tiles forced.
   add("fast, CUDA graph + PDL, f32 GEMM outputs", CudaMath::kFast, true, true, false);
   variants.back().options.blas_half_output = false;
-  // Flash v2's warps over one and two m-tiles of 16 queries (CudaBackendOptions::flash_m_tiles).
   for (int m_tiles : {1, 2}) {
     add(absl::StrCat("fast, CUDA graph + PDL, flash m-tiles ", m_tiles), CudaMath::kFast, true,
         true, false);
