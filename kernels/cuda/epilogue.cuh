@@ -22,6 +22,11 @@ __device__ __forceinline__ float ApplyEpilogue(float v, Epilogue act) {
   return v;
 }
 
+// ApplyEpilogue for a value rounded to f16 next: GELU by GeluForHalf.
+__device__ __forceinline__ float HalfEpilogue(float v, Epilogue act) {
+  return act == Epilogue::kGelu ? GeluForHalf(v) : ApplyEpilogue(v, act);
+}
+
 // The first element of row `row` in plane `plane` of `out` (C = plane_cols): row · C, or in an
 // appended cache (row · capacity + positions[row]) · C; −1 (the error reported) when that
 // position is outside the cache.

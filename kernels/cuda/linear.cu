@@ -267,8 +267,8 @@ __global__ void EpilogueToHalfKernel(const float* in, Index rows, Index cols, co
     float4 v = reinterpret_cast<const float4*>(in)[q];
     AddBias4(v, bias != nullptr ? bias + (q * 4) % cols : nullptr);
     __half2* o = reinterpret_cast<__half2*>(out + q * 4);
-    o[0] = __floats2half2_rn(ApplyEpilogue(v.x, act), ApplyEpilogue(v.y, act));
-    o[1] = __floats2half2_rn(ApplyEpilogue(v.z, act), ApplyEpilogue(v.w, act));
+    o[0] = __floats2half2_rn(HalfEpilogue(v.x, act), HalfEpilogue(v.y, act));
+    o[1] = __floats2half2_rn(HalfEpilogue(v.z, act), HalfEpilogue(v.w, act));
   }
 }
 
@@ -341,7 +341,7 @@ __global__ void EpilogueToHalfScalarKernel(const float* in, int64_t rows, int64_
   const int64_t total = rows * cols;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += stride) {
-    out[i] = __float2half_rn(ApplyEpilogue(in[i] + (bias != nullptr ? bias[i % cols] : 0.0f), act));
+    out[i] = __float2half_rn(HalfEpilogue(in[i] + (bias != nullptr ? bias[i % cols] : 0.0f), act));
   }
 }
 
@@ -363,7 +363,7 @@ __global__ void EpilogueHalfInPlace8Kernel(__half* y, Index rows, Index cols, co
         v.x += b[2 * i];
         v.y += b[2 * i + 1];
       }
-      h[i] = __floats2half2_rn(ApplyEpilogue(v.x, act), ApplyEpilogue(v.y, act));
+      h[i] = __floats2half2_rn(HalfEpilogue(v.x, act), HalfEpilogue(v.y, act));
     }
     reinterpret_cast<uint4*>(y)[q] = packed;
   }
@@ -377,7 +377,7 @@ __global__ void EpilogueHalfInPlaceScalarKernel(__half* y, int64_t rows, int64_t
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += stride) {
     const float v = __half2float(y[i]) + (bias != nullptr ? bias[i % cols] : 0.0f);
-    y[i] = __float2half_rn(ApplyEpilogue(v, act));
+    y[i] = __float2half_rn(HalfEpilogue(v, act));
   }
 }
 
