@@ -192,6 +192,10 @@ absl::Status RunGemm(const GemmConfig& config, const LaunchContext& ctx, const G
 #endif
 }
 
+size_t HalfOutputBias16Bytes(int64_t n, bool bias, Epilogue act) {
+  return bias && act == Epilogue::kNone ? RoundUp256(static_cast<size_t>(n) * 2) : 0;
+}
+
 absl::Status RunGemmHalfOutput(const GemmConfig& config, const LaunchContext& ctx,
                                const GemmPlan& plan, const void* x, int64_t m, int64_t k,
                                const void* w, bool w_f16, const float* bias, Epilogue act,

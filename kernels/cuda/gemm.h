@@ -113,9 +113,7 @@ struct HalfOutput {
   int64_t plane_cols;
   void* bias16;
 };
-inline size_t HalfOutputBias16Bytes(int64_t n, bool bias, Epilogue act) {
-  return bias && act == Epilogue::kNone ? (static_cast<size_t>(n) * 2 + 255) / 256 * 256 : 0;
-}
+size_t HalfOutputBias16Bytes(int64_t n, bool bias, Epilogue act);
 absl::Status RunGemmHalfOutput(const GemmConfig& config, const LaunchContext& ctx,
                                const GemmPlan& plan, const void* x, int64_t m, int64_t k,
                                const void* w, bool w_f16, const float* bias, Epilogue act,
