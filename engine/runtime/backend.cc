@@ -53,6 +53,11 @@ absl::Status Backend::SharedKvAttention(const Tensor&, const Tensor&, int, float
   return NotImplemented(name(), "SharedKvAttention");
 }
 
+absl::Status Backend::HeadScores(const Tensor&, const Tensor&, int, float,
+                                 absl::Span<const HeadScoresItem>, const Tensor&) {
+  return NotImplemented(name(), "HeadScores");
+}
+
 absl::StatusOr<HostBuffer> Backend::AllocateHost(size_t bytes) {
   if (bytes == 0) return HostBuffer();
   constexpr std::align_val_t kAlign{64};

@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/runtime/head_scores_item.h"
 #include "engine/runtime/host_buffer.h"
 #include "engine/runtime/tensor.h"
 
@@ -88,6 +89,9 @@ enum class Op : uint8_t {
   // of that layer's K and V caches). With kHalfActivations, kv may be f16 and Copy converts f32
   // to f16 (the encoder output into such a cache).
   kSharedKvAttention,
+  // Optional kernel (chosen heads' scaled query-key dot products in a defined order, so that
+  // every backend computes the same floats: Whisper's word alignment).
+  kHeadScores,
 };
 
 // A captured sequence of kernel calls. Replay() re-runs them on the tensors they were captured
@@ -360,6 +364,19 @@ class Backend {
   static constexpr int kMaxSharedKvWidth = 512;
   virtual absl::Status SharedKvAttention(const Tensor& q, const Tensor& kv, int num_heads,
                                          float scale, const Tensor& out);
+  // Scaled dot products of chosen heads' queries and keys (pre-softmax attention scores):
+  //   q f32 [B, Tq, C], k [B, Tk, C] (f32, or f16 widened exactly), heads of width head_dim at
+  //   columns [h·head_dim, (h + 1)·head_dim) of C; out f32 of any shape, flat. For each item:
+  //     out[offset + t·keys + j] = scale · Σ_e q[row, t, h·D + e] · k[row, j, h·D + e]
+  //   for t < queries ≤ Tq and j < keys ≤ Tk, where every product is rounded to f32 and added
+  //   in the order e = 0, 1, ..., D − 1 to a sum starting at 0, rounded after each addition (no
+  //   fused multiply-add), then the sum multiplied by scale: the same floats on every backend,
+  //   so that what is decided from them (word alignment's path through the scores) does not
+  //   depend on the device. Items must lie inside out and not overlap each other; elements of
+  //   out no item covers are left as they are; no items: nothing. (Whisper's word alignment:
+  //   the alignment heads of the teacher-forced pass, against the cross-attention keys.)
+  virtual absl::Status HeadScores(const Tensor& q, const Tensor& k, int head_dim, float scale,
+                                  absl::Span<const HeadScoresItem> items, const Tensor& out);
 
   // ---- Launch hints (optional) -------------------------------------------------------------
   // How the kernel calls issued from now on (eager, or recorded by a capture) are best launched;

@@ -445,6 +445,61 @@ absl::StatusOr<SharedKvAttentionDims> ValidateSharedKvAttention(DeviceKind devic
   return SharedKvAttentionDims{batch, tq, tk, num_heads, width};
 }
 
+absl::StatusOr<HeadScoresDims> ValidateHeadScores(DeviceKind device, const Tensor& q,
+                                                  const Tensor& k, int head_dim, float scale,
+                                                  absl::Span<const HeadScoresItem> items,
+                                                  const Tensor& out) {
+  constexpr const char* kOp = "HeadScores";
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "q", q, {DType::kF32}, 3));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "k", k, {DType::kF32, DType::kF16}, 3));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "out", out, {DType::kF32}, -1));
+  const int64_t batch = q.dim(0), tq = q.dim(1), channels = q.dim(2), tk = k.dim(1);
+  if (k.dim(0) != batch || k.dim(2) != channels) {
+    return Invalid(kOp, absl::StrCat("k ", k.Describe(), " must be [", batch, ", Tk, ", channels,
+                                     "] for q ", q.Describe()));
+  }
+  if (head_dim < 1 || head_dim > channels) {
+    return Invalid(kOp, absl::StrCat("head_dim ", head_dim, " outside [1, ", channels, "]"));
+  }
+  if (!std::isfinite(scale)) return Invalid(kOp, absl::StrCat("scale ", scale, " is not finite"));
+  RETURN_IF_ERROR(CheckDisjoint(kOp, "out", out, "q", q));
+  RETURN_IF_ERROR(CheckDisjoint(kOp, "out", out, "k", k));
+  const int64_t heads = channels / head_dim, n = out.numel();
+  std::vector<std::pair<int64_t, int64_t>> blocks;  // [offset, end) of each item
+  blocks.reserve(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    const HeadScoresItem& it = items[i];
+    const std::string what = absl::StrCat("items[", i, "] ");
+    if (it.row < 0 || it.row >= batch) {
+      return Invalid(kOp, absl::StrCat(what, "row ", it.row, " outside q ", q.Describe()));
+    }
+    if (it.head < 0 || it.head >= heads) {
+      return Invalid(kOp, absl::StrCat(what, "head ", it.head, " outside the ", heads,
+                                       " heads of width ", head_dim, " in ", channels));
+    }
+    if (it.queries < 1 || it.queries > tq) {
+      return Invalid(kOp, absl::StrCat(what, it.queries, " queries (1 to ", tq, ")"));
+    }
+    if (it.keys < 1 || it.keys > tk) {
+      return Invalid(kOp, absl::StrCat(what, it.keys, " keys (1 to ", tk, ")"));
+    }
+    const int64_t size = it.queries * it.keys;  // both checked small above
+    if (it.offset < 0 || it.offset > n - size) {
+      return Invalid(kOp, absl::StrCat(what, it.queries, " x ", it.keys, " scores from offset ",
+                                       it.offset, " do not fit out ", out.Describe()));
+    }
+    blocks.emplace_back(it.offset, it.offset + size);
+  }
+  std::sort(blocks.begin(), blocks.end());
+  for (size_t i = 1; i < blocks.size(); ++i) {
+    if (blocks[i].first < blocks[i - 1].second) {
+      return Invalid(kOp, absl::StrCat("two items write out's elements [", blocks[i].first, ", ",
+                                       std::min(blocks[i].second, blocks[i - 1].second), ")"));
+    }
+  }
+  return HeadScoresDims{batch, tq, tk, channels};
+}
+
 absl::StatusOr<WriteRowsDims> ValidateWriteRows(DeviceKind device, const Tensor& src,
                                                 const Tensor& positions, const Tensor& dst) {
   constexpr const char* kOp = "WriteRows";

@@ -113,6 +113,16 @@ absl::StatusOr<SharedKvAttentionDims> ValidateSharedKvAttention(DeviceKind devic
                                                                 float scale, const Tensor& out,
                                                                 bool half_activations = false);
 
+struct HeadScoresDims {
+  int64_t batch, q_len, k_len, channels;
+};
+// Backend::HeadScores' contract: every item inside q, k and out, the items' blocks of out
+// pairwise disjoint (checked on the host, O(n log n) in the items).
+absl::StatusOr<HeadScoresDims> ValidateHeadScores(DeviceKind device, const Tensor& q,
+                                                  const Tensor& k, int head_dim, float scale,
+                                                  absl::Span<const HeadScoresItem> items,
+                                                  const Tensor& out);
+
 struct WriteRowsDims {
   int64_t batch, rows, channels, capacity;
 };

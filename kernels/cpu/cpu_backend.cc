@@ -22,6 +22,7 @@
 #include "engine/runtime/status.h"
 #include "engine/runtime/thread_pool.h"
 #include "kernels/cpu/cpu_memory.h"
+#include "kernels/cpu/head_scores.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/pointwise.h"
 #include "kernels/cpu/scratch.h"
@@ -461,6 +462,20 @@ class CpuBackend final : public Backend {
       cpu::SharedKvAttentionKernel(state->context(), q.data_as<float>(), kv.data_as<float>(), s,
                                    scale, out.data_as<float>());
       return state->ScratchStatus(kOp);
+    });
+  }
+
+  absl::Status HeadScores(const Tensor& q, const Tensor& k, int head_dim, float scale,
+                          absl::Span<const HeadScoresItem> items, const Tensor& out) override {
+    ASSIGN_OR_RETURN(
+        const checks::HeadScoresDims d,
+        checks::ValidateHeadScores(DeviceKind::kCpu, q, k, head_dim, scale, items, out));
+    const cpu::HeadScoresShape s{d.q_len, d.k_len, d.channels, head_dim};
+    return Submit([state = state_, q, k, out, s, scale,
+                   held = std::vector<HeadScoresItem>(items.begin(), items.end())]() {
+      cpu::HeadScoresKernel(state->context(), q.data_as<float>(), k.data(), k.dtype(), s, scale,
+                            held, out.data_as<float>());
+      return absl::OkStatus();
     });
   }
 

@@ -5,8 +5,41 @@
 #include "engine/runtime/op_checks.h"
 #include "engine/runtime/status.h"
 #include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/shared_kv_attention.cuh"
 
 namespace waav::cuda {
+
+// Which ops the backend offers under `options` (Backend::supports).
+bool Supports(const CudaBackendOptions& options, Op op) {
+  switch (op) {
+    case Op::kLinear:
+    case Op::kConv1d:
+    case Op::kLayerNorm:
+    case Op::kAdd:
+    case Op::kGelu:
+    case Op::kAttention:
+    case Op::kWriteRows:
+    case Op::kEmbed:
+    case Op::kLogSoftmax:
+    case Op::kGraphCapture:
+    case Op::kArgmaxLogSumExp:
+    case Op::kHeadScores:
+    case Op::kDecoderStep:  // for the dims the persistent kernel takes (persistent_step.h)
+      return true;
+    case Op::kLinearResidual:
+      return options.linear_residual;
+    case Op::kLinearPlanes:
+      return options.linear_planes;
+    case Op::kLinearPlanesAppend:
+      return options.linear_planes && options.linear_planes_append;
+    case Op::kHalfActivations:  // the ops take f16 in any mode; kAccurate keeps f32 between them
+      return options.half_activations && options.math == CudaMath::kFast;
+    case Op::kSharedKvAttention:  // its kernel reads kv as f16 (an f16 cache: kHalfActivations)
+      return cuda::SharedKvAttentionAvailable() && Supports(options, Op::kHalfActivations);
+    default:  // optional ops this backend does not implement
+      return false;
+  }
+}
 
 absl::Status GpuStatus(const char* what, cudaError_t err) {
   if (err == cudaSuccess) return absl::OkStatus();

@@ -1,6 +1,6 @@
-// Host helpers of the CUDA backend: the status of a CUDA call, the epilogue of an activation,
-// the device error word (ReportDeviceError in common.cuh) decoded into a status, scratch sizes
-// and the op codes of capture signatures.
+// Host helpers of the CUDA backend: the ops it offers, the status of a CUDA call, the epilogue
+// of an activation, the device error word (ReportDeviceError in common.cuh) decoded into a
+// status, scratch sizes and the op codes of capture signatures.
 #pragma once
 
 #include <cstddef>
@@ -10,12 +10,15 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/runtime/backend.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/gpu.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/linear.cuh"
 
 namespace waav::cuda {
 
+// Backend::supports of a CUDA backend made with `options`.
+bool Supports(const CudaBackendOptions& options, Op op);
 // OK, or an internal error naming `what` and CUDA's message.
 absl::Status GpuStatus(const char* what, cudaError_t err);
 // The kernels' epilogue for a Backend activation; an invalid-argument error for an unknown one.
@@ -59,7 +62,8 @@ enum class SigOp : int64_t {
   kArgmaxLogSumExp,
   kLaunchHint,
   kSharedKvAttention,
-  kGatherRows
+  kGatherRows,
+  kHeadScores
 };
 
 }  // namespace waav::cuda

@@ -31,6 +31,7 @@
 #include "kernels/cuda/gpu.h"
 #include "kernels/cuda/graph.h"
 #include "kernels/cuda/half_gemm.cuh"
+#include "kernels/cuda/head_scores.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/memory_pool.h"
@@ -59,35 +60,7 @@ class CudaBackend final : public Backend, public CudaExtensions {
   std::string_view name() const override { return WAAV_GPU_NAME; }
   DeviceKind device() const override { return kGpuKind; }
   std::string Describe() const override { return description_; }
-  bool supports(Op op) const override {
-    switch (op) {
-      case Op::kLinear:
-      case Op::kConv1d:
-      case Op::kLayerNorm:
-      case Op::kAdd:
-      case Op::kGelu:
-      case Op::kAttention:
-      case Op::kWriteRows:
-      case Op::kEmbed:
-      case Op::kLogSoftmax:
-      case Op::kGraphCapture:
-      case Op::kArgmaxLogSumExp:
-      case Op::kDecoderStep:  // for the dims the persistent kernel takes (persistent_step.h)
-        return true;
-      case Op::kLinearResidual:
-        return options_.linear_residual;
-      case Op::kLinearPlanes:
-        return options_.linear_planes;
-      case Op::kLinearPlanesAppend:
-        return options_.linear_planes && options_.linear_planes_append;
-      case Op::kHalfActivations:  // the ops take f16 in any mode; kAccurate keeps f32 between them
-        return options_.half_activations && options_.math == CudaMath::kFast;
-      case Op::kSharedKvAttention:  // its kernel reads kv as f16 (an f16 cache: kHalfActivations)
-        return cuda::SharedKvAttentionAvailable() && supports(Op::kHalfActivations);
-      default:  // optional ops this backend does not implement
-        return false;
-    }
-  }
+  bool supports(Op op) const override { return cuda::Supports(options_, op); }
 
   // ---- Memory ---------------------------------------------------------------------------------
 
@@ -646,6 +619,24 @@ class CudaBackend final : public Backend, public CudaExtensions {
     return Submit([ctx = Ctx(), src, dst, row_bytes, at = std::vector(rows.begin(), rows.end())]() {
       return GpuStatus("GatherRows", cuda::LaunchGatherRows(ctx, src.data(), at.data(), at.size(),
                                                             row_bytes, dst.data()));
+    });
+  }
+
+  absl::Status HeadScores(const Tensor& q, const Tensor& k, int head_dim, float scale,
+                          absl::Span<const HeadScoresItem> items, const Tensor& out) override {
+    ASSIGN_OR_RETURN(const auto d,
+                     checks::ValidateHeadScores(kGpuKind, q, k, head_dim, scale, items, out));
+    const bool k_half = k.dtype() == DType::kF16;
+    Sign({static_cast<int64_t>(SigOp::kHeadScores), d.batch, d.q_len, d.k_len, d.channels, head_dim,
+          k_half,
+          static_cast<int64_t>(cuda::HashCombine(cuda::kHashSeed, items.data(),
+                                                 items.size() * sizeof(HeadScoresItem)))});
+    return Submit([ctx = Ctx(), q, k, out, d, head_dim, scale, k_half,
+                   at = std::vector(items.begin(), items.end())]() {
+      return GpuStatus("HeadScores", cuda::LaunchHeadScores(
+                                         ctx, q.data_as<float>(), k.data(), k_half, d.q_len,
+                                         d.k_len, d.channels, head_dim, scale, at.data(),
+                                         static_cast<int64_t>(at.size()), out.data_as<float>()));
     });
   }
 

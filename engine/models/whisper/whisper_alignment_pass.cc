@@ -6,7 +6,6 @@
 #include <cmath>
 #include <memory>
 #include <mutex>
-#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -15,45 +14,6 @@
 #include "engine/runtime/status.h"
 
 namespace waav::whisper {
-
-namespace {
-
-// out[r, c] += scale · q_rows[r, offset .. offset + head_dim) · keys[c, offset ..]ᵀ for one head:
-// the keys transposed to [head_dim, positions] (`keys_t`, scratch; f16 keys widened as they are
-// moved, exactly), then head_dim passes over contiguous positions, so that every score sums its
-// products in the order e = 0, 1, ... and the loop vectorises. q_rows and keys have `width`
-// columns; out is [rows, positions].
-template <typename Key>
-void HeadScores(const float* q_rows, int64_t rows, const Key* keys, int64_t positions,
-                int64_t width, int64_t offset, int64_t head_dim, float scale,
-                std::vector<float>& keys_t, float* out) {
-  keys_t.resize(static_cast<size_t>(head_dim * positions));
-  std::vector<float> key(static_cast<size_t>(head_dim));
-  for (int64_t col = 0; col < positions; ++col) {
-    const Key* at = keys + col * width + offset;
-    if constexpr (std::is_same_v<Key, uint16_t>) {
-      HalfToFloatArray(at, key.data(), key.size());
-    } else {
-      std::copy(at, at + head_dim, key.begin());
-    }
-    for (int64_t e = 0; e < head_dim; ++e) {
-      keys_t[static_cast<size_t>(e * positions + col)] = key[static_cast<size_t>(e)];
-    }
-  }
-  for (int64_t row = 0; row < rows; ++row) {
-    const float* qr = q_rows + row * width + offset;
-    float* dots = out + row * positions;
-    std::fill(dots, dots + positions, 0.0f);
-    for (int64_t e = 0; e < head_dim; ++e) {
-      const float qe = qr[e];
-      const float* ke = keys_t.data() + e * positions;
-      for (int64_t col = 0; col < positions; ++col) dots[col] += qe * ke[col];
-    }
-    for (int64_t col = 0; col < positions; ++col) dots[col] *= scale;
-  }
-}
-
-}  // namespace
 
 absl::StatusOr<int> WhisperModel::CheckScoresHeads(const char* what,
                                                    absl::Span<const AttentionHead> heads) const {
@@ -108,15 +68,14 @@ absl::StatusOr<std::vector<float>> WhisperModel::CrossAttentionScores(
 
 absl::StatusOr<std::vector<std::vector<float>>> WhisperModel::CrossAttentionScoresBatch(
     absl::Span<const ScoresRequest> requests, absl::Span<const AttentionHead> heads,
-    const DecoderState& encoded, const ForEachFn& for_each) const {
-  return ScoresPass("CrossAttentionScoresBatch", requests, heads, encoded, nullptr, 0, for_each);
+    const DecoderState& encoded) const {
+  return ScoresPass("CrossAttentionScoresBatch", requests, heads, encoded, nullptr, 0);
 }
 
 absl::StatusOr<std::vector<std::vector<float>>> WhisperModel::ScoresPass(
     const char* what, absl::Span<const ScoresRequest> requests,
     absl::Span<const AttentionHead> heads, const DecoderState& encoded,
-    std::vector<std::vector<float>>* next_token_probs, int probs_vocab,
-    const ForEachFn& for_each) const {
+    std::vector<std::vector<float>>* next_token_probs, int probs_vocab) const {
   const char* const kWhat = what;
   const int64_t d = dims_.d_model;
   if (requests.empty()) return std::vector<std::vector<float>>{};
@@ -164,82 +123,41 @@ absl::StatusOr<std::vector<std::vector<float>>> WhisperModel::ScoresPass(
   ASSIGN_OR_RETURN(const Workspace ws, NewWorkspace(x.shape()));
   RETURN_IF_ERROR(backend_.Embed(token_ids, positions, token_embedding_, decoder_positions_, x));
 
+  // Every request's scores in one device tensor, [heads.size(), T_k, n_k] from base[k] on, written
+  // by HeadScores as each wanted layer's queries are ready and downloaded once after the pass:
+  // the device never waits for the host between layers, and the host scores nothing.
   const int64_t head_dim = d / dims_.n_heads;
-  int64_t total_positions = 0;
-  std::vector<std::vector<float>> scores(requests.size());
+  std::vector<int64_t> base(requests.size() + 1, 0);
   for (size_t k = 0; k < requests.size(); ++k) {
-    scores[k].resize(heads.size() * requests[k].tokens.size() *
-                     static_cast<size_t>(requests[k].n_positions));
-    total_positions += requests[k].n_positions;
+    base[k + 1] = base[k] + static_cast<int64_t>(heads.size()) *
+                                static_cast<int64_t>(requests[k].tokens.size()) *
+                                requests[k].n_positions;
   }
-  // One pass at a time downloads through scores_download_ (kept, so that page-locking it is paid
-  // once, not per pass).
-  std::lock_guard<std::mutex> download_lock(scores_download_mu_);
-  HostBuffer& download = scores_download_;
+  ASSIGN_OR_RETURN(const Tensor device_scores, backend_.Allocate({base.back()}, DType::kF32));
+  std::vector<HeadScoresItem> items;
   for (int i = 0; i <= last_layer; ++i) {
     const DecoderLayer& layer = decoder_layers_[static_cast<size_t>(i)];
     RETURN_IF_ERROR(RunAttention(layer.self_attention, x, self_k, self_v, &positions, &lengths,
                                  /*causal=*/true, scratch, ws));
-    const bool wanted = std::any_of(heads.begin(), heads.end(),
-                                    [i](const AttentionHead& h) { return h.layer == i; });
-    if (wanted) {
+    items.clear();
+    for (size_t k = 0; k < requests.size(); ++k) {
+      const int64_t t = static_cast<int64_t>(requests[k].tokens.size()),
+                    n = requests[k].n_positions;
+      for (size_t h = 0; h < heads.size(); ++h) {
+        if (heads[h].layer != i) continue;
+        items.push_back({.row = requests[k].row,
+                         .head = heads[h].head,
+                         .queries = t,
+                         .keys = n,
+                         .offset = base[k] + static_cast<int64_t>(h) * t * n});
+      }
+    }
+    if (!items.empty()) {
       const AttentionWeights& w = layer.cross_attention;
       RETURN_IF_ERROR(backend_.LayerNorm(x, w.norm_gamma, w.norm_beta, 1e-5f, ws.h));
       RETURN_IF_ERROR(backend_.Linear(ws.h, w.q_w, &w.q_b, Activation::kNone, ws.q));
-      // The keys of every request's audio positions, packed on the device (copies queued behind
-      // the pass) so that one download brings them all.
-      const Tensor& cache = state->cross_k_[static_cast<size_t>(i)];
-      ASSIGN_OR_RETURN(const Tensor packed, backend_.Allocate({total_positions, d}, cache.dtype()));
-      int64_t at = 0;
-      for (const ScoresRequest& r : requests) {
-        ASSIGN_OR_RETURN(Tensor src, cache.Slice(r.row, r.row + 1));
-        ASSIGN_OR_RETURN(src, src.Reshape({dims_.n_audio_ctx, d}));
-        ASSIGN_OR_RETURN(src, src.Slice(0, r.n_positions));
-        ASSIGN_OR_RETURN(const Tensor dst, packed.Slice(at, at + r.n_positions));
-        RETURN_IF_ERROR(backend_.Copy(src, dst));
-        at += r.n_positions;
-      }
-      ASSIGN_OR_RETURN(const std::vector<float> q, Download<float>(backend_, ws.q));
-      // The keys as they are (f16 or f32) into the pass's host buffer: page-locked on a GPU, so
-      // the copy runs at the link's rate; each request widens only its heads' columns.
-      if (download.size_bytes() < packed.size_bytes()) {
-        download = HostBuffer();  // the old buffer is freed before the larger one is taken
-        ASSIGN_OR_RETURN(download, backend_.AllocateHost(std::bit_ceil(packed.size_bytes())));
-      }
-      RETURN_IF_ERROR(backend_.CopyToHost(packed, download.data(), packed.size_bytes()));
-      const bool half_keys = packed.dtype() == DType::kF16;
-      if (!half_keys && packed.dtype() != DType::kF32) {
-        return absl::InternalError(
-            absl::StrCat(kWhat, ": cross-attention keys of ", packed.Describe(), " (f32 or f16)"));
-      }
-      // Request k's keys start at row key_row[k] of `packed`; each request's scores are its own.
-      std::vector<int64_t> key_row(requests.size(), 0);
-      for (size_t k = 1; k < requests.size(); ++k) {
-        key_row[k] = key_row[k - 1] + requests[k - 1].n_positions;
-      }
-      auto score_request = [&](size_t k) {
-        const ScoresRequest& r = requests[k];
-        const int64_t t = static_cast<int64_t>(r.tokens.size()), n = r.n_positions;
-        std::vector<float> keys_t;
-        for (size_t h = 0; h < heads.size(); ++h) {
-          if (heads[h].layer != i) continue;
-          const float* q_rows = q.data() + r.row * t_max * d;
-          float* out = scores[k].data() + h * static_cast<size_t>(t * n);
-          const int64_t offset = heads[h].head * head_dim;
-          if (half_keys) {
-            HeadScores(q_rows, t, download.data_as<const uint16_t>() + key_row[k] * d, n, d, offset,
-                       head_dim, attention_scale_, keys_t, out);
-          } else {
-            HeadScores(q_rows, t, download.data_as<const float>() + key_row[k] * d, n, d, offset,
-                       head_dim, attention_scale_, keys_t, out);
-          }
-        }
-      };
-      if (for_each != nullptr) {
-        for_each(requests.size(), score_request);
-      } else {
-        for (size_t k = 0; k < requests.size(); ++k) score_request(k);
-      }
+      RETURN_IF_ERROR(backend_.HeadScores(ws.q, state->cross_k_[static_cast<size_t>(i)], head_dim,
+                                          attention_scale_, items, device_scores));
     }
     if (i == last_layer && next_token_probs == nullptr) break;
     RETURN_IF_ERROR(RunAttention(layer.cross_attention, x, state->cross_k_[static_cast<size_t>(i)],
@@ -274,6 +192,27 @@ absl::StatusOr<std::vector<std::vector<float>>> WhisperModel::ScoresPass(
       }
     }
   }
+  // One download: through the pass's page-locked buffer (kept, so that page-locking it is paid
+  // once, not per pass) up to kPinnedScoresBytes, larger passes straight into pageable memory.
+  constexpr size_t kPinnedScoresBytes = size_t{64} << 20;
+  std::vector<float> pageable;
+  const float* all = nullptr;
+  std::lock_guard<std::mutex> download_lock(scores_download_mu_);
+  HostBuffer& download = scores_download_;
+  const size_t bytes = device_scores.size_bytes();
+  if (bytes <= kPinnedScoresBytes) {
+    if (download.size_bytes() < bytes) {
+      download = HostBuffer();  // the old buffer is freed before the larger one is taken
+      ASSIGN_OR_RETURN(download, backend_.AllocateHost(std::bit_ceil(bytes)));
+    }
+    RETURN_IF_ERROR(backend_.CopyToHost(device_scores, download.data(), bytes));
+    all = download.data_as<const float>();
+  } else {
+    ASSIGN_OR_RETURN(pageable, Download<float>(backend_, device_scores));
+    all = pageable.data();
+  }
+  std::vector<std::vector<float>> scores(requests.size());
+  for (size_t k = 0; k < requests.size(); ++k) scores[k].assign(all + base[k], all + base[k + 1]);
   return scores;
 }
 

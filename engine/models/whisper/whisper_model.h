@@ -390,11 +390,11 @@ class WhisperModel {
   // computed and dropped): element k is request k's [heads.size(), T_k, n_positions_k]. The same
   // arithmetic as one call per row, each row's in batched kernels (rounding may differ where a
   // backend's GEMM does with the row count). Rows distinct. Reads only the state's cross K/V.
-  // The scores are computed on the host from the downloaded queries and keys, each request's
-  // through `for_each` where given (in parallel: they are independent).
+  // The scores are computed where the pass runs (Backend::HeadScores: the same floats on every
+  // backend for the same queries and keys) and downloaded once.
   absl::StatusOr<std::vector<std::vector<float>>> CrossAttentionScoresBatch(
       absl::Span<const ScoresRequest> requests, absl::Span<const AttentionHead> heads,
-      const DecoderState& encoded, const ForEachFn& for_each = nullptr) const;
+      const DecoderState& encoded) const;
 
  private:
   struct AttentionWeights {
@@ -467,8 +467,7 @@ class WhisperModel {
   absl::StatusOr<std::vector<std::vector<float>>> ScoresPass(
       const char* what, absl::Span<const ScoresRequest> requests,
       absl::Span<const AttentionHead> heads, const DecoderState& encoded,
-      std::vector<std::vector<float>>* next_token_probs, int probs_vocab,
-      const ForEachFn& for_each = nullptr) const;
+      std::vector<std::vector<float>>* next_token_probs, int probs_vocab) const;
   // cross_kv_w_ / cross_kv_b_ from the decoder layers' loaded cross K/V weights (which become
   // views of them); nothing where 2 × layers exceeds Backend::kMaxLinearPlanes.
   absl::Status StackCrossProjections();
@@ -512,7 +511,7 @@ class WhisperModel {
   bool absorbed_cross_ = false;
   // WhisperModelOptions::half_encoder_attention_output (where the encoder runs on f16 planes).
   bool half_encoder_attention_ = true;
-  // The word-alignment pass's host buffer for the keys it downloads (ScoresPass; from
+  // The word-alignment pass's host buffer for the scores it downloads (ScoresPass; from
   // Backend::AllocateHost, grown to a power of two as needed), and the lock that lets one pass at
   // a time use it: the model stays shareable between threads.
   mutable std::mutex scores_download_mu_;

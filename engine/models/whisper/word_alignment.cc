@@ -451,7 +451,7 @@ std::vector<absl::StatusOr<std::vector<TimedWord>>> WordAligner::AlignBatch(
   }
   if (pass.empty()) return out;
   absl::StatusOr<std::vector<std::vector<float>>> scores =
-      model_.CrossAttentionScoresBatch(pass, heads_, batch, for_each);
+      model_.CrossAttentionScoresBatch(pass, heads_, batch);
   if (!scores.ok()) {
     for (size_t k : index) out[k] = scores.status();
     return out;

@@ -121,7 +121,7 @@ class WordAligner {
                                                const DecoderState& encoded) const;
 
   // Align for several finished rows of one batch state at once: one decoder pass for all of
-  // them (WhisperModel::CrossAttentionScoresBatch, its host scores through `for_each` too), then
+  // them (WhisperModel::CrossAttentionScoresBatch, its scores computed where the pass runs), then
   // each row's host half, through `for_each(n, fn)` (fn(0) .. fn(n − 1), in any order or in
   // parallel; null: in turn). Element
   // k is request k's words, or its own error (a token that is not text, audio under 20 ms);
