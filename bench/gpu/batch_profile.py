@@ -15,7 +15,8 @@ LINE = re.compile(
     r"(?:, windows prepared in ([\d.]+) ms)?"
     r"(?:, prompts of up to (\d+) tokens issued in ([\d.]+) ms)?"
     r"(?:; encoder passes (\d+): staging ([\d.]+) ms \(first ([\d.]+)\), uploads issued "
-    r"([\d.]+) ms, replays issued ([\d.]+) ms, waiting ([\d.]+) ms)?")
+    r"([\d.]+) ms, replays issued ([\d.]+) ms, waiting ([\d.]+) ms)?"
+    r"(?:; alignment: pass issued ([\d.]+) ms, waiting ([\d.]+) ms, host ([\d.]+) ms)?")
 STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)\]")
 RANGES = [(1, 4), (5, 12), (13, 24), (25, 40), (41, 64), (65, 96), (97, 128)]
 
@@ -57,6 +58,8 @@ def main(paths):
     if rows[0][12] == rows[0][12]:
         parts["preparation"] = total(12)
     span = (stamps[-1] - stamps[0]).total_seconds() * 1000 if len(stamps) > 1 else float("nan")
+    if span == 0:
+        span = float("nan")  # one stamp repeated: no span to compare with
     summed = sum(parts.values())
     print(f"all {len(rows)} batches, {int(total(0))} rows, {span:.0f} ms from the first batch "
           f"line to the last; summed ms: " +
@@ -74,6 +77,10 @@ def main(paths):
               f"spent {total(17):.0f} staging the first pass's windows, {total(16):.0f} staging "
               f"the next pass's while one ran, {total(18):.0f} issuing uploads, {total(19):.0f} "
               f"issuing replays, {total(20):.0f} waiting for the device")
+    if len(rows[0]) > 21 and rows[0][21] == rows[0][21] and timed:
+        print(f"alignment: of its {total(10):.0f} ms the scheduler's thread spent {total(21):.0f} "
+              f"issuing the passes, {total(22):.0f} waiting for their scores, {total(23):.0f} on "
+              f"the host halves (on the preparation threads)")
 
 
 if __name__ == "__main__":

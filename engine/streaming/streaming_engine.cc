@@ -734,6 +734,7 @@ class StreamingEngine::Impl {
     };
     std::vector<Deferred> deferred;
     double send_ms = 0, align_ms = 0;  // parts of the decoder's time, for the debug line
+    whisper::WordAligner::AlignTimings align_timings;
     auto send = [&](int i, const whisper::GreedyResult& decoded,
                     const UtteranceDecoder::AlignWordsFn& align_words) {
       const auto send_start = std::chrono::steady_clock::now();
@@ -803,7 +804,8 @@ class StreamingEngine::Impl {
             });
           };
       const auto align_start = std::chrono::steady_clock::now();
-      const auto aligned = aligner->AlignBatch(requests, decoders_->ForRows(batch), for_each);
+      const auto aligned =
+          aligner->AlignBatch(requests, decoders_->ForRows(batch), for_each, &align_timings);
       align_ms = MsSince(align_start);
       for (size_t k = 0; k < deferred.size(); ++k) {
         const int i = deferred[k].row;
@@ -831,12 +833,13 @@ class StreamingEngine::Impl {
         "(finals aligned {} in {:.2f} ms, results sent in {:.2f} ms), windows prepared in "
         "{:.2f} ms, prompts of up to {} tokens issued in {:.2f} ms; encoder passes {}: "
         "staging {:.2f} ms (first {:.2f}), uploads issued {:.2f} ms, replays issued {:.2f} ms, "
-        "waiting {:.2f} ms",
+        "waiting {:.2f} ms; alignment: pass issued {:.2f} ms, waiting {:.2f} ms, host {:.2f} ms",
         batch, encode_ms, timings.prefill_ms, timings.steps, timings.step_ms, timings.row_steps,
         timings.device_steps, timings.sample_ms, decoder_ms, deferred.size(), align_ms, send_ms,
         prepare_ms, timings.prefill_tokens, timings.prefill_pass_ms, encode.passes,
         encode.staging_ms, encode.first_staging_ms, encode.upload_ms, encode.replay_ms,
-        encode.wait_ms);
+        encode.wait_ms, align_timings.pass.issue_ms, align_timings.pass.wait_ms,
+        align_timings.host_ms);
     int batch_steps = 1;
     for (const whisper::GreedyResult& r : *decoded) batch_steps = std::max(batch_steps, r.steps);
     // One observation per batch: every row of it shared each step.

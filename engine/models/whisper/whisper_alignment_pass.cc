@@ -3,6 +3,7 @@
 // and encoder paths of whisper_model.cc.
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <mutex>
@@ -68,14 +69,19 @@ absl::StatusOr<std::vector<float>> WhisperModel::CrossAttentionScores(
 
 absl::StatusOr<std::vector<std::vector<float>>> WhisperModel::CrossAttentionScoresBatch(
     absl::Span<const ScoresRequest> requests, absl::Span<const AttentionHead> heads,
-    const DecoderState& encoded) const {
-  return ScoresPass("CrossAttentionScoresBatch", requests, heads, encoded, nullptr, 0);
+    const DecoderState& encoded, ScoresTimings* timings) const {
+  return ScoresPass("CrossAttentionScoresBatch", requests, heads, encoded, nullptr, 0, timings);
 }
 
 absl::StatusOr<std::vector<std::vector<float>>> WhisperModel::ScoresPass(
     const char* what, absl::Span<const ScoresRequest> requests,
     absl::Span<const AttentionHead> heads, const DecoderState& encoded,
-    std::vector<std::vector<float>>* next_token_probs, int probs_vocab) const {
+    std::vector<std::vector<float>>* next_token_probs, int probs_vocab,
+    ScoresTimings* timings) const {
+  const auto start = std::chrono::steady_clock::now();
+  auto ms_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+  };
   const char* const kWhat = what;
   const int64_t d = dims_.d_model;
   if (requests.empty()) return std::vector<std::vector<float>>{};
@@ -200,6 +206,8 @@ absl::StatusOr<std::vector<std::vector<float>>> WhisperModel::ScoresPass(
   std::lock_guard<std::mutex> download_lock(scores_download_mu_);
   HostBuffer& download = scores_download_;
   const size_t bytes = device_scores.size_bytes();
+  const auto download_start = std::chrono::steady_clock::now();
+  if (timings != nullptr) timings->issue_ms = ms_since(start);
   if (bytes <= kPinnedScoresBytes) {
     if (download.size_bytes() < bytes) {
       download = HostBuffer();  // the old buffer is freed before the larger one is taken
@@ -211,6 +219,7 @@ absl::StatusOr<std::vector<std::vector<float>>> WhisperModel::ScoresPass(
     ASSIGN_OR_RETURN(pageable, Download<float>(backend_, device_scores));
     all = pageable.data();
   }
+  if (timings != nullptr) timings->wait_ms = ms_since(download_start);
   std::vector<std::vector<float>> scores(requests.size());
   for (size_t k = 0; k < requests.size(); ++k) scores[k].assign(all + base[k], all + base[k + 1]);
   return scores;

@@ -65,6 +65,12 @@ struct ScoresRequest {
   int n_positions = 0;
 };
 
+// Where a CrossAttentionScoresBatch call's time went on the calling thread (for profiles): until
+// the pass and its scores were issued, then waiting for them to arrive on the host.
+struct ScoresTimings {
+  double issue_ms = 0, wait_ms = 0;
+};
+
 // Runs fn(0) .. fn(n − 1), possibly on several threads at once, returning when all are done
 // (e.g. a ThreadPool's ParallelFor); for host work that is independent per row.
 using ForEachFn = std::function<void(size_t n, const std::function<void(size_t)>& fn)>;
@@ -394,7 +400,7 @@ class WhisperModel {
   // backend for the same queries and keys) and downloaded once.
   absl::StatusOr<std::vector<std::vector<float>>> CrossAttentionScoresBatch(
       absl::Span<const ScoresRequest> requests, absl::Span<const AttentionHead> heads,
-      const DecoderState& encoded) const;
+      const DecoderState& encoded, ScoresTimings* timings = nullptr) const;
 
  private:
   struct AttentionWeights {
@@ -467,7 +473,8 @@ class WhisperModel {
   absl::StatusOr<std::vector<std::vector<float>>> ScoresPass(
       const char* what, absl::Span<const ScoresRequest> requests,
       absl::Span<const AttentionHead> heads, const DecoderState& encoded,
-      std::vector<std::vector<float>>* next_token_probs, int probs_vocab) const;
+      std::vector<std::vector<float>>* next_token_probs, int probs_vocab,
+      ScoresTimings* timings = nullptr) const;
   // cross_kv_w_ / cross_kv_b_ from the decoder layers' loaded cross K/V weights (which become
   // views of them); nothing where 2 × layers exceeds Backend::kMaxLinearPlanes.
   absl::Status StackCrossProjections();

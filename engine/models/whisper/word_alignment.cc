@@ -1,6 +1,7 @@
 #include "engine/models/whisper/word_alignment.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -429,8 +430,8 @@ absl::StatusOr<std::vector<TimedWord>> WordAligner::Align(absl::Span<const int> 
 }
 
 std::vector<absl::StatusOr<std::vector<TimedWord>>> WordAligner::AlignBatch(
-    absl::Span<const AlignRequest> requests, const DecoderState& batch,
-    const ForEachFn& for_each) const {
+    absl::Span<const AlignRequest> requests, const DecoderState& batch, const ForEachFn& for_each,
+    AlignTimings* timings) const {
   std::vector<absl::StatusOr<std::vector<TimedWord>>> out(requests.size(),
                                                           std::vector<TimedWord>{});
   // Requests that cannot be aligned fail alone; the others share one decoder pass.
@@ -450,8 +451,8 @@ std::vector<absl::StatusOr<std::vector<TimedWord>>> WordAligner::AlignBatch(
     pass.push_back({.row = r.row, .tokens = seqs[k].tokens, .n_positions = seqs[k].n_positions});
   }
   if (pass.empty()) return out;
-  absl::StatusOr<std::vector<std::vector<float>>> scores =
-      model_.CrossAttentionScoresBatch(pass, heads_, batch);
+  absl::StatusOr<std::vector<std::vector<float>>> scores = model_.CrossAttentionScoresBatch(
+      pass, heads_, batch, timings != nullptr ? &timings->pass : nullptr);
   if (!scores.ok()) {
     for (size_t k : index) out[k] = scores.status();
     return out;
@@ -462,10 +463,16 @@ std::vector<absl::StatusOr<std::vector<TimedWord>>> WordAligner::AlignBatch(
     const std::vector<int> starts = StartsOf(seqs[k], (*scores)[j], requests[k].text_tokens.size());
     out[k] = WordsOf(requests[k].text_tokens, starts);
   };
+  const auto host_start = std::chrono::steady_clock::now();
   if (for_each != nullptr) {
     for_each(index.size(), finish);
   } else {
     for (size_t j = 0; j < index.size(); ++j) finish(j);
+  }
+  if (timings != nullptr) {
+    timings->host_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - host_start)
+            .count();
   }
   return out;
 }

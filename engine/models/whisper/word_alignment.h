@@ -133,9 +133,15 @@ class WordAligner {
     size_t audio_samples = 0;
   };
   using ForEachFn = whisper::ForEachFn;
+  // Where an AlignBatch call's time went on the calling thread (for profiles): the shared pass
+  // (issued, then waiting for its scores) and the requests' host halves.
+  struct AlignTimings {
+    ScoresTimings pass;
+    double host_ms = 0;
+  };
   std::vector<absl::StatusOr<std::vector<TimedWord>>> AlignBatch(
       absl::Span<const AlignRequest> requests, const DecoderState& batch,
-      const ForEachFn& for_each = nullptr) const;
+      const ForEachFn& for_each = nullptr, AlignTimings* timings = nullptr) const;
 
   const std::vector<AttentionHead>& heads() const { return heads_; }
 
