@@ -107,31 +107,47 @@ absl::StatusOr<std::vector<std::vector<float>>> WhisperModel::ScoresPass(
     rows = std::max(rows, r.row + 1);
     t_max = std::max(t_max, static_cast<int64_t>(r.tokens.size()));
   }
+  // With graphs (and no probabilities asked for), the pass runs in a few padded shapes, one
+  // graph each, kept beside `encoded`: rows up to a power of two (those nobody asked for are
+  // computed and dropped, as the rows below the highest are anyway), tokens up to a multiple of
+  // 8 (causal attention: a real token never sees the padding after it). Eager, the shapes are
+  // the requests' own.
+  const bool graph = use_graphs_ && next_token_probs == nullptr;
+  int64_t t_run = t_max;
+  if (graph) {
+    rows = std::min(static_cast<int>(std::bit_ceil(static_cast<unsigned>(rows))),
+                    encoded.batch_size());
+    t_run = std::min<int64_t>((t_max + 7) / 8 * 8, dims_.n_text_ctx);
+  }
   ASSIGN_OR_RETURN(const std::unique_ptr<DecoderState> state, encoded.Rows(0, rows));
   // Each request's tokens at the start of its row; the padding (and the rows nobody asked for)
-  // repeat a valid id. Every row's keys are [0, t_max) and the attention is causal, so a real
-  // token never sees the padding after it.
-  std::vector<int32_t> ids(static_cast<size_t>(rows * t_max), requests.front().tokens.front());
+  // repeat a valid id.
+  std::vector<int32_t> ids(static_cast<size_t>(rows * t_run), requests.front().tokens.front());
   for (const ScoresRequest& r : requests) {
-    std::copy(r.tokens.begin(), r.tokens.end(), ids.begin() + r.row * t_max);
+    std::copy(r.tokens.begin(), r.tokens.end(), ids.begin() + r.row * t_run);
   }
-  const std::vector<int32_t> starts(static_cast<size_t>(rows), 0);
-  const std::vector<int32_t> lengths_host(static_cast<size_t>(rows), static_cast<int32_t>(t_max));
-  ASSIGN_OR_RETURN(const Tensor token_ids,
-                   Upload(backend_, {rows, t_max}, DType::kI32, ids.data()));
-  ASSIGN_OR_RETURN(const Tensor positions, Upload(backend_, {rows}, DType::kI32, starts.data()));
-  ASSIGN_OR_RETURN(const Tensor lengths,
-                   Upload(backend_, {rows}, DType::kI32, lengths_host.data()));
-  ASSIGN_OR_RETURN(const Tensor x, backend_.Allocate({rows, t_max, d}, DType::kF32));
-  ASSIGN_OR_RETURN(const Tensor scratch, backend_.Allocate({rows, t_max, d}, DType::kF32));
-  ASSIGN_OR_RETURN(const Tensor self_k, backend_.Allocate({rows, t_max, d}, DType::kF32));
-  ASSIGN_OR_RETURN(const Tensor self_v, backend_.Allocate({rows, t_max, d}, DType::kF32));
-  ASSIGN_OR_RETURN(const Workspace ws, NewWorkspace(x.shape()));
-  RETURN_IF_ERROR(backend_.Embed(token_ids, positions, token_embedding_, decoder_positions_, x));
+  std::vector<bool> wanted(static_cast<size_t>(dims_.n_decoder_layers), false);
+  for (const AttentionHead& h : heads) wanted[static_cast<size_t>(h.layer)] = true;
+  const bool whole = next_token_probs != nullptr;
+  ScoresBuffers eager;
+  ScoresBuffers* buffers = &eager;
+  if (graph) {
+    ASSIGN_OR_RETURN(buffers, KeptScoresBuffers(encoded, rows, t_run, wanted));
+    RETURN_IF_ERROR(backend_.CopyFromHost(ids.data(), ids.size() * 4, buffers->token_ids));
+    const Tensor* keys[] = {&buffers->token_ids, &buffers->x, &state->cross_k_.front()};
+    RETURN_IF_ERROR(buffers->graph.Run(backend_, /*use_graph=*/true, keys, [&] {
+      return ScoresForward(*buffers, *state, last_layer, whole);
+    }));
+  } else {
+    RETURN_IF_ERROR(NewScoresBuffers(rows, t_run, wanted, eager));
+    RETURN_IF_ERROR(backend_.CopyFromHost(ids.data(), ids.size() * 4, eager.token_ids));
+    RETURN_IF_ERROR(ScoresForward(eager, *state, last_layer, whole));
+  }
+  const Tensor& x = buffers->x;
 
-  // Every request's scores in one device tensor, [heads.size(), T_k, n_k] from base[k] on, written
-  // by HeadScores as each wanted layer's queries are ready and downloaded once after the pass:
-  // the device never waits for the host between layers, and the host scores nothing.
+  // Every request's scores in one device tensor, [heads.size(), T_k, n_k] from base[k] on,
+  // written by HeadScores from each wanted layer's queries and downloaded once: the device never
+  // waits for the host inside the pass, and the host scores nothing.
   const int64_t head_dim = d / dims_.n_heads;
   std::vector<int64_t> base(requests.size() + 1, 0);
   for (size_t k = 0; k < requests.size(); ++k) {
@@ -142,9 +158,6 @@ absl::StatusOr<std::vector<std::vector<float>>> WhisperModel::ScoresPass(
   ASSIGN_OR_RETURN(const Tensor device_scores, backend_.Allocate({base.back()}, DType::kF32));
   std::vector<HeadScoresItem> items;
   for (int i = 0; i <= last_layer; ++i) {
-    const DecoderLayer& layer = decoder_layers_[static_cast<size_t>(i)];
-    RETURN_IF_ERROR(RunAttention(layer.self_attention, x, self_k, self_v, &positions, &lengths,
-                                 /*causal=*/true, scratch, ws));
     items.clear();
     for (size_t k = 0; k < requests.size(); ++k) {
       const int64_t t = static_cast<int64_t>(requests[k].tokens.size()),
@@ -158,26 +171,18 @@ absl::StatusOr<std::vector<std::vector<float>>> WhisperModel::ScoresPass(
                          .offset = base[k] + static_cast<int64_t>(h) * t * n});
       }
     }
-    if (!items.empty()) {
-      const AttentionWeights& w = layer.cross_attention;
-      RETURN_IF_ERROR(backend_.LayerNorm(x, w.norm_gamma, w.norm_beta, 1e-5f, ws.h));
-      RETURN_IF_ERROR(backend_.Linear(ws.h, w.q_w, &w.q_b, Activation::kNone, ws.q));
-      RETURN_IF_ERROR(backend_.HeadScores(ws.q, state->cross_k_[static_cast<size_t>(i)], head_dim,
-                                          attention_scale_, items, device_scores));
-    }
-    if (i == last_layer && next_token_probs == nullptr) break;
-    RETURN_IF_ERROR(RunAttention(layer.cross_attention, x, state->cross_k_[static_cast<size_t>(i)],
-                                 state->cross_v_[static_cast<size_t>(i)], nullptr, nullptr,
-                                 /*causal=*/false, scratch, ws));
-    RETURN_IF_ERROR(RunFeedForward(layer.ffn, x, ws));
+    if (items.empty()) continue;
+    RETURN_IF_ERROR(backend_.HeadScores(buffers->q[static_cast<size_t>(i)],
+                                        state->cross_k_[static_cast<size_t>(i)], head_dim,
+                                        attention_scale_, items, device_scores));
   }
   if (next_token_probs != nullptr) {
     // Each request's position i < T − 1: the probability of its token i + 1 under a softmax
     // of position i's logits over [0, probs_vocab).
     RETURN_IF_ERROR(backend_.LayerNorm(x, decoder_norm_gamma_, decoder_norm_beta_, 1e-5f, x));
-    ASSIGN_OR_RETURN(const Tensor flat, x.Reshape({rows * t_max, d}));
+    ASSIGN_OR_RETURN(const Tensor flat, x.Reshape({rows * t_run, d}));
     ASSIGN_OR_RETURN(const Tensor logits,
-                     backend_.Allocate({rows * t_max, dims_.n_vocab}, DType::kF32));
+                     backend_.Allocate({rows * t_run, dims_.n_vocab}, DType::kF32));
     RETURN_IF_ERROR(backend_.Linear(flat, token_embedding_, nullptr, Activation::kNone, logits));
     ASSIGN_OR_RETURN(const std::vector<float> host, Download<float>(backend_, logits));
     next_token_probs->assign(requests.size(), {});
@@ -189,7 +194,7 @@ absl::StatusOr<std::vector<std::vector<float>>> WhisperModel::ScoresPass(
       for (int64_t pos = 0; pos + 1 < t; ++pos) {
         const int32_t next = r.tokens[static_cast<size_t>(pos + 1)];
         if (next >= probs_vocab) continue;
-        const float* l = host.data() + (r.row * t_max + pos) * dims_.n_vocab;
+        const float* l = host.data() + (r.row * t_run + pos) * dims_.n_vocab;
         const float max = *std::max_element(l, l + probs_vocab);
         double sum = 0;
         for (int v = 0; v < probs_vocab; ++v) sum += std::exp(static_cast<double>(l[v] - max));
@@ -223,6 +228,76 @@ absl::StatusOr<std::vector<std::vector<float>>> WhisperModel::ScoresPass(
   std::vector<std::vector<float>> scores(requests.size());
   for (size_t k = 0; k < requests.size(); ++k) scores[k].assign(all + base[k], all + base[k + 1]);
   return scores;
+}
+
+absl::Status WhisperModel::NewScoresBuffers(int rows, int64_t tokens,
+                                            const std::vector<bool>& wanted,
+                                            ScoresBuffers& b) const {
+  const int64_t d = dims_.d_model;
+  b.rows = rows;
+  b.tokens = tokens;
+  b.wanted = wanted;
+  const std::vector<int32_t> starts(static_cast<size_t>(rows), 0);
+  const std::vector<int32_t> lengths(static_cast<size_t>(rows), static_cast<int32_t>(tokens));
+  ASSIGN_OR_RETURN(b.token_ids, backend_.Allocate({rows, tokens}, DType::kI32));
+  ASSIGN_OR_RETURN(b.positions, Upload(backend_, {rows}, DType::kI32, starts.data()));
+  ASSIGN_OR_RETURN(b.lengths, Upload(backend_, {rows}, DType::kI32, lengths.data()));
+  for (Tensor* t : {&b.x, &b.scratch, &b.self_k, &b.self_v}) {
+    ASSIGN_OR_RETURN(*t, backend_.Allocate({rows, tokens, d}, DType::kF32));
+  }
+  ASSIGN_OR_RETURN(b.ws, NewWorkspace(b.x.shape()));
+  b.q.resize(wanted.size());
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    if (wanted[i]) {
+      ASSIGN_OR_RETURN(b.q[i], backend_.Allocate({rows, tokens, d}, DType::kF32));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<WhisperModel::ScoresBuffers*> WhisperModel::KeptScoresBuffers(
+    const DecoderState& encoded, int rows, int64_t tokens, const std::vector<bool>& wanted) const {
+  std::vector<std::unique_ptr<ScoresBuffers>>& kept = encoded.scores_buffers_;
+  ++encoded.scores_clock_;
+  for (const auto& b : kept) {
+    if (b->rows == rows && b->tokens == tokens && b->wanted == wanted) {
+      b->last_used = encoded.scores_clock_;
+      return b.get();
+    }
+  }
+  if (kept.size() >= DecoderState::kMaxScoresBuffers) {  // the least recently used shape goes
+    kept.erase(std::min_element(kept.begin(), kept.end(), [](const auto& a, const auto& b) {
+      return a->last_used < b->last_used;
+    }));
+  }
+  auto fresh = std::make_unique<ScoresBuffers>();
+  RETURN_IF_ERROR(NewScoresBuffers(rows, tokens, wanted, *fresh));
+  fresh->last_used = encoded.scores_clock_;
+  kept.push_back(std::move(fresh));
+  return kept.back().get();
+}
+
+absl::Status WhisperModel::ScoresForward(const ScoresBuffers& b, const DecoderState& state,
+                                         int last_layer, bool whole) const {
+  RETURN_IF_ERROR(
+      backend_.Embed(b.token_ids, b.positions, token_embedding_, decoder_positions_, b.x));
+  for (int i = 0; i <= last_layer; ++i) {
+    const DecoderLayer& layer = decoder_layers_[static_cast<size_t>(i)];
+    RETURN_IF_ERROR(RunAttention(layer.self_attention, b.x, b.self_k, b.self_v, &b.positions,
+                                 &b.lengths, /*causal=*/true, b.scratch, b.ws));
+    if (b.wanted[static_cast<size_t>(i)]) {
+      const AttentionWeights& w = layer.cross_attention;
+      RETURN_IF_ERROR(backend_.LayerNorm(b.x, w.norm_gamma, w.norm_beta, 1e-5f, b.ws.h));
+      RETURN_IF_ERROR(
+          backend_.Linear(b.ws.h, w.q_w, &w.q_b, Activation::kNone, b.q[static_cast<size_t>(i)]));
+    }
+    if (i == last_layer && !whole) break;
+    RETURN_IF_ERROR(RunAttention(layer.cross_attention, b.x, state.cross_k_[static_cast<size_t>(i)],
+                                 state.cross_v_[static_cast<size_t>(i)], nullptr, nullptr,
+                                 /*causal=*/false, b.scratch, b.ws));
+    RETURN_IF_ERROR(RunFeedForward(layer.ffn, b.x, b.ws));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace waav::whisper

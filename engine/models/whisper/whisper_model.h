@@ -216,6 +216,23 @@ class DecoderState {
   static constexpr size_t kMaxPrefills = 4;
   std::vector<std::unique_ptr<Prefill>> prefills_;
   uint64_t prefill_clock_ = 0;
+  // WhisperModel's word-alignment pass with graphs (ScoresPass): its buffers for `rows` rows of
+  // `tokens` padded tokens, the queries of the layers with an alignment head (`wanted`), and the
+  // graph captured on them; the kMaxScoresBuffers shapes used last are kept. Mutable: the pass
+  // takes the state as const (it writes none of the state's own tensors).
+  struct ScoresBuffers {
+    int rows = 0;
+    int64_t tokens = 0;
+    std::vector<bool> wanted;  // per decoder layer
+    uint64_t last_used = 0;
+    Tensor token_ids, positions, lengths, x, scratch, self_k, self_v;
+    LayerWorkspace ws;
+    std::vector<Tensor> q;  // per decoder layer, defined where wanted
+    GraphCache graph{1};
+  };
+  static constexpr size_t kMaxScoresBuffers = 8;
+  mutable std::vector<std::unique_ptr<ScoresBuffers>> scores_buffers_;
+  mutable uint64_t scores_clock_ = 0;
 };
 
 // Device buffers of one encoder pass for a fixed batch size (input, activations), so that the
@@ -468,6 +485,17 @@ class WhisperModel {
                                        absl::Span<const AttentionHead> heads) const;
   absl::Status CheckScoresInput(const char* what, absl::Span<const int32_t> tokens,
                                 int n_positions) const;
+  // The alignment pass's buffers (DecoderState::ScoresBuffers): allocated into `b` (positions
+  // 0, lengths `tokens`), or kept beside `encoded` for its graph, and the pass's calls into them
+  // (the queries of the wanted layers; with `whole`, every layer's output in b.x).
+  using ScoresBuffers = DecoderState::ScoresBuffers;
+  absl::Status NewScoresBuffers(int rows, int64_t tokens, const std::vector<bool>& wanted,
+                                ScoresBuffers& b) const;
+  absl::StatusOr<ScoresBuffers*> KeptScoresBuffers(const DecoderState& encoded, int rows,
+                                                   int64_t tokens,
+                                                   const std::vector<bool>& wanted) const;
+  absl::Status ScoresForward(const ScoresBuffers& b, const DecoderState& state, int last_layer,
+                             bool whole) const;
   // The pass behind CrossAttentionScores (one request) and CrossAttentionScoresBatch; with
   // `next_token_probs`, every layer and the logits too, one probability vector per request.
   absl::StatusOr<std::vector<std::vector<float>>> ScoresPass(

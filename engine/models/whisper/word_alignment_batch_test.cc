@@ -3,6 +3,8 @@
 // row left out), each decoded greedily, then aligned one row at a time and all at once. Also
 // what fails alone (a token that is not text, audio under 20 ms) and what fails the call.
 #include <algorithm>
+#include <cmath>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -140,6 +142,111 @@ TEST(WordAlignmentBatchTest, BatchEqualsRowByRow) {
   const auto out_of_range = (*aligner)->AlignBatch(outside, (*pool)->ForRows(n_rows));
   EXPECT_EQ(out_of_range[0].status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(out_of_range[0].status().message()).find("row"), std::string::npos);
+}
+
+// The alignment pass through its graphs (WhisperModelOptions::graphs kAlways: padded to a
+// power-of-two rows and a multiple of 8 tokens, captured once per shape, replayed) against the
+// eager pass (kNever) on the CPU backend: the same scores up to the GEMMs' rounding at another
+// row count, the same words; replays and a second shape included.
+TEST(WordAlignmentBatchTest, GraphsEqualEager) {
+  const auto model_dir = testing::TinyEnModelDir();
+  if (!model_dir) GTEST_SKIP() << "models/whisper-tiny.en absent: run scripts/setup";
+  std::vector<std::string> paths;
+  for (const std::string name : {"jfk.wav", "ljspeech/LJ001-0001.wav"}) {
+    if (auto path = testing::SpeechFile(name)) paths.push_back(*path);
+  }
+  if (paths.empty()) GTEST_SKIP() << "no speech clips in WAAV_SHARED_DATA/speech";
+  std::unique_ptr<Backend> backend = CreateCpuBackend({.num_threads = 2});
+  const frontend::LogMel log_mel;
+  const std::vector<int> rows = {2, 0};  // of a 4-row pool: 3 rows run eagerly, 4 as a graph
+  struct Run {
+    std::unique_ptr<Transcriber> transcriber;
+    std::unique_ptr<WordAligner> aligner;
+    std::unique_ptr<DecoderStatePool> pool;
+  };
+  Run runs[2];
+  std::vector<std::vector<int>> texts;
+  std::vector<size_t> samples;
+  for (int g = 0; g < 2; ++g) {
+    auto transcriber = Transcriber::Load(*model_dir, *backend,
+                                         {.graphs = g == 0 ? GraphUse::kNever : GraphUse::kAlways});
+    ASSERT_TRUE(transcriber.ok()) << transcriber.status();
+    runs[g].transcriber = std::move(*transcriber);
+    const WhisperModel& model = runs[g].transcriber->model();
+    ASSERT_EQ(model.uses_graphs(), g == 1);
+    auto aligner = WordAligner::Create(model, runs[g].transcriber->vocabulary(), *model_dir);
+    ASSERT_TRUE(aligner.ok()) << aligner.status();
+    runs[g].aligner = std::move(*aligner);
+    auto pool = DecoderStatePool::Create(model, 4);
+    ASSERT_TRUE(pool.ok()) << pool.status();
+    runs[g].pool = std::move(*pool);
+    for (size_t c = 0; c < paths.size(); ++c) {
+      auto audio = audio::LoadAudio16k(paths[c]);
+      ASSERT_TRUE(audio.ok()) << audio.status();
+      DecoderState& row = runs[g].pool->Row(rows[c]);
+      ASSERT_TRUE(model.Encode(Window(log_mel, audio->samples, model.dims().n_frames()), row).ok());
+      if (g == 1) continue;
+      const Vocabulary& vocabulary = runs[g].transcriber->vocabulary();
+      std::vector<int> prompt = vocabulary.SotSequence();
+      prompt.push_back(vocabulary.special().no_timestamps);
+      auto decoded = DecodeGreedy(model, vocabulary, prompt, GreedyOptions{}, row);
+      ASSERT_TRUE(decoded.ok()) << decoded.status();
+      texts.push_back(decoded->tokens);
+      samples.push_back(audio->samples.size());
+    }
+  }
+  std::vector<WordAligner::AlignRequest> requests;
+  for (size_t c = 0; c < paths.size(); ++c) {
+    requests.push_back({.row = rows[c], .text_tokens = texts[c], .audio_samples = samples[c]});
+  }
+  // Both requests (4 rows as a graph), twice (a replay), then the one at row 0 alone (1 row).
+  for (const size_t n : {requests.size(), requests.size(), size_t{1}}) {
+    const absl::Span<const WordAligner::AlignRequest> asked(requests.data() + requests.size() - n,
+                                                            n);
+    SCOPED_TRACE(n);
+    std::vector<absl::StatusOr<std::vector<TimedWord>>> words[2];
+    for (int g = 0; g < 2; ++g) {
+      words[g] = runs[g].aligner->AlignBatch(asked, runs[g].pool->ForRows(4));
+      ASSERT_EQ(words[g].size(), n);
+    }
+    for (size_t c = 0; c < n; ++c) {
+      ASSERT_TRUE(words[0][c].ok() && words[1][c].ok());
+      ASSERT_EQ(words[0][c]->size(), words[1][c]->size());
+      for (size_t w = 0; w < words[0][c]->size(); ++w) {
+        EXPECT_EQ((*words[1][c])[w].text, (*words[0][c])[w].text);
+        EXPECT_EQ((*words[1][c])[w].start_ms, (*words[0][c])[w].start_ms);
+        EXPECT_EQ((*words[1][c])[w].end_ms, (*words[0][c])[w].end_ms);
+      }
+    }
+  }
+  // The scores themselves (the same queries up to the GEMMs' rounding, the same HeadScores).
+  const std::vector<AttentionHead>& heads = runs[0].aligner->heads();
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<ScoresRequest> pass;
+  for (size_t c = 0; c < paths.size(); ++c) {
+    tokens.emplace_back(texts[c].begin(), texts[c].end());
+  }
+  for (size_t c = 0; c < paths.size(); ++c) {
+    pass.push_back({.row = rows[c], .tokens = tokens[c], .n_positions = 500});
+  }
+  absl::StatusOr<std::vector<std::vector<float>>> scores[2];
+  for (int g = 0; g < 2; ++g) {
+    scores[g] = runs[g].transcriber->model().CrossAttentionScoresBatch(pass, heads,
+                                                                       runs[g].pool->ForRows(4));
+    ASSERT_TRUE(scores[g].ok()) << scores[g].status();
+  }
+  for (size_t c = 0; c < paths.size(); ++c) {
+    ASSERT_EQ((*scores[0])[c].size(), (*scores[1])[c].size());
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < (*scores[0])[c].size(); ++i) {
+      const double a = (*scores[0])[c][i], b = (*scores[1])[c][i];
+      diff += (a - b) * (a - b);
+      norm += a * a;
+    }
+    std::cout << "alignment scores, graph against eager: relative L2 error "
+              << std::sqrt(diff / norm) << " (" << paths[c] << ")\n";
+    EXPECT_LE(std::sqrt(diff / norm), 1e-5) << paths[c];
+  }
 }
 
 }  // namespace
