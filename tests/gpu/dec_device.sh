@@ -14,7 +14,8 @@
 #   patterns for memcheck, ":"-separated; DEC_MEMCHECK_S: its seconds, default 40; DEC_TESTS_S:
 #   seconds for cuda_backend_test, default 150; DEC_PARTS: "bench tests" (default) or either;
 #   DEC_BENCH_ARGS: more whisper_gpu_bench arguments, e.g. "--prefill-tokens 4,16,64";
-#   DEC_TORCH=0: no PyTorch anchor; DEC_VARIANTS: the bench variants instead of the four below)
+#   DEC_TORCH=0: no PyTorch anchor; DEC_VARIANTS: the bench variants instead of the four below;
+#   DEC_TESTS_FILTER: cuda_backend_test's gtest filter, default all)
 set -uo pipefail
 scripts=$(cd "$(dirname "$0")" && pwd)
 here=/tmp/waav-dec
@@ -46,7 +47,8 @@ if [[ $parts == *bench* ]]; then
 fi
 : > "$out/tests.log"
 [[ $parts == *tests* ]] && {
-  timeout "$(left "${DEC_TESTS_S:-150}")" "$here/bin/cuda_backend_test"
+  timeout "$(left "${DEC_TESTS_S:-150}")" "$here/bin/cuda_backend_test" \
+    --gtest_filter="${DEC_TESTS_FILTER:-*}"
   echo "cuda_backend_test rc=$?"
   timeout "$(left 30)" "$here/bin/whisper_graph_cuda_test" --gtest_filter='*RandomWeights*'
   echo "whisper_graph_cuda_test rc=$?"
