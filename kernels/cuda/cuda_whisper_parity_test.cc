@@ -1,8 +1,9 @@
 // Parity of whole Whisper passes on the CUDA backend with the CPU backend, on random weights:
 // the encoder pass, decoder steps and a replayed step graph. Tiny.en's shapes for every backend
 // variant of cuda_parity_fixture.h (tolerances: cuda_backend_test.cc); the larger models' shapes
-// (base, which scripts/fetch_model serves, and small: wider rows, more heads and layers, the
-// multilingual vocabulary's odd 51865 tokens) with the defaults and the accurate variant. The
+// (base, which scripts/fetch_model serves, small, and medium's and large-v3's widths with two
+// layers a stack: wider rows, more heads and layers, the multilingual vocabularies' 51865 and
+// 51866 tokens, large-v3's 128 mel bins) with the defaults and the accurate variant. The
 // fused decoder step takes Whisper tiny's dims only, so base and small step op by op; base
 // (d_model 512) also takes the absorbed cross-attention, small (768) keeps the K/V caches.
 #include <map>
@@ -22,6 +23,14 @@ const WhisperShape kTinyEn{"tiny.en", {}};
 const WhisperShape kBase{"base", {.d_model = 512, .n_heads = 8, .n_layers = 6, .n_vocab = 51865}};
 const WhisperShape kSmall{"small",
                           {.d_model = 768, .n_heads = 12, .n_layers = 12, .n_vocab = 51865}};
+// Medium's and large-v3's widths, heads, mel bins (large-v3: 128) and vocabularies (51866), with
+// 2 of their 24 and 32 layers a stack: every kernel sees the real shapes, the CPU's reference
+// stays quick and the random file small (~320 MB for large-v3's).
+const WhisperShape kMedium{"medium-2-layers",
+                           {.d_model = 1024, .n_heads = 16, .n_layers = 2, .n_vocab = 51865}};
+const WhisperShape kLargeV3{
+    "large-v3-2-layers",
+    {.n_mels = 128, .d_model = 1280, .n_heads = 20, .n_layers = 2, .n_vocab = 51866}};
 
 class CudaWhisperTest : public CudaParityTest {
  protected:
@@ -166,6 +175,20 @@ TEST_P(CudaWhisperLargerTest, BaseEncoderAndDecoderMatchCpu) {
 
 TEST_P(CudaWhisperLargerTest, SmallEncoderAndDecoderMatchCpu) {
   LoadModels(kSmall);
+  CheckEncoderPass(1);
+  for (const int batch : {1, 12}) CheckDecoderSteps(batch);
+}
+
+TEST_P(CudaWhisperLargerTest, MediumShapesMatchCpu) {
+  LoadModels(kMedium);
+  CheckEncoderPass(1);
+  for (const int batch : {1, 12}) CheckDecoderSteps(batch);
+}
+
+TEST_P(CudaWhisperLargerTest, LargeV3ShapesMatchCpu) {
+  LoadModels(kLargeV3);
+  ASSERT_EQ(gpu_model_->dims().n_mels, 128);
+  ASSERT_EQ(gpu_model_->dims().n_vocab, 51866);
   CheckEncoderPass(1);
   for (const int batch : {1, 12}) CheckDecoderSteps(batch);
 }
