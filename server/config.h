@@ -58,6 +58,11 @@ struct ServerConfig {
   std::string backend = "auto";
   // CPU threads for each backend instance; 0 means all cores. Default: 0.
   int threads = 0;
+  // The GPU the cuda and hip backends (and auto) run on: its ordinal among the GPUs this process
+  // sees (after CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES). A named GPU backend fails to start
+  // on an ordinal that is not there; auto then falls back to the CPU, as it does without a GPU.
+  // Default: 0; 0..1023.
+  int gpu_device = 0;
   // Workers (each with its own copy of the model) running whole-file Recognize requests, apart
   // from the streaming engine. Default: 1; 1..64.
   int offline_workers = 1;

@@ -93,6 +93,9 @@ std::vector<ConfigField> MakeFields() {
       "threads", "CPU threads per backend instance; 0: all cores",
       [](auto& c) -> auto& { return c.threads; }));
   f.push_back(Field(
+      "gpu_device", "GPU ordinal for cuda and hip (and auto, which falls back to the CPU)",
+      [](auto& c) -> auto& { return c.gpu_device; }));
+  f.push_back(Field(
       "offline_workers", "workers for whole-file Recognize, each with its own model copy",
       [](auto& c) -> auto& { return c.offline_workers; }));
   f.push_back(Field(

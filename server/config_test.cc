@@ -61,6 +61,8 @@ TEST(ServerConfigTest, ValidateNamesTheSettingAndValue) {
       {[](ServerConfig& c) { c.max_batch = 257; }, "max_batch"},
       {[](ServerConfig& c) { c.vad_threads = -1; }, "vad_threads must be in [0, 16]; got -1"},
       {[](ServerConfig& c) { c.vad_threads = 17; }, "vad_threads"},
+      {[](ServerConfig& c) { c.gpu_device = -1; }, "gpu_device must be in [0, 1023]; got -1"},
+      {[](ServerConfig& c) { c.gpu_device = 1024; }, "gpu_device"},
       {[](ServerConfig& c) { c.max_message_bytes = 10; }, "max_message_bytes"},
       {[](ServerConfig& c) { c.idle_timeout_s = 0; }, "idle_timeout_s"},
       {[](ServerConfig& c) { c.max_stream_duration_s = -1; }, "max_stream_duration_s"},
@@ -213,6 +215,15 @@ TEST(ServerConfigTest, PrecedenceIsDefaultsThenFileThenEnvironmentThenFlags) {
   config = Resolve({}, {{"WAAV_VAD_THREADS", "2"}});
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->vad_threads, 2);
+  EXPECT_EQ(config->gpu_device, 0);
+  config = Resolve({"--gpu-device", "1"}, {{"WAAV_GPU_DEVICE", "3"}});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->gpu_device, 1);
+  config = Resolve({}, {{"WAAV_GPU_DEVICE", "3"}});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->gpu_device, 3);
+  EXPECT_FALSE(Resolve({"--gpu-device", "-2"}, {}).ok());
+  EXPECT_FALSE(Resolve({}, {{"WAAV_GPU_DEVICE", "first"}}).ok());
 }
 
 // Auto VAD threads: one on small machines (the CPU Whisper backend needs the cores), a few on

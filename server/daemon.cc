@@ -115,6 +115,7 @@ class Daemon {
 
     BackendOptions backend_options;
     backend_options.num_threads = config_.threads;
+    backend_options.device_index = config_.gpu_device;
     ASSIGN_OR_RETURN(backend_, CreateBackend(config_.backend, backend_options));
     model_.name = EffectiveModelName(config_);
     model_.languages = LanguagesForModel(model_.name);

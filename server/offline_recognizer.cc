@@ -65,6 +65,7 @@ absl::StatusOr<std::unique_ptr<OfflineRecognizer>> OfflineRecognizer::Create(
   std::unique_ptr<OfflineRecognizer> pool(new OfflineRecognizer(config.max_queued_recognize));
   BackendOptions options;
   options.num_threads = config.threads;
+  options.device_index = config.gpu_device;
   pool->workers_.resize(static_cast<size_t>(config.offline_workers));
   for (Worker& worker : pool->workers_) {
     ASSIGN_OR_RETURN(worker.backend, CreateBackend(config.backend, options));

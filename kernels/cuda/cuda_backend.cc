@@ -73,23 +73,27 @@ class CudaBackend final : public Backend, public CudaExtensions {
     RETURN_IF_ERROR(NotCapturing("CopyFromHost"));
     RETURN_IF_ERROR(checks::ValidateCopyFromHost(kGpuKind, src, bytes, dst));
     if (bytes == 0) return absl::OkStatus();
+    cuda::UseDevice(state_->device);
     // Pageable memory: the runtime stages the bytes before returning (src reusable); in order.
     return GpuStatus("CopyFromHost",
                      cudaMemcpyAsync(dst.data(), src, bytes, cudaMemcpyHostToDevice, stream()));
   }
 
   absl::StatusOr<HostBuffer> AllocateHost(size_t bytes) override {
+    cuda::UseDevice(state_->device);
     return cuda::AllocatePinnedHost(bytes);
   }
   absl::Status CopyFromHostAsync(const HostBuffer& src, size_t bytes, const Tensor& dst,
                                  size_t src_offset) override {
     RETURN_IF_ERROR(NotCapturing("CopyFromHostAsync"));
+    cuda::UseDevice(state_->device);
     return cuda::CopyFromPinnedHost(kGpuKind, src, src_offset, bytes, dst, stream());
   }
 
   absl::Status CopyToHost(const Tensor& src, void* dst, size_t bytes) override {
     RETURN_IF_ERROR(NotCapturing("CopyToHost"));
     RETURN_IF_ERROR(checks::ValidateCopyToHost(kGpuKind, src, dst, bytes));
+    cuda::UseDevice(state_->device);
     if (bytes > 0) {
       RETURN_IF_ERROR(GpuStatus(
           "CopyToHost", cudaMemcpyAsync(dst, src.data(), bytes, cudaMemcpyDeviceToHost, stream())));
@@ -116,6 +120,7 @@ class CudaBackend final : public Backend, public CudaExtensions {
 
   absl::Status Synchronize() override {
     RETURN_IF_ERROR(NotCapturing("Synchronize"));
+    cuda::UseDevice(state_->device);
     RETURN_IF_ERROR(GpuStatus("Synchronize", cudaStreamSynchronize(stream())));
     auto* word = reinterpret_cast<volatile unsigned long long*>(state_->error_host);
     const unsigned long long code = *word;
@@ -822,7 +827,7 @@ class CudaBackend final : public Backend, public CudaExtensions {
 
   absl::Status BeginCapture() override {
     if (capturing_) return absl::FailedPreconditionError("BeginCapture: already capturing");
-    (void)cudaSetDevice(state_->device);
+    cuda::UseDevice(state_->device);
     if (options_.use_graphs) {
       RETURN_IF_ERROR(GpuStatus("BeginCapture",
                                 cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed)));
@@ -895,6 +900,7 @@ class CudaBackend final : public Backend, public CudaExtensions {
   // graphs disabled, a capture only records it.
   template <typename F>
   absl::Status Submit(F&& node) {
+    cuda::UseDevice(state_->device);
     if (!capturing_) {
       state_->graphs->kernel_launches.fetch_add(1, std::memory_order_relaxed);
       return node();

@@ -23,6 +23,7 @@ absl::StatusOr<std::shared_ptr<DeviceState>> CreateDeviceState(const CudaBackend
   state->device = options.device_index;
   state->pool = std::make_shared<DevicePool>(options.device_index);
   state->graphs = std::make_shared<GraphRuntime>();
+  state->graphs->device = options.device_index;
   RETURN_IF_ERROR(GpuStatus("cudaStreamCreate", cudaStreamCreateWithFlags(&state->graphs->stream,
                                                                           cudaStreamNonBlocking)));
   RETURN_IF_ERROR(AllocateErrorWord(&state->error_host, &state->error_device));

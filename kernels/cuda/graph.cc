@@ -1,6 +1,7 @@
 #include "kernels/cuda/graph.h"
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/launch.h"
 
 namespace waav::cuda {
 namespace {
@@ -96,6 +97,7 @@ CudaGraph::~CudaGraph() {
 }
 
 absl::Status CudaGraph::Replay() {
+  UseDevice(runtime_->device);
   runtime_->graph_replays.fetch_add(1, std::memory_order_relaxed);
   if (exec_ != nullptr) {
     if (cudaError_t err = cudaGraphLaunch(exec_, runtime_->stream); err != cudaSuccess) {

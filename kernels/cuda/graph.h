@@ -71,6 +71,7 @@ struct GraphRuntime {
     if (stream != nullptr) (void)cudaStreamDestroy(stream);
   }
   cudaStream_t stream = nullptr;  // owned
+  int device = 0;                 // the stream's GPU (UseDevice before a replay)
   ExecCache exec_cache;
   // BackendStats' counters (relaxed: they order nothing): eager kernel calls, and replays.
   std::atomic<uint64_t> kernel_launches{0};

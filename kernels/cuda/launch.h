@@ -32,4 +32,13 @@ struct LaunchContext {
   int pdl_max_blocks_per_sm = 4;
 };
 
+// Makes `device` the calling thread's current GPU where it is not already. The CUDA runtime keeps
+// the current device per host thread, and a backend created for GPU 1 is called from other
+// threads (the streaming scheduler's, gRPC's) whose current device is 0 until one sets it:
+// every entry point that issues work calls this first.
+inline void UseDevice(int device) {
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current != device) (void)cudaSetDevice(device);
+}
+
 }  // namespace waav::cuda

@@ -94,6 +94,10 @@ CLI::App* AddTranscribeCommand(CLI::App& app, TranscribeArgs* args) {
   cmd->add_option("--threads", args->threads, "CPU threads (0: all cores)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
+  cmd->add_option("--gpu-device", args->gpu_device,
+                  "GPU ordinal for the cuda and hip backends (auto falls back to the CPU)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1023));
   cmd->add_flag("--json", args->json,
                 "Print one JSON object per file: text and segments with start/end seconds");
   cmd->add_flag("--word-timestamps", args->word_timestamps,
@@ -108,6 +112,7 @@ int RunTranscribe(const TranscribeArgs& args) {
   const auto load_start = std::chrono::steady_clock::now();
   BackendOptions backend_options;
   backend_options.num_threads = args.threads;
+  backend_options.device_index = args.gpu_device;
   auto backend = CreateBackend(args.backend, backend_options);
   if (!backend.ok()) {
     std::cerr << "waav: " << OneLine(std::string(backend.status().message())) << std::endl;

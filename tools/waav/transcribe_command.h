@@ -15,6 +15,7 @@ struct TranscribeArgs {
   std::string model_dir;         // folder with model.bin and tokenizer.json
   std::string backend = "cpu";   // --backend
   int threads = 0;               // 0: all cores
+  int gpu_device = 0;            // --gpu-device: the GPU's ordinal (cuda, hip, auto)
   bool json = false;             // one JSON object per file and line
   bool word_timestamps = false;  // words with times in the JSON segments
   bool verbose = false;          // timings on stderr

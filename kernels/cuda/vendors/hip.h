@@ -52,6 +52,7 @@
 #define cudaGetDeviceProperties hipGetDeviceProperties
 #define cudaDeviceGetAttribute hipDeviceGetAttribute
 #define cudaSetDevice hipSetDevice
+#define cudaGetDevice hipGetDevice
 #define cudaGetErrorString hipGetErrorString
 #define cudaGetErrorName hipGetErrorName
 #define cudaGetLastError hipGetLastError
