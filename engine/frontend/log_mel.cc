@@ -16,7 +16,6 @@ constexpr int kLanes = BatchedRealFft::kLanes;
 static_assert(kLanes == simd::kLanes);
 // Whisper's clamp floor for mel power, and its dynamic range in log10 units (80 dB).
 constexpr float kMinMelPower = 1e-10f;
-constexpr float kDynamicRange = 8.0f;
 
 // Slaney's mel scale as faster-whisper writes it out: linear below 1 kHz (200/3 Hz per mel),
 // logarithmic above (27 mels per factor 6.4). Every constant and operation order mirrors
@@ -178,6 +177,37 @@ LogMel::Features LogMel::Compute(absl::Span<const float> samples) const {
   return features;
 }
 
+absl::Status LogMel::InputMelPower(absl::Span<const float> samples, int64_t first_frame,
+                                   int64_t count, absl::Span<float> out,
+                                   int64_t out_stride) const {
+  const int64_t n_real = static_cast<int64_t>(samples.size());
+  const int64_t n_total = n_real + options_.padding_samples;
+  const int64_t available = n_total == 0 ? 0 : n_total / options_.hop_length + 1;
+  if (first_frame < 0 || count < 0 || first_frame + count > available) {
+    return absl::InvalidArgumentError(absl::StrCat("mel power: frames [", first_frame, ", ",
+                                                   first_frame + count, ") requested, but ",
+                                                   n_real, " samples have frames [0, ",
+                                                   available, ")"));
+  }
+  if (count == 0) return absl::OkStatus();
+  if (out_stride < count ||
+      static_cast<int64_t>(out.size()) < (options_.n_mels - 1) * out_stride + count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mel power: output of ", out.size(), " floats with stride ", out_stride,
+                     " cannot hold ", options_.n_mels, " x ", count, " values"));
+  }
+  MelPowerImpl(samples.data(), n_real, n_total, first_frame, count, out.data(), out_stride);
+  return absl::OkStatus();
+}
+
+int64_t LogMel::StableFrames(int64_t n_samples) const {
+  // Frame f covers [f·hop − n_fft/2, f·hop + n_fft/2); the start's reflection reads samples
+  // 1 .. n_fft/2 only, which appending does not change.
+  const int64_t half = options_.n_fft / 2;
+  if (n_samples <= half) return 0;
+  return std::min(NumFrames(n_samples), (n_samples - half) / options_.hop_length + 1);
+}
+
 absl::Status LogMel::MelPower(absl::Span<const float> signal, int64_t first_frame, int64_t count,
                               absl::Span<float> out, int64_t out_stride) const {
   const int64_t n = static_cast<int64_t>(signal.size());
@@ -251,9 +281,8 @@ void LogMel::MelPowerImpl(const float* x, int64_t n_real, int64_t n_total, int64
   }
 }
 
-void LogMel::Normalize(absl::Span<float> mel) {
+float LogMel::LogPower(absl::Span<float> mel) {
   using simd::V;
-  if (mel.empty()) return;
   float* const p = mel.data();
   const size_t n = mel.size();
   const size_t full = n - n % kLanes;
@@ -264,12 +293,22 @@ void LogMel::Normalize(absl::Span<float> mel) {
     simd::Store(p + i, v);
     max = simd::Max(max, v);
   }
+  // (The same vector function for the tail: a value's logarithm does not depend on where it is.)
   for (size_t i = full; i < n; ++i) {
     const float v = Log10Positive(simd::Max(simd::Broadcast(p[i]), min_power))[0];
     p[i] = v;
     max[0] = std::max(max[0], v);
   }
-  const float floor = simd::ReduceMax(max) - kDynamicRange;
+  return simd::ReduceMax(max);
+}
+
+void LogMel::Normalize(absl::Span<float> mel) {
+  using simd::V;
+  if (mel.empty()) return;
+  float* const p = mel.data();
+  const size_t n = mel.size();
+  const size_t full = n - n % kLanes;
+  const float floor = LogPower(mel) - kDynamicRange;
   const V floor_v = simd::Broadcast(floor);
   for (size_t i = 0; i < full; i += kLanes) {
     simd::Store(p + i, (simd::Max(simd::Load(p + i), floor_v) + 4.0f) / 4.0f);

@@ -11,6 +11,7 @@
 // code, except the window and filterbank, computed in double and rounded once (as numpy does).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -87,6 +88,26 @@ class LogMel {
   // of `mel` − 8), then (x + 4) / 4. Apply it to exactly the frames the maximum should cover
   // (Compute: the whole input).
   static void Normalize(absl::Span<float> mel);
+
+  // For callers that keep the frames of a growing input (a stream's utterance so far) instead
+  // of computing them again: the pieces of Compute, each value as Compute makes it, bit for bit.
+  //
+  // Mel power of frames [first_frame, first_frame + count) of Compute(samples) (the samples
+  // followed by the padding zeros), written as MelPower writes them. InvalidArgument outside
+  // [0, NumFrames(samples.size())] or for an `out` too small.
+  absl::Status InputMelPower(absl::Span<const float> samples, int64_t first_frame, int64_t count,
+                             absl::Span<float> out, int64_t out_stride) const;
+  // How many of Compute's first frames for `n_samples` samples depend on those samples alone,
+  // neither on the end's padding nor on its reflection, so that they keep their values when
+  // more samples are appended.
+  int64_t StableFrames(int64_t n_samples) const;
+  // Normalize's first half, in place: log10(max(x, 1e-10)); returns the largest result (−inf
+  // for none). Its second half: NormalizeLog(x, maximum) for each value.
+  static float LogPower(absl::Span<float> mel);
+  static float NormalizeLog(float log_power, float maximum) {
+    return (std::max(log_power, maximum - kDynamicRange) + 4.0f) / 4.0f;
+  }
+  static constexpr float kDynamicRange = 8.0f;
 
  private:
   explicit LogMel(const LogMelOptions& options);

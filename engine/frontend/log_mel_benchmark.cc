@@ -15,7 +15,9 @@
 #include <random>
 #include <vector>
 
+#include "engine/frontend/growing_log_mel.h"
 #include "engine/frontend/log_mel.h"
+#include "engine/runtime/transpose.h"
 
 namespace waav::frontend {
 namespace {
@@ -126,6 +128,40 @@ int Main(int argc, char** argv) {
   std::printf("  mel power through DFT-matrix sgemm, %d threads  %8.3f ms\n",
               openblas_get_num_procs(), sgemm_default_ms);
   std::printf("  mel power through DFT-matrix sgemm, 1 thread   %8.3f ms\n", sgemm_single_ms);
+
+  // A stream's utterance as the scheduler prepares it: a window every 500 ms of audio (each
+  // partial) up to the utterance's length, from scratch (Compute, then the transpose to
+  // time-major) against GrowingLogMel, which keeps the frames from one partial to the next.
+  std::printf("windows of a growing utterance, one every 500 ms of audio (all of them, median "
+              "of %d runs):\n", iterations);
+  for (const int seconds : {3, 10, 30}) {
+    const int64_t step = 8000, total = int64_t{16000} * seconds;
+    std::vector<float> window;
+    const double scratch_ms = MedianMs(iterations, [&] {
+      for (int64_t n = step; n <= total; n += step) {
+        const LogMel::Features f =
+            log_mel.Compute(absl::Span<const float>(samples.data(), static_cast<size_t>(n)));
+        const int64_t keep = std::min<int64_t>(3000, f.n_frames - 1);
+        window.resize(static_cast<size_t>(keep) * 80);
+        TransposeTiled(f.data.data(), 80, keep, f.n_frames, window.data(), 80);
+      }
+    });
+    const double growing_ms = MedianMs(iterations, [&] {
+      GrowingLogMel growing;
+      for (int64_t n = step; n <= total; n += step) {
+        const int64_t keep = std::min<int64_t>(3000, log_mel.NumFrames(n) - 1);
+        if (!growing
+                 .TimeMajor(log_mel, 1, absl::Span<const float>(samples.data(), static_cast<size_t>(n)),
+                            keep, &window)
+                 .ok()) {
+          std::abort();
+        }
+      }
+    });
+    std::printf("  %2d s utterance, %3lld windows: from scratch %8.3f ms, growing %8.3f ms (%.1fx)\n",
+                seconds, static_cast<long long>(total / step), scratch_ms, growing_ms,
+                scratch_ms / growing_ms);
+  }
   return 0;
 }
 

@@ -470,6 +470,7 @@ class StreamingEngine::Impl {
     std::deque<Job> rest = {};
     double queue_ms = 0;
     UtteranceInput input = {};
+    absl::Status prepared = absl::OkStatus();  // Prepare's (an error fails the row's stream)
     double encoder_ms = 0;
   };
 
@@ -694,15 +695,23 @@ class StreamingEngine::Impl {
         Row& row = rows[static_cast<size_t>(i)];
         row.queue_ms = NsToMs(picked_ns - row.job.queued_ns);
         const auto start = std::chrono::steady_clock::now();
-        row.input = row.stream->decoder.Prepare(log_mel, model.dims().n_frames(), row.job.audio);
+        absl::StatusOr<UtteranceInput> input = row.stream->decoder.Prepare(
+            log_mel, model.dims().n_frames(), row.job.audio, row.job.start_ms);
+        if (input.ok()) {
+          row.input = std::move(*input);
+        } else {
+          row.prepared = input.status();
+        }
         row.encoder_ms = MsSince(start);  // log-mel now; the encoder below adds to it
       }
     });
     const double prepare_ms = MsSince(prepare_start);
-    // A prompt that cannot be decoded fails its own stream, not the batch.
+    // A window or prompt that cannot be decoded fails its own stream, not the batch.
     std::erase_if(rows, [&](Row& row) {
       const absl::Status status =
-          whisper::CheckPrompt(vocabulary, row.input.prompt, greedy, model.dims().n_text_ctx);
+          row.prepared.ok()
+              ? whisper::CheckPrompt(vocabulary, row.input.prompt, greedy, model.dims().n_text_ctx)
+              : row.prepared;
       if (!status.ok()) FailRow(row, status);
       return !status.ok();
     });

@@ -6,7 +6,6 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "engine/runtime/status.h"
-#include "engine/runtime/transpose.h"
 
 namespace waav::streaming {
 namespace {
@@ -48,17 +47,23 @@ std::string UtteranceDecoder::TextOf(const std::vector<int>& tokens) const {
   return std::string(absl::StripLeadingAsciiWhitespace(vocabulary_.DecodeText(tokens)));
 }
 
-UtteranceInput UtteranceDecoder::Prepare(const frontend::LogMel& log_mel, int n_frames,
-                                         absl::Span<const float> audio) const {
+absl::StatusOr<UtteranceInput> UtteranceDecoder::Prepare(const frontend::LogMel& log_mel,
+                                                         int n_frames,
+                                                         absl::Span<const float> audio,
+                                                         int64_t start_ms) const {
   const whisper::SpecialTokens& special = vocabulary_.special();
   UtteranceInput input;
-  // Log-mel of the utterance, the frames the offline path puts before its zero padding.
-  const frontend::LogMel::Features features = log_mel.Compute(audio);
-  // Time-major, the encoder's layout: the scheduler stages it as it is and pads it there.
-  const int frames = std::max(0, std::min(n_frames, features.n_frames - 1));
-  input.mel.resize(static_cast<size_t>(features.n_mels) * frames);
-  TransposeTiled(features.data.data(), features.n_mels, frames, features.n_frames, input.mel.data(),
-                 features.n_mels);
+  // Log-mel of the utterance, the frames the offline path puts before its zero padding, in the
+  // encoder's time-major layout (the scheduler stages it as it is and pads it there). The
+  // utterance and its start name the audio, which grows from one partial to the next.
+  const int64_t total =
+      audio.empty() && log_mel.options().padding_samples == 0
+          ? 0
+          : log_mel.NumFrames(static_cast<int64_t>(audio.size()));
+  const int64_t frames = std::max<int64_t>(0, std::min<int64_t>(n_frames, total - 1));
+  const uint64_t key = static_cast<uint64_t>(utterance_index_) * 0x9E3779B97F4A7C15ull ^
+                       static_cast<uint64_t>(start_ms);
+  RETURN_IF_ERROR(mel_.TimeMajor(log_mel, key, audio, frames, &input.mel));
 
   // Prompt: earlier text, then the task, text only, then what is already committed.
   std::vector<int>& prompt = input.prompt;
@@ -157,6 +162,7 @@ RecognitionResult UtteranceDecoder::Finish(const whisper::GreedyResult& decoded,
     agreement_.Reset();
     committed_logprobs_.clear();
     ++utterance_index_;
+    mel_.Release();  // the utterance's frames (up to ~1 MB): a stream may stay silent for long
   }
   return result;
 }

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/frontend/growing_log_mel.h"
 #include "engine/frontend/log_mel.h"
 #include "engine/models/whisper/transcriber.h"
 #include "engine/models/whisper/word_alignment.h"
@@ -35,11 +36,14 @@ class UtteranceDecoder {
  public:
   UtteranceDecoder(const whisper::Vocabulary& vocabulary, const StreamOptions& options);
 
-  // The log-mel window of `audio` (16 kHz, the utterance from its padded start; `n_frames` mel
-  // frames per window) and the prompt: earlier utterances' text, the task, text only, then what
-  // is already committed as the forced prefix.
-  UtteranceInput Prepare(const frontend::LogMel& log_mel, int n_frames,
-                         absl::Span<const float> audio) const;
+  // The log-mel window of `audio` (16 kHz, the utterance from its padded start at `start_ms` of
+  // the stream; `n_frames` mel frames per window) and the prompt: earlier utterances' text, the
+  // task, text only, then what is already committed as the forced prefix. The window's frames
+  // are kept from one call to the next of the same utterance and start (the partials' audio
+  // grows), so each call computes only the new ones (frontend::GrowingLogMel; the same values
+  // as computing them all).
+  absl::StatusOr<UtteranceInput> Prepare(const frontend::LogMel& log_mel, int n_frames,
+                                         absl::Span<const float> audio, int64_t start_ms) const;
 
   // The result to send for the window last prepared, given its decoded tokens. `start_ms` is
   // the audio's position in the stream, `audio_samples` its length. A final result closes the
@@ -86,6 +90,8 @@ class UtteranceDecoder {
   std::vector<float> committed_logprobs_;  // parallel to agreement_.committed()
   std::vector<int> context_;               // text tokens of earlier utterances (and the prompt)
   int utterance_index_ = 0;
+  // The log-mel frames of the utterance's audio so far (Prepare; mutable: a cache of its input).
+  mutable frontend::GrowingLogMel mel_;
 };
 
 }  // namespace waav::streaming

@@ -4,7 +4,9 @@
 // with known times; the real one is tested in engine/models/whisper/word_alignment_*_test.
 #include "engine/streaming/utterance_decoder.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/support/test_env.h"
@@ -50,6 +52,42 @@ class UtteranceDecoderWordsTest : public ::testing::Test {
   int align_calls_ = 0;
   std::vector<int> aligned_tokens_;
 };
+
+// Prepare's window through an utterance's partials and final, then the next utterance: each
+// equals the window computed from scratch (LogMel::Compute, all frames but its last, at most
+// the model's 3000), bit for bit, and the prompt holds what earlier finals committed.
+TEST_F(UtteranceDecoderWordsTest, PreparedWindowsEqualComputedOnes) {
+  UtteranceDecoder decoder(*vocabulary_, options_);
+  const frontend::LogMel log_mel;
+  std::vector<float> audio(16000 * 32);
+  for (size_t i = 0; i < audio.size(); ++i) {
+    audio[i] = 0.3f * std::sin(0.05f * static_cast<float>(i)) * std::sin(1e-4f * i);
+  }
+  auto check = [&](size_t samples, int64_t start_ms) {
+    const absl::Span<const float> a(audio.data(), samples);
+    auto input = decoder.Prepare(log_mel, 3000, a, start_ms);
+    ASSERT_TRUE(input.ok()) << input.status();
+    const frontend::LogMel::Features f = log_mel.Compute(a);
+    const int frames = std::max(0, std::min(3000, f.n_frames - 1));
+    ASSERT_EQ(input->mel.size(), static_cast<size_t>(frames) * 80) << samples;
+    for (int t = 0; t < frames; ++t) {
+      for (int m = 0; m < 80; ++m) {
+        ASSERT_EQ(input->mel[static_cast<size_t>(t) * 80 + m],
+                  f.data[static_cast<size_t>(m) * f.n_frames + t])
+            << samples << " samples, frame " << t << ", bin " << m;
+      }
+    }
+  };
+  for (size_t n = 8000; n <= 16000 * 31; n += 8000 * 7) check(n, 1000);  // partials, past 30 s
+  check(16000 * 20, 1000);  // a final shorter than the partial before it
+  decoder.Finish(decoded_, 1000, 16000 * 20, /*is_final=*/true, EndReason::kSilence);
+  check(12000, 23000);  // the next utterance, elsewhere in the stream
+  auto input = decoder.Prepare(log_mel, 3000, absl::Span<const float>(audio.data(), 24000), 23000);
+  ASSERT_TRUE(input.ok());
+  const std::vector<int> said = vocabulary_->tokenizer().Encode(" Hello, big world.");
+  EXPECT_NE(std::search(input->prompt.begin(), input->prompt.end(), said.begin(), said.end()),
+            input->prompt.end());
+}
 
 TEST_F(UtteranceDecoderWordsTest, FinalTakesAlignedTimes) {
   UtteranceDecoder decoder(*vocabulary_, options_);
