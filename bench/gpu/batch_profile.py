@@ -16,7 +16,8 @@ LINE = re.compile(
     r"(?:, prompts of up to (\d+) tokens issued in ([\d.]+) ms)?"
     r"(?:; encoder passes (\d+): staging ([\d.]+) ms \(first ([\d.]+)\), uploads issued "
     r"([\d.]+) ms, replays issued ([\d.]+) ms, waiting ([\d.]+) ms)?"
-    r"(?:; alignment: pass issued ([\d.]+) ms, waiting ([\d.]+) ms, host ([\d.]+) ms)?")
+    r"(?:; alignment: pass issued ([\d.]+) ms, waiting ([\d.]+) ms, host ([\d.]+) ms)?"
+    r"(?:; sender thread ([\d.]+) ms)?")
 STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)\]")
 RANGES = [(1, 4), (5, 12), (13, 24), (25, 40), (41, 64), (65, 96), (97, 128)]
 
@@ -81,6 +82,9 @@ def main(paths):
         print(f"alignment: of its {total(10):.0f} ms the scheduler's thread spent {total(21):.0f} "
               f"issuing the passes, {total(22):.0f} waiting for their scores, {total(23):.0f} on "
               f"the host halves (on the preparation threads)")
+    if len(rows[0]) > 24 and rows[0][24] == rows[0][24] and timed:
+        print(f"sending: the scheduler's thread {total(11):.0f} ms (posting results, sending the "
+              f"aligned finals, waiting for the sender), the sender's thread {total(24):.0f} ms")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@
 #include "engine/runtime/thread_pool.h"
 #include "engine/streaming/endpointer.h"
 #include "engine/streaming/ingest_ring.h"
+#include "engine/streaming/result_sender.h"
 #include "engine/streaming/utterance_decoder.h"
 #include "spdlog/spdlog.h"
 
@@ -742,16 +743,19 @@ class StreamingEngine::Impl {
       whisper::GreedyResult decoded;
     };
     std::vector<Deferred> deferred;
-    double send_ms = 0, align_ms = 0;  // parts of the decoder's time, for the debug line
+    // Parts of the decoder's time on this thread, for the debug line (sending: posting the
+    // results, the finals sent here, waiting for the sender), and the sender's own time.
+    double send_ms = 0, align_ms = 0, sender_ms = 0;
     whisper::WordAligner::AlignTimings align_timings;
+    // Settles row i's result in its stream's decoder and sends it; `spent` gets the time.
     auto send = [&](int i, const whisper::GreedyResult& decoded,
-                    const UtteranceDecoder::AlignWordsFn& align_words) {
+                    const UtteranceDecoder::AlignWordsFn& align_words, double& spent) {
       const auto send_start = std::chrono::steady_clock::now();
       struct AddElapsed {
         double& ms;
         std::chrono::steady_clock::time_point start;
         ~AddElapsed() { ms += MsSince(start); }
-      } add_elapsed{send_ms, send_start};
+      } add_elapsed{spent, send_start};
       Row& row = rows[static_cast<size_t>(i)];
       Stream& s = *row.stream;
       if (s.done) return;
@@ -785,7 +789,13 @@ class StreamingEngine::Impl {
         deferred.push_back({i, decoded});
         return;
       }
-      send(i, decoded, nullptr);
+      // On the sender's thread, so that this one issues the next steps meanwhile: what it
+      // touches is this stream's (its decoder, its sink) and the thread-safe metrics, and
+      // nothing reads the stream's decoder before the Drain below. (Never a backend call: the
+      // finals aligned here, whose fallback runs the model, are sent from this thread.)
+      const auto post_start = std::chrono::steady_clock::now();
+      sender_.Post([&send, &sender_ms, i, decoded] { send(i, decoded, nullptr, sender_ms); });
+      send_ms += MsSince(post_start);
     };
     whisper::GreedyBatchTimings timings;
     absl::StatusOr<std::vector<whisper::GreedyResult>> decoded =
@@ -824,9 +834,15 @@ class StreamingEngine::Impl {
                if (text_tokens == texts[k]) return aligned[k];
                return aligner->Align(text_tokens, rows[static_cast<size_t>(i)].job.audio.size(),
                                      decoders_->Row(i));
-             });
+             },
+             send_ms);
       }
     }
+    // Every result of the batch sent before its streams go back to the queue (their next
+    // window's Prepare reads what Finish wrote) or are failed or closed.
+    const auto drain_start = std::chrono::steady_clock::now();
+    sender_.Drain();
+    send_ms += MsSince(drain_start);
     const double decoder_ms = MsSince(decode_start);
     if (!decoded.ok()) {
       for (size_t i = 0; i < rows.size(); ++i) {
@@ -842,13 +858,14 @@ class StreamingEngine::Impl {
         "(finals aligned {} in {:.2f} ms, results sent in {:.2f} ms), windows prepared in "
         "{:.2f} ms, prompts of up to {} tokens issued in {:.2f} ms; encoder passes {}: "
         "staging {:.2f} ms (first {:.2f}), uploads issued {:.2f} ms, replays issued {:.2f} ms, "
-        "waiting {:.2f} ms; alignment: pass issued {:.2f} ms, waiting {:.2f} ms, host {:.2f} ms",
+        "waiting {:.2f} ms; alignment: pass issued {:.2f} ms, waiting {:.2f} ms, host {:.2f} ms; "
+        "sender thread {:.2f} ms",
         batch, encode_ms, timings.prefill_ms, timings.steps, timings.step_ms, timings.row_steps,
         timings.device_steps, timings.sample_ms, decoder_ms, deferred.size(), align_ms, send_ms,
         prepare_ms, timings.prefill_tokens, timings.prefill_pass_ms, encode.passes,
         encode.staging_ms, encode.first_staging_ms, encode.upload_ms, encode.replay_ms,
         encode.wait_ms, align_timings.pass.issue_ms, align_timings.pass.wait_ms,
-        align_timings.host_ms);
+        align_timings.host_ms, sender_ms);
     int batch_steps = 1;
     for (const whisper::GreedyResult& r : *decoded) batch_steps = std::max(batch_steps, r.steps);
     // One observation per batch: every row of it shared each step.
@@ -880,6 +897,7 @@ class StreamingEngine::Impl {
   VoiceActivityModel& vad_;
   std::unique_ptr<whisper::DecoderStatePool> decoders_;  // max_batch slots
   ThreadPool prepare_pool_;  // driven by the scheduler thread (DecodeBatch)
+  ResultSender sender_;      // results sent while the scheduler issues steps (DecodeBatch)
   // Views of one set of encoder buffers for 1, 2, 4, ... windows (encoders_[k]: 2^k rows).
   std::vector<std::unique_ptr<whisper::EncoderBuffers>> encoders_;
   // Two host buffers of the largest pass's windows (Backend::AllocateHost), for EncodeRows.
