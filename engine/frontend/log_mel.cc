@@ -180,8 +180,28 @@ LogMel::Features LogMel::Compute(absl::Span<const float> samples) const {
 absl::Status LogMel::InputMelPower(absl::Span<const float> samples, int64_t first_frame,
                                    int64_t count, absl::Span<float> out,
                                    int64_t out_stride) const {
-  const int64_t n_real = static_cast<int64_t>(samples.size());
-  const int64_t n_total = n_real + options_.padding_samples;
+  const int64_t n = static_cast<int64_t>(samples.size());
+  return CheckedMelPower(samples.data(), n, n + options_.padding_samples, first_frame, count, out,
+                         out_stride);
+}
+
+int64_t LogMel::StableFrames(int64_t n_samples) const {
+  // Frame f covers [f·hop − n_fft/2, f·hop + n_fft/2); the start's reflection reads samples
+  // 1 .. n_fft/2 only, which appending does not change.
+  const int64_t half = options_.n_fft / 2;
+  if (n_samples <= half) return 0;
+  return std::min(NumFrames(n_samples), (n_samples - half) / options_.hop_length + 1);
+}
+
+absl::Status LogMel::MelPower(absl::Span<const float> signal, int64_t first_frame, int64_t count,
+                              absl::Span<float> out, int64_t out_stride) const {
+  const int64_t n = static_cast<int64_t>(signal.size());
+  return CheckedMelPower(signal.data(), n, n, first_frame, count, out, out_stride);
+}
+
+absl::Status LogMel::CheckedMelPower(const float* x, int64_t n_real, int64_t n_total,
+                                     int64_t first_frame, int64_t count, absl::Span<float> out,
+                                     int64_t out_stride) const {
   const int64_t available = n_total == 0 ? 0 : n_total / options_.hop_length + 1;
   if (first_frame < 0 || count < 0 || first_frame + count > available) {
     return absl::InvalidArgumentError(absl::StrCat("mel power: frames [", first_frame, ", ",
@@ -196,35 +216,7 @@ absl::Status LogMel::InputMelPower(absl::Span<const float> samples, int64_t firs
         absl::StrCat("mel power: output of ", out.size(), " floats with stride ", out_stride,
                      " cannot hold ", options_.n_mels, " x ", count, " values"));
   }
-  MelPowerImpl(samples.data(), n_real, n_total, first_frame, count, out.data(), out_stride);
-  return absl::OkStatus();
-}
-
-int64_t LogMel::StableFrames(int64_t n_samples) const {
-  // Frame f covers [f·hop − n_fft/2, f·hop + n_fft/2); the start's reflection reads samples
-  // 1 .. n_fft/2 only, which appending does not change.
-  const int64_t half = options_.n_fft / 2;
-  if (n_samples <= half) return 0;
-  return std::min(NumFrames(n_samples), (n_samples - half) / options_.hop_length + 1);
-}
-
-absl::Status LogMel::MelPower(absl::Span<const float> signal, int64_t first_frame, int64_t count,
-                              absl::Span<float> out, int64_t out_stride) const {
-  const int64_t n = static_cast<int64_t>(signal.size());
-  const int64_t available = n == 0 ? 0 : n / options_.hop_length + 1;
-  if (first_frame < 0 || count < 0 || first_frame + count > available) {
-    return absl::InvalidArgumentError(absl::StrCat("mel power: frames [", first_frame, ", ",
-                                                   first_frame + count, ") requested, but ", n,
-                                                   " samples have frames [0, ", available, ")"));
-  }
-  if (count == 0) return absl::OkStatus();
-  if (out_stride < count ||
-      static_cast<int64_t>(out.size()) < (options_.n_mels - 1) * out_stride + count) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("mel power: output of ", out.size(), " floats with stride ", out_stride,
-                     " cannot hold ", options_.n_mels, " x ", count, " values"));
-  }
-  MelPowerImpl(signal.data(), n, n, first_frame, count, out.data(), out_stride);
+  MelPowerImpl(x, n_real, n_total, first_frame, count, out.data(), out_stride);
   return absl::OkStatus();
 }
 

@@ -112,6 +112,10 @@ class LogMel {
  private:
   explicit LogMel(const LogMelOptions& options);
 
+  // MelPower and InputMelPower: the arguments checked, then MelPowerImpl.
+  absl::Status CheckedMelPower(const float* x, int64_t n_real, int64_t n_total,
+                               int64_t first_frame, int64_t count, absl::Span<float> out,
+                               int64_t out_stride) const;
   // MelPower over a signal of `n_total` samples whose samples at [n_real, n_total) are zeros
   // not stored in `x` (Compute's end padding, without copying the input).
   void MelPowerImpl(const float* x, int64_t n_real, int64_t n_total, int64_t first_frame,
