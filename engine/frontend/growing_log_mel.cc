@@ -88,7 +88,7 @@ absl::Status GrowingLogMel::TimeMajor(const LogMel& log_mel, uint64_t key,
                                       std::vector<float>* out) {
   const LogMelOptions& o = log_mel.options();
   const int64_t n = static_cast<int64_t>(samples.size());
-  const int64_t total = n + o.padding_samples == 0 ? 0 : log_mel.NumFrames(n);
+  const int64_t total = log_mel.NumFrames(n);
   if (frames < 0 || frames > total) {
     return absl::InvalidArgumentError(absl::StrCat("log-mel window of ", frames, " frames asked of ",
                                                    n, " samples, which have ", total));

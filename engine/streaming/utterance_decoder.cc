@@ -56,10 +56,7 @@ absl::StatusOr<UtteranceInput> UtteranceDecoder::Prepare(const frontend::LogMel&
   // Log-mel of the utterance, the frames the offline path puts before its zero padding, in the
   // encoder's time-major layout (the scheduler stages it as it is and pads it there). The
   // utterance and its start name the audio, which grows from one partial to the next.
-  const int64_t total =
-      audio.empty() && log_mel.options().padding_samples == 0
-          ? 0
-          : log_mel.NumFrames(static_cast<int64_t>(audio.size()));
+  const int64_t total = log_mel.NumFrames(static_cast<int64_t>(audio.size()));
   const int64_t frames = std::max<int64_t>(0, std::min<int64_t>(n_frames, total - 1));
   const uint64_t key = static_cast<uint64_t>(utterance_index_) * 0x9E3779B97F4A7C15ull ^
                        static_cast<uint64_t>(start_ms);
