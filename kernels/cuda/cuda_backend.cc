@@ -669,11 +669,13 @@ class CudaBackend final : public Backend, public CudaExtensions {
     ASSIGN_OR_RETURN(const checks::ArgmaxDims d,
                      checks::ValidateArgmaxLogSumExp(kGpuKind, logits, masks, mask_index, out));
     Sign({static_cast<int64_t>(SigOp::kArgmaxLogSumExp), d.rows, d.cols, d.num_masks});
-    return Submit([state = state_, ctx = Ctx(), logits, masks, mask_index, out, d]() {
-      return GpuStatus("ArgmaxLogSumExp", cuda::LaunchArgmaxLogSumExp(
-                                              ctx, logits.data_as<float>(), d.rows, d.cols,
-                                              masks.data_as<int32_t>(), d.mask_words, d.num_masks,
-                                              mask_index.data_as<int32_t>(), out.data_as<float>()));
+    return Submit([state = state_, ctx = Ctx(), logits, masks, mask_index, out, d,
+                   cluster = options_.argmax_cluster]() {
+      return GpuStatus("ArgmaxLogSumExp",
+                       cuda::LaunchArgmaxLogSumExp(ctx, logits.data_as<float>(), d.rows, d.cols,
+                                                   masks.data_as<int32_t>(), d.mask_words,
+                                                   d.num_masks, mask_index.data_as<int32_t>(),
+                                                   out.data_as<float>(), cluster));
     });
   }
 

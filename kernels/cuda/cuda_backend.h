@@ -210,6 +210,11 @@ struct CudaBackendOptions {
   // column matrix in f16, which the GEMM reads as it is (no f32 columns and conversion pass).
   // It rounds as the conversion pass does (to nearest). Default: true.
   bool half_conv_columns = true;
+  // ArgmaxLogSumExp (the greedy choice) on a thread-block cluster of 8 blocks per row where the
+  // GPU has clusters (compute capability 9.0 and up); false, or without clusters: one block per
+  // row (a greedy token at one row 161-167 us on an H100 with it, 120-124 with the cluster:
+  // docs/benchmarks.md, session 24). The same choice and maximum either way. Default: true.
+  bool argmax_cluster = true;
   // cuBLAS workspace. Default: 32 MiB.
   size_t cublas_workspace_bytes = size_t{32} << 20;
 };

@@ -459,53 +459,96 @@ TEST_P(CudaParityTest, LogSoftmaxMatchesCpuAlsoInPlace) {
 }
 
 // The greedy choice: the same token and maximum as the CPU backend, the sum to f64 rounding
-// (another order); rows left out stay unwritten; a bad mask index is reported.
+// (another order); rows left out stay unwritten; a bad mask index is reported. Both kernels: a
+// cluster of blocks per row (the default where the GPU has clusters) and one block per row.
+// Vocabularies of Whisper's sizes (51864; large-v3's 51866, not whole mask words) and small
+// ones (fewer columns than the cluster's blocks have mask words); ties at the maximum in
+// different blocks' slices; rows all disabled, and rows of −inf.
 TEST_P(CudaParityTest, ArgmaxLogSumExpMatchesCpu) {
-  for (int64_t rows : {int64_t{1}, int64_t{5}, int64_t{64}}) {
-    const int64_t cols = 51864, masks = 4, words = (cols + 31) / 32;
-    const std::string what = absl::StrCat("ArgmaxLogSumExp ", rows, "x", cols);
+  CudaBackendOptions one_block_options;
+  one_block_options.argmax_cluster = false;
+  auto one_block = CreateCudaBackend(one_block_options);
+  ASSERT_TRUE(one_block.ok()) << one_block.status();
+  struct Case {
+    int64_t rows, cols;
+  };
+  for (const Case c : {Case{1, 51864}, Case{5, 51866}, Case{64, 51864}, Case{3, 7}, Case{2, 100},
+                       Case{9, 1000}, Case{300, 333}}) {
+    const int64_t rows = c.rows, cols = c.cols, masks = 4, words = (cols + 31) / 32;
     std::vector<float> x = Random(rows * cols, -20.0f, 20.0f);
     for (int64_t r = 0; r < rows; ++r) {  // ties at the maximum: the lower id must win
-      const int64_t a = RandomInt(0, static_cast<int>(cols) - 1);
-      const int64_t b = RandomInt(0, static_cast<int>(cols) - 1);
+      const bool spread = r % 2 == 0;     // one in the first eighth, one in the last
+      const int64_t a = spread ? RandomInt(0, static_cast<int>(cols / 8))
+                               : RandomInt(0, static_cast<int>(cols) - 1);
+      const int64_t b =
+          spread ? RandomInt(static_cast<int>(cols - cols / 8 - 1), static_cast<int>(cols) - 1)
+                 : RandomInt(0, static_cast<int>(cols) - 1);
       x[static_cast<size_t>(r * cols + a)] = x[static_cast<size_t>(r * cols + b)] = 21.0f;
+      if (r % 7 == 3) {  // a row of −inf but one or two values
+        for (int64_t i = 0; i < cols; ++i) {
+          if (i != a && i != b) x[static_cast<size_t>(r * cols + i)] = -INFINITY;
+        }
+      }
     }
     std::vector<int32_t> bits(static_cast<size_t>(masks * words));
     for (int64_t w = 0; w < words; ++w) {
       bits[static_cast<size_t>(w)] = static_cast<int32_t>(rng_());
       bits[static_cast<size_t>(words + w)] = 0;
-      bits[static_cast<size_t>(2 * words + w)] = -1;
+      bits[static_cast<size_t>(2 * words + w)] = -1;  // every token disabled
       bits[static_cast<size_t>(3 * words + w)] = static_cast<int32_t>(rng_() | rng_());
     }
     std::vector<int32_t> index(static_cast<size_t>(rows));
     for (int32_t& i : index) i = RandomInt(-1, static_cast<int>(masks) - 1);
     const Pair logits = F32({rows, cols}, x), m = I32({masks, words}, bits),
                idx = I32({rows}, index);
-    const Pair out = Poisoned({rows, 5});
-    ASSERT_TRUE(cpu_->ArgmaxLogSumExp(logits.cpu, m.cpu, idx.cpu, out.cpu).ok());
-    ASSERT_TRUE(gpu_->ArgmaxLogSumExp(logits.gpu, m.gpu, idx.gpu, out.gpu).ok());
-    const std::vector<float> c = Cpu(out.cpu), g = Gpu(out.gpu);
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* cr = c.data() + r * 5;
-      const float* gr = g.data() + r * 5;
-      if (index[static_cast<size_t>(r)] < 0) {
-        for (int i = 0; i < 5; ++i) EXPECT_TRUE(std::isnan(gr[i])) << what << " row " << r;
-        continue;
+    const Pair want = Poisoned({rows, 5});
+    ASSERT_TRUE(cpu_->ArgmaxLogSumExp(logits.cpu, m.cpu, idx.cpu, want.cpu).ok());
+    const std::vector<float> cpu_out = Cpu(want.cpu);
+    for (const bool cluster : {true, false}) {
+      const std::string what = absl::StrCat("ArgmaxLogSumExp ", rows, "x", cols,
+                                            cluster ? " (cluster)" : " (one block a row)");
+      SCOPED_TRACE(what);
+      Backend& gpu = cluster ? *gpu_ : **one_block;
+      auto upload = [&](const Tensor& cpu_tensor) {
+        auto t = Upload(gpu, cpu_tensor.shape(), cpu_tensor.dtype(), cpu_tensor.data());
+        EXPECT_TRUE(t.ok()) << t.status();
+        return *t;
+      };
+      const std::vector<float> nan(static_cast<size_t>(rows * 5), kNaN);
+      const Tensor gx = upload(logits.cpu), gm = upload(m.cpu), gi = upload(idx.cpu);
+      auto out = Upload(gpu, {rows, 5}, DType::kF32, nan.data());
+      ASSERT_TRUE(out.ok()) << out.status();
+      ASSERT_TRUE(gpu.ArgmaxLogSumExp(gx, gm, gi, *out).ok());
+      auto got = Download<float>(gpu, *out);
+      ASSERT_TRUE(got.ok()) << got.status();
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* cr = cpu_out.data() + r * 5;
+        const float* gr = got->data() + r * 5;
+        if (index[static_cast<size_t>(r)] < 0) {
+          for (int i = 0; i < 5; ++i) EXPECT_TRUE(std::isnan(gr[i])) << "row " << r;
+          continue;
+        }
+        EXPECT_EQ(gr[0], cr[0]) << "row " << r;
+        EXPECT_EQ(gr[1], cr[1]) << "row " << r;
+        const double sc = JoinF64(cr + 2), sg = JoinF64(gr + 2);
+        EXPECT_LE(std::abs(sg - sc), 1e-12 * std::max(1.0, sc)) << "row " << r;
       }
-      EXPECT_EQ(gr[0], cr[0]) << what << " row " << r;
-      EXPECT_EQ(gr[1], cr[1]) << what << " row " << r;
-      const double sc = JoinF64(cr + 2), sg = JoinF64(gr + 2);
-      EXPECT_LE(std::abs(sg - sc), 1e-12 * std::max(1.0, sc)) << what << " row " << r;
     }
   }
-  const Pair logits = F32({2, 100}, Random(200));
-  const Pair m = I32({1, 4}, {0, 0, 0, 0});
-  const Pair bad = I32({2}, {0, 1});
-  const Pair out = Poisoned({2, 5});
-  ASSERT_TRUE(gpu_->ArgmaxLogSumExp(logits.gpu, m.gpu, bad.gpu, out.gpu).ok());
-  const absl::Status reported = gpu_->Synchronize();
-  EXPECT_EQ(reported.code(), absl::StatusCode::kInvalidArgument) << reported;
-  EXPECT_NE(reported.message().find("mask_index[1] = 1"), absl::string_view::npos) << reported;
+  for (const bool cluster : {true, false}) {
+    Backend& gpu = cluster ? *gpu_ : **one_block;
+    const std::vector<float> values = Random(200);
+    const std::vector<int32_t> zeros = {0, 0, 0, 0}, bad_index = {0, 1};
+    auto logits = Upload(gpu, {2, 100}, DType::kF32, values.data());
+    auto m = Upload(gpu, {1, 4}, DType::kI32, zeros.data());
+    auto bad = Upload(gpu, {2}, DType::kI32, bad_index.data());
+    auto out = gpu.Allocate({2, 5}, DType::kF32);
+    ASSERT_TRUE(logits.ok() && m.ok() && bad.ok() && out.ok());
+    ASSERT_TRUE(gpu.ArgmaxLogSumExp(*logits, *m, *bad, *out).ok());
+    const absl::Status reported = gpu.Synchronize();
+    EXPECT_EQ(reported.code(), absl::StatusCode::kInvalidArgument) << reported;
+    EXPECT_NE(reported.message().find("mask_index[1] = 1"), absl::string_view::npos) << reported;
+  }
 }
 
 TEST_P(CudaParityTest, EmbedMatchesCpu) {

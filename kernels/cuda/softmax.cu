@@ -3,6 +3,10 @@
 // long (51864 logits) and few, so a block of 1024 threads per row keeps the loads in flight.
 #include <climits>
 
+#if !defined(WAAV_HIP)
+#include <cooperative_groups.h>
+#endif
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/softmax.cuh"
 
@@ -62,44 +66,42 @@ namespace waav::cuda {
 namespace {
 
 constexpr int kArgmaxThreads = 512;
+constexpr int kArgmaxWarps = kArgmaxThreads / kWarp;
 
 // (value, id) pairs: the larger value wins, the lower id on ties (std::max_element's choice).
+// A total order on non-NaN values, so merging pairs in any order gives the scan's choice.
 __device__ __forceinline__ bool Better(float v, int id, float best, int best_id) {
   return v > best || (v == best && id < best_id);
 }
 
-// One block per row. Pass 1: each thread scans its strided columns in ascending order (the first
-// of equal maxima stays), then the block merges the (max, id) pairs. Pass 2 (the row is in L2 by
-// then): Σ exp(double(x − max)) over the allowed columns, in f64 like the host loop.
-__global__ void ArgmaxLogSumExpKernel(const float* logits, int cols, const uint32_t* masks,
-                                      int mask_words, int num_masks, const int32_t* mask_index,
-                                      float* out, unsigned long long* error_word) {
-  WaitForPreviousKernel();
-  AllowNextKernel();
-  extern __shared__ uint32_t bits[];
-  __shared__ float best_values[kArgmaxThreads / kWarp];
-  __shared__ int best_ids[kArgmaxThreads / kWarp];
-  __shared__ double sums[kArgmaxThreads / kWarp];
-  const int row = static_cast<int>(blockIdx.x);
-  const int m = mask_index[row];
-  if (m == -1) return;  // the whole block: the row is left out
-  if (m < -1 || m >= num_masks) {
-    if (threadIdx.x == 0) {
-      ReportDeviceError(error_word, DeviceErrorOp::kArgmaxLogSumExp, row, m);
-    }
-    return;
-  }
-  for (int i = threadIdx.x; i < mask_words; i += blockDim.x) {
-    bits[i] = masks[static_cast<int64_t>(m) * mask_words + i];
-  }
-  __syncthreads();
-  const float* x = logits + static_cast<int64_t>(row) * cols;
+__device__ __forceinline__ bool Disabled(const uint32_t* bits, int word0, int c) {
+  return ((bits[(c >> 5) - word0] >> (c & 31)) & 1u) != 0;
+}
+
+// The (max, lowest id) of the allowed columns [begin, end) of x that this thread visits
+// (begin + threadIdx.x, then every blockDim.x), merged over the block: each thread scans its
+// columns in ascending order (the first of equal maxima stays), four loads in flight at a time.
+// `bits` holds the mask words from word0 on. Every thread returns the block's pair.
+__device__ void BlockArgmax(const float* x, int begin, int end, const uint32_t* bits, int word0,
+                            float* best_out, int* id_out) {
+  __shared__ float best_values[kArgmaxWarps];
+  __shared__ int best_ids[kArgmaxWarps];
+  constexpr int kUnroll = 4;
   float best = -INFINITY;
   int best_id = INT_MAX;
-  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-    if ((bits[c >> 5] >> (c & 31)) & 1u) continue;
-    const float v = x[c];
-    if (v > best) best = v, best_id = c;
+  for (int c0 = begin + static_cast<int>(threadIdx.x); c0 < end;
+       c0 += kUnroll * static_cast<int>(blockDim.x)) {
+    float v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * static_cast<int>(blockDim.x);
+      v[u] = c < end ? x[c] : -INFINITY;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * static_cast<int>(blockDim.x);
+      if (c < end && !Disabled(bits, word0, c) && v[u] > best) best = v[u], best_id = c;
+    }
   }
 #pragma unroll
   for (int o = kWarp / 2; o > 0; o /= 2) {
@@ -108,32 +110,55 @@ __global__ void ArgmaxLogSumExpKernel(const float* logits, int cols, const uint3
     if (Better(v, id, best, best_id)) best = v, best_id = id;
   }
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const int warps = blockDim.x / kWarp;
   if (lane == 0) best_values[warp] = best, best_ids[warp] = best_id;
   __syncthreads();
   best = best_values[0];
   best_id = best_ids[0];
-  for (int w = 1; w < warps; ++w) {
+  for (int w = 1; w < static_cast<int>(blockDim.x) / kWarp; ++w) {
     if (Better(best_values[w], best_ids[w], best, best_id)) {
       best = best_values[w];
       best_id = best_ids[w];
     }
   }
+  *best_out = best;
+  *id_out = best_id;
+}
+
+// Σ exp(double(x_c − max)) over the allowed columns [begin, end) (the difference in f32, exp and
+// sum in f64), summed over the block in a tree order; the result in thread 0 only.
+__device__ double BlockSumExp(const float* x, int begin, int end, const uint32_t* bits, int word0,
+                              float max) {
+  __shared__ double sums[kArgmaxWarps];
+  constexpr int kUnroll = 4;
   double sum = 0.0;
-  if (best != -INFINITY) {
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-      if ((bits[c >> 5] >> (c & 31)) & 1u) continue;
-      sum += exp(static_cast<double>(x[c] - best));
+  for (int c0 = begin + static_cast<int>(threadIdx.x); c0 < end;
+       c0 += kUnroll * static_cast<int>(blockDim.x)) {
+    float v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * static_cast<int>(blockDim.x);
+      v[u] = c < end ? x[c] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * static_cast<int>(blockDim.x);
+      if (c < end && !Disabled(bits, word0, c)) sum += exp(static_cast<double>(v[u] - max));
     }
   }
 #pragma unroll
   for (int o = kWarp / 2; o > 0; o /= 2) sum += __shfl_xor_sync(kFullMask, sum, o);
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   if (lane == 0) sums[warp] = sum;
   __syncthreads();
-  if (threadIdx.x != 0) return;
   double total = 0.0;
-  for (int w = 0; w < warps; ++w) total += sums[w];
-  float* o = out + static_cast<int64_t>(row) * 5;
+  if (threadIdx.x == 0) {
+    for (int w = 0; w < static_cast<int>(blockDim.x) / kWarp; ++w) total += sums[w];
+  }
+  return total;
+}
+
+// out[0..5) of a row from its choice and sum (Backend::ArgmaxLogSumExp's layout).
+__device__ void WriteChoice(float* o, float best, int best_id, double total) {
   o[0] = best == -INFINITY ? 0.0f : static_cast<float>(best_id);
   o[1] = best;
   // SplitF64 (backend.h): three floats whose double sum is `total` exactly.
@@ -143,18 +168,156 @@ __global__ void ArgmaxLogSumExpKernel(const float* logits, int cols, const uint3
   o[4] = __double2float_rn(rest - static_cast<double>(o[3]));
 }
 
+// The mask of `row`, or −1 to leave it out (also for a bad index, which thread 0 of the block
+// that `report`s reports).
+__device__ int RowMask(const int32_t* mask_index, int row, int num_masks, bool report,
+                       unsigned long long* error_word) {
+  const int m = mask_index[row];
+  if (m < -1 || m >= num_masks) {
+    if (report && threadIdx.x == 0) {
+      ReportDeviceError(error_word, DeviceErrorOp::kArgmaxLogSumExp, row, m);
+    }
+    return -1;
+  }
+  return m;
+}
+
+// One block per row (GPUs without thread-block clusters). Pass 1 the block's (max, id); pass 2
+// (the row is in L2 by then) the sum.
+__global__ void ArgmaxLogSumExpKernel(const float* logits, int cols, const uint32_t* masks,
+                                      int mask_words, int num_masks, const int32_t* mask_index,
+                                      float* out, unsigned long long* error_word) {
+  WaitForPreviousKernel();
+  AllowNextKernel();
+  extern __shared__ uint32_t bits[];
+  const int row = static_cast<int>(blockIdx.x);
+  const int m = RowMask(mask_index, row, num_masks, /*report=*/true, error_word);
+  if (m == -1) return;  // the whole block: the row is left out
+  for (int i = threadIdx.x; i < mask_words; i += blockDim.x) {
+    bits[i] = masks[static_cast<int64_t>(m) * mask_words + i];
+  }
+  __syncthreads();
+  const float* x = logits + static_cast<int64_t>(row) * cols;
+  float best = -INFINITY;
+  int best_id = INT_MAX;
+  BlockArgmax(x, 0, cols, bits, 0, &best, &best_id);
+  const double total = best == -INFINITY ? 0.0 : BlockSumExp(x, 0, cols, bits, 0, best);
+  if (threadIdx.x == 0) WriteChoice(out + static_cast<int64_t>(row) * 5, best, best_id, total);
+}
+
+#if !defined(WAAV_HIP)
+
+// Blocks a row on Hopper: one slice of the row's mask words each (a block of 512 threads alone
+// cost ~60 us of each greedy token at one row of Whisper's 51864 logits on an H100: one
+// multiprocessor's dependent loads and f64 exps; docs/benchmarks.md, session 24).
+constexpr int kArgmaxCluster = 8;
+
+// One thread-block cluster per row (grid kArgmaxCluster × rows): block r takes the r-th slice of
+// the row's columns (whole mask words), the cluster agrees on the row's (max, id) through
+// distributed shared memory, each block sums its slice against that max, and block 0 adds the
+// blocks' sums in rank order. The same choice and maximum as ArgmaxLogSumExpKernel; the sum in
+// another (still fixed) order.
+__global__ void __cluster_dims__(kArgmaxCluster, 1, 1) __launch_bounds__(kArgmaxThreads)
+    ClusterArgmaxLogSumExpKernel(const float* logits, int cols, int slice_words,
+                                 const uint32_t* masks, int mask_words, int num_masks,
+                                 const int32_t* mask_index, float* out,
+                                 unsigned long long* error_word) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  WaitForPreviousKernel();
+  AllowNextKernel();
+  extern __shared__ uint32_t bits[];
+  __shared__ float slice_best;
+  __shared__ int slice_best_id;
+  __shared__ double slice_sum;
+  __shared__ float row_best;
+  __shared__ int row_best_id;
+  const int row = static_cast<int>(blockIdx.y);
+  const int rank = static_cast<int>(cluster.block_rank());
+  // Every block of the cluster reads the same index and leaves together: none of them then
+  // waits at a cluster barrier or reads another's shared memory.
+  const int m = RowMask(mask_index, row, num_masks, /*report=*/rank == 0, error_word);
+  if (m == -1) return;
+  const int word0 = rank * slice_words;
+  const int words = max(0, min(slice_words, mask_words - word0));
+  for (int i = threadIdx.x; i < words; i += blockDim.x) {
+    bits[i] = masks[static_cast<int64_t>(m) * mask_words + word0 + i];
+  }
+  __syncthreads();
+  const float* x = logits + static_cast<int64_t>(row) * cols;
+  const int begin = min(cols, word0 * 32), end = min(cols, (word0 + words) * 32);
+  float best = -INFINITY;
+  int best_id = INT_MAX;
+  BlockArgmax(x, begin, end, bits, word0, &best, &best_id);
+  if (threadIdx.x == 0) slice_best = best, slice_best_id = best_id;
+  cluster.sync();
+  if (threadIdx.x < kWarp) {
+    const unsigned lane = threadIdx.x;
+    best = -INFINITY;
+    best_id = INT_MAX;
+    if (lane < kArgmaxCluster) {
+      best = *cluster.map_shared_rank(&slice_best, lane);
+      best_id = *cluster.map_shared_rank(&slice_best_id, lane);
+    }
+#pragma unroll
+    for (int o = kWarp / 2; o > 0; o /= 2) {
+      const float v = __shfl_xor_sync(kFullMask, best, o);
+      const int id = __shfl_xor_sync(kFullMask, best_id, o);
+      if (Better(v, id, best, best_id)) best = v, best_id = id;
+    }
+    if (lane == 0) row_best = best, row_best_id = best_id;
+  }
+  __syncthreads();
+  best = row_best;
+  best_id = row_best_id;
+  const double sum = best == -INFINITY ? 0.0 : BlockSumExp(x, begin, end, bits, word0, best);
+  if (threadIdx.x == 0) slice_sum = sum;
+  cluster.sync();
+  if (rank == 0 && threadIdx.x == 0) {
+    double total = 0.0;
+    for (unsigned r = 0; r < kArgmaxCluster; ++r) total += *cluster.map_shared_rank(&slice_sum, r);
+    WriteChoice(out + static_cast<int64_t>(row) * 5, best, best_id, total);
+  }
+  cluster.sync();  // no block leaves while block 0 may still read its sum
+#endif
+}
+
+// Whether the current GPU runs thread-block clusters (compute capability 9.0 and up).
+bool ClustersAvailable() {
+  int device = 0, major = 0;
+  return cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+         major >= 9;
+}
+
+#endif  // !defined(WAAV_HIP)
+
 }  // namespace
 
 cudaError_t LaunchArgmaxLogSumExp(const LaunchContext& ctx, const float* logits, int64_t rows,
                                   int64_t cols, const int32_t* masks, int64_t mask_words,
-                                  int64_t num_masks, const int32_t* mask_index, float* out) {
+                                  int64_t num_masks, const int32_t* mask_index, float* out,
+                                  bool cluster) {
   if (rows == 0) return cudaSuccess;
   const size_t smem = static_cast<size_t>(mask_words) * sizeof(uint32_t);
   if (smem > 48 * 1024) return cudaErrorInvalidValue;  // V up to 393,216 columns
+  const auto* mask_bits = reinterpret_cast<const uint32_t*>(masks);
+#if !defined(WAAV_HIP)
+  if (cluster && rows <= 65535 && ClustersAvailable()) {
+    const int64_t slice_words = (mask_words + kArgmaxCluster - 1) / kArgmaxCluster;
+    return Launch(
+        ctx, ClusterArgmaxLogSumExpKernel, dim3(kArgmaxCluster, static_cast<unsigned>(rows)),
+        dim3(kArgmaxThreads), static_cast<size_t>(slice_words) * sizeof(uint32_t), logits,
+        static_cast<int>(cols), static_cast<int>(slice_words), mask_bits,
+        static_cast<int>(mask_words), static_cast<int>(num_masks), mask_index, out, ctx.error_word);
+  }
+#else
+  (void)cluster;
+#endif
   return Launch(ctx, ArgmaxLogSumExpKernel, dim3(static_cast<unsigned>(rows)), dim3(kArgmaxThreads),
-                smem, logits, static_cast<int>(cols), reinterpret_cast<const uint32_t*>(masks),
-                static_cast<int>(mask_words), static_cast<int>(num_masks), mask_index, out,
-                ctx.error_word);
+                smem, logits, static_cast<int>(cols), mask_bits, static_cast<int>(mask_words),
+                static_cast<int>(num_masks), mask_index, out, ctx.error_word);
 }
 
 }  // namespace waav::cuda

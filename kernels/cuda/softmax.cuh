@@ -12,9 +12,11 @@ cudaError_t LaunchLogSoftmax(const LaunchContext& ctx, const float* x, int64_t r
 
 // Backend::ArgmaxLogSumExp: per row, the masked argmax, its logit and Σ exp(double(x − max)) as
 // three floats (out [rows, 5]); rows whose mask_index is −1 are left out, a mask_index outside
-// [−1, num_masks) is reported through the device error word. Sums in a tree order (f64).
+// [−1, num_masks) is reported through the device error word. Sums in a tree order (f64). With
+// `cluster`, on a thread-block cluster per row where the GPU has clusters (else one block a row).
 cudaError_t LaunchArgmaxLogSumExp(const LaunchContext& ctx, const float* logits, int64_t rows,
                                   int64_t cols, const int32_t* masks, int64_t mask_words,
-                                  int64_t num_masks, const int32_t* mask_index, float* out);
+                                  int64_t num_masks, const int32_t* mask_index, float* out,
+                                  bool cluster = true);
 
 }  // namespace waav::cuda

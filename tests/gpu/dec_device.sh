@@ -15,7 +15,9 @@
 #   seconds for cuda_backend_test, default 150; DEC_PARTS: "bench tests" (default) or either;
 #   DEC_BENCH_ARGS: more whisper_gpu_bench arguments, e.g. "--prefill-tokens 4,16,64";
 #   DEC_TORCH=0: no PyTorch anchor; DEC_VARIANTS: the bench variants instead of the four below;
-#   DEC_TESTS_FILTER: cuda_backend_test's gtest filter, default all)
+#   DEC_TESTS_FILTER: cuda_backend_test's gtest filter, default all; DEC_TOKENIZER: a
+#   tokenizer.json, with which a staged greedy_step_bench times DecodeGreedyBatch's token steps
+#   at DEC_GREEDY_ROWS rows, default 1,2,4,8,16,64, into greedy.tsv and greedy.log)
 set -uo pipefail
 scripts=$(cd "$(dirname "$0")" && pwd)
 here=/tmp/waav-dec
@@ -43,6 +45,11 @@ if [[ $parts == *bench* ]]; then
       --encoder-batches none --decoder-batches "${DEC_BATCHES:-1,8,64,256}" \
       --out "$out/torch.tsv" > "$out/torch.log" 2>&1
     torch_rc=$?
+  fi
+  if [ -n "${DEC_TOKENIZER:-}" ] && [ -x "$here/bin/greedy_step_bench" ]; then
+    timeout "$(left 90)" "$here/bin/greedy_step_bench" --tokenizer "$DEC_TOKENIZER" \
+      --rows "${DEC_GREEDY_ROWS:-1,2,4,8,16,64}" --out "$out/greedy.tsv" > "$out/greedy.log" 2>&1
+    echo "greedy_step_bench rc=$?" >> "$out/greedy.log"
   fi
 fi
 : > "$out/tests.log"

@@ -1,0 +1,256 @@
+// What a greedy token costs in the engine's own decoding loop on the GPU, host included:
+// DecodeGreedyBatch (engine/models/whisper/greedy_decoder.h) over a DecoderStatePool on the CUDA
+// backend, as waavd runs it (text prompts, the greedy choice on the device), with Whisper tiny.en's
+// shapes and random weights. Beside it, the same state's step alone (RunDecodeStep replayed and
+// waited for), so the loop's host share shows: the step's inputs going up, the choice coming
+// down, the rules on the host.
+//
+// Method: every row's window is encoded from a random log-mel; the prompt is
+// <|startoftranscript|> <|notimestamps|> (what UtteranceDecoder feeds) and <|endoftext|> is
+// suppressed, so each row decodes to the length limit (224 tokens with max_length 448). One
+// warm-up call (graphs captured), then --reps calls; per call the host wall clock of the whole
+// call and GreedyBatchTimings' step and sample times, each divided by the call's steps; medians
+// over the calls, with the smallest and largest. Then the loop's step taken apart, --reps × 50
+// times each on the bucket's state, each waited for: the replay alone (RunDecodeStep), with the
+// inputs uploaded first (DecodeStepAsync), and with the device's choice downloaded after it.
+//
+// Usage: greedy_step_bench --tokenizer PATH/tokenizer.json [--rows 1,2,4,8] [--reps 9]
+//                          [--out results.tsv]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "engine/models/whisper/decoder_pool.h"
+#include "engine/models/whisper/greedy_decoder.h"
+#include "engine/models/whisper/transcriber.h"
+#include "engine/runtime/backend_registry.h"
+#include "engine/runtime/status.h"
+#include "tests/support/random_whisper.h"
+
+namespace waav {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MicrosSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+}
+
+struct Spread {
+  double median = 0, low = 0, high = 0;
+};
+
+Spread Summarize(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  if (v.empty()) return {};
+  return {v[v.size() / 2], v.front(), v.back()};
+}
+
+std::vector<int> ParseList(const char* text) {
+  std::vector<int> out;
+  for (const char* p = text; *p != '\0';) {
+    char* end = nullptr;
+    const long v = std::strtol(p, &end, 10);
+    if (end == p || v < 1 || v > 256) return {};
+    out.push_back(static_cast<int>(v));
+    p = *end == ',' ? end + 1 : end;
+  }
+  return out;
+}
+
+struct Result {
+  int rows = 0, steps = 0, device_steps = 0;
+  Spread loop_us, step_us, sample_us;
+  // The loop's step taken apart on the bucket's state: the replay alone; with the step's inputs
+  // uploaded first (WhisperModel::DecodeStepAsync); and with the device's choice after it as the
+  // loop makes it (mask indices up, ArgmaxLogSumExp, five floats a row down). Each waited for.
+  Spread replay_us, inputs_us, choice_us;
+};
+
+absl::StatusOr<Result> Measure(const whisper::Transcriber& transcriber,
+                               whisper::DecoderStatePool& pool, int rows, int reps) {
+  const whisper::WhisperModel& model = transcriber.model();
+  const whisper::Vocabulary& vocabulary = transcriber.vocabulary();
+  const whisper::SpecialTokens& special = vocabulary.special();
+  std::vector<int> prompt = vocabulary.SotSequence();
+  prompt.push_back(special.no_timestamps);
+  const std::vector<std::vector<int>> prompts(static_cast<size_t>(rows), prompt);
+  whisper::GreedyOptions options;
+  options.suppress_tokens = vocabulary.SuppressedTokens();
+  options.suppress_tokens.push_back(special.eot);  // every row runs to the length limit
+
+  Result result;
+  result.rows = rows;
+  std::vector<double> loop, step, sample;
+  for (int r = 0; r <= reps; ++r) {  // call 0 warms up (captures the graphs)
+    whisper::GreedyBatchTimings timings;
+    const Clock::time_point start = Clock::now();
+    ASSIGN_OR_RETURN(
+        const std::vector<whisper::GreedyResult> decoded,
+        whisper::DecodeGreedyBatch(model, vocabulary, prompts, options, pool, nullptr, &timings));
+    const double wall = MicrosSince(start);
+    if (timings.steps < 1 || decoded.size() != static_cast<size_t>(rows)) {
+      return absl::InternalError("the greedy batch took no steps");
+    }
+    if (r == 0) continue;
+    const double steps = timings.steps;
+    loop.push_back(wall / steps);
+    step.push_back(timings.step_ms * 1e3 / steps);
+    sample.push_back(timings.sample_ms * 1e3 / steps);
+    result.steps = timings.steps;
+    result.device_steps = timings.device_steps;
+  }
+  result.loop_us = Summarize(loop);
+  result.step_us = Summarize(step);
+  result.sample_us = Summarize(sample);
+
+  whisper::DecoderState& state = pool.ForRows(rows);
+  const int batch = state.batch_size();
+  Backend& backend = model.backend();
+  const std::vector<int32_t> bits = whisper::LogitRules(vocabulary, options).FixedMaskBits();
+  const int64_t words = static_cast<int64_t>(bits.size()) / whisper::LogitRules::kNumFixedMasks;
+  ASSIGN_OR_RETURN(const Tensor masks,
+                   backend.Allocate({whisper::LogitRules::kNumFixedMasks, words}, DType::kI32));
+  RETURN_IF_ERROR(backend.CopyFromHost(bits.data(), bits.size() * 4, masks));
+  ASSIGN_OR_RETURN(const Tensor index, backend.Allocate({rows}, DType::kI32));
+  ASSIGN_OR_RETURN(const Tensor chosen, backend.Allocate({rows, 5}, DType::kF32));
+  ASSIGN_OR_RETURN(const Tensor logits, state.step_logits().Slice(0, rows));
+  const std::vector<int32_t> tokens(static_cast<size_t>(batch), special.eot);
+  const std::vector<int32_t> positions(static_cast<size_t>(batch), 8);
+  const std::vector<int32_t> mask_index(static_cast<size_t>(rows), whisper::LogitRules::kText);
+  std::vector<float> host_chosen(static_cast<size_t>(rows) * 5);
+  std::vector<double> replays, inputs, choices;
+  for (int i = 0; i < reps * 50; ++i) {
+    Clock::time_point start = Clock::now();
+    RETURN_IF_ERROR(model.RunDecodeStep(state));
+    RETURN_IF_ERROR(backend.Synchronize());
+    replays.push_back(MicrosSince(start));
+    start = Clock::now();
+    RETURN_IF_ERROR(model.DecodeStepAsync(tokens, positions, state));
+    RETURN_IF_ERROR(backend.Synchronize());
+    inputs.push_back(MicrosSince(start));
+    start = Clock::now();
+    RETURN_IF_ERROR(model.DecodeStepAsync(tokens, positions, state));
+    RETURN_IF_ERROR(backend.CopyFromHost(mask_index.data(), mask_index.size() * 4, index));
+    RETURN_IF_ERROR(backend.ArgmaxLogSumExp(logits, masks, index, chosen));
+    RETURN_IF_ERROR(backend.CopyToHost(chosen, host_chosen.data(), chosen.size_bytes()));
+    choices.push_back(MicrosSince(start));
+  }
+  result.replay_us = Summarize(replays);
+  result.inputs_us = Summarize(inputs);
+  result.choice_us = Summarize(choices);
+  return result;
+}
+
+int Run(int argc, char** argv) {
+  std::string tokenizer, out;
+  std::vector<int> row_counts = {1, 2, 4, 8};
+  int reps = 9;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (arg == "--tokenizer" && has_value) {
+      tokenizer = argv[++i];
+    } else if (arg == "--rows" && has_value) {
+      row_counts = ParseList(argv[++i]);
+    } else if (arg == "--reps" && has_value) {
+      reps = std::atoi(argv[++i]);
+    } else if (arg == "--out" && has_value) {
+      out = argv[++i];
+    } else {
+      std::cerr << "usage: greedy_step_bench --tokenizer PATH/tokenizer.json [--rows 1,2,4,8] "
+                   "[--reps 9] [--out results.tsv]\n";
+      return 2;
+    }
+  }
+  if (tokenizer.empty() || row_counts.empty() || reps < 1) {
+    std::cerr << "greedy_step_bench: --tokenizer is required; --rows takes 1-256, --reps >= 1\n";
+    return 2;
+  }
+  const std::string dir = testing::TempModelDir("greedy_step_bench", 7);
+  if (!testing::WriteRandomWhisperModel(dir, 7)) {
+    std::cerr << "greedy_step_bench: cannot write a model into " << dir << "\n";
+    return 1;
+  }
+  std::error_code error;
+  std::filesystem::copy_file(tokenizer, dir + "/tokenizer.json",
+                             std::filesystem::copy_options::overwrite_existing, error);
+  if (error) {
+    std::cerr << "greedy_step_bench: cannot copy " << tokenizer << ": " << error.message() << "\n";
+    return 1;
+  }
+  auto backend = CreateBackend("cuda");
+  if (!backend.ok()) {
+    std::cerr << "greedy_step_bench: " << backend.status() << "\n";
+    return 1;
+  }
+  auto transcriber = whisper::Transcriber::Load(dir, **backend);
+  if (!transcriber.ok()) {
+    std::cerr << "greedy_step_bench: " << transcriber.status() << "\n";
+    return 1;
+  }
+  const whisper::WhisperModel& model = (*transcriber)->model();
+  const int max_rows = *std::max_element(row_counts.begin(), row_counts.end());
+  auto pool = whisper::DecoderStatePool::Create(model, max_rows);
+  if (!pool.ok()) {
+    std::cerr << "greedy_step_bench: " << pool.status() << "\n";
+    return 1;
+  }
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> mel_value(-1.0f, 1.0f);
+  std::vector<float> mel(static_cast<size_t>(model.dims().n_mels) * model.dims().n_frames());
+  for (int b = 0; b < max_rows; ++b) {
+    for (float& v : mel) v = mel_value(rng);
+    const absl::Status encoded = model.Encode(mel, (*pool)->Row(b));
+    if (!encoded.ok()) {
+      std::cerr << "greedy_step_bench: " << encoded << "\n";
+      return 1;
+    }
+  }
+  std::cout << absl::StrFormat(
+      "# greedy_step_bench: DecodeGreedyBatch on %s, tiny.en shapes, random weights, fused "
+      "step up to %d rows; %d calls a row count (median [min-max], us per step)\n",
+      (*backend)->name(), model.fused_step_max_batch(), reps);
+  std::cout << absl::StrFormat("%-5s %6s %8s %24s %24s %22s | %22s %22s %22s\n", "rows", "steps",
+                               "device", "loop (wall / steps)", "step (up, run, down)",
+                               "sample (host rules)", "replay + sync", "inputs up + replay",
+                               "+ choice down");
+  std::string tsv =
+      "rows\tsteps\tdevice_steps\tloop_us\tloop_min\tloop_max\tstep_us\tsample_us"
+      "\treplay_us\tinputs_us\tchoice_us\n";
+  for (int rows : row_counts) {
+    auto result = Measure(**transcriber, **pool, rows, reps);
+    if (!result.ok()) {
+      std::cerr << "greedy_step_bench: " << rows << " rows: " << result.status() << "\n";
+      return 1;
+    }
+    const Result& r = *result;
+    auto cell = [](const Spread& s) {
+      return absl::StrFormat("%.1f [%.1f-%.1f]", s.median, s.low, s.high);
+    };
+    std::cout << absl::StrFormat("%-5d %6d %8d %24s %24s %22s | %22s %22s %22s\n", r.rows, r.steps,
+                                 r.device_steps, cell(r.loop_us), cell(r.step_us),
+                                 cell(r.sample_us), cell(r.replay_us), cell(r.inputs_us),
+                                 cell(r.choice_us));
+    tsv += absl::StrFormat("%d\t%d\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\n", r.rows,
+                           r.steps, r.device_steps, r.loop_us.median, r.loop_us.low, r.loop_us.high,
+                           r.step_us.median, r.sample_us.median, r.replay_us.median,
+                           r.inputs_us.median, r.choice_us.median);
+  }
+  if (!out.empty()) std::ofstream(out) << tsv;
+  return 0;
+}
+
+}  // namespace
+}  // namespace waav
+
+int main(int argc, char** argv) { return waav::Run(argc, argv); }
