@@ -10,7 +10,7 @@ from datetime import datetime
 
 LINE = re.compile(
     r"batch of (\d+): encoder ([\d.]+) ms, prefill ([\d.]+) ms, (\d+) steps ([\d.]+) ms "
-    r"\((\d+) row-steps(?:, (\d+) on the device)?\), sampling ([\d.]+) ms, decoder total ([\d.]+) ms"
+    r"\((\d+) row-steps(?:, (\d+) on the device)?(?:, \d+ ahead, \d+ unread)?\), sampling ([\d.]+) ms, decoder total ([\d.]+) ms"
     r"(?: \(finals aligned (\d+) in ([\d.]+) ms, results sent in ([\d.]+) ms\))?"
     r"(?:, windows prepared in ([\d.]+) ms)?"
     r"(?:, prompts of up to (\d+) tokens issued in ([\d.]+) ms)?"

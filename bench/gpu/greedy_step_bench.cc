@@ -9,13 +9,16 @@
 // <|startoftranscript|> <|notimestamps|> (what UtteranceDecoder feeds) and <|endoftext|> is
 // suppressed, so each row decodes to the length limit (224 tokens with max_length 448). One
 // warm-up call (graphs captured), then --reps calls; per call the host wall clock of the whole
-// call and GreedyBatchTimings' step and sample times, each divided by the call's steps; medians
-// over the calls, with the smallest and largest. Then the loop's step taken apart, --reps × 50
+// call and GreedyBatchTimings' step and sample times, each divided by the call's token steps
+// (those whose choices were read: a pipelined call also runs steps ahead that may end up
+// unread; the "ahead" column counts the steps submitted ahead / unread); medians over the calls,
+// with the smallest and largest. --pipeline sets GreedyOptions::pipeline (default auto: on,
+// on a GPU). Then the loop's step taken apart, --reps × 50
 // times each on the bucket's state, each waited for: the replay alone (RunDecodeStep), with the
 // inputs uploaded first (DecodeStepAsync), and with the device's choice downloaded after it.
 //
 // Usage: greedy_step_bench --tokenizer PATH/tokenizer.json [--rows 1,2,4,8] [--reps 9]
-//                          [--out results.tsv]
+//                          [--pipeline never|auto|always] [--out results.tsv]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -40,6 +43,7 @@ namespace waav {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using whisper::GraphUse;
 
 double MicrosSince(Clock::time_point start) {
   return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
@@ -68,7 +72,7 @@ std::vector<int> ParseList(const char* text) {
 }
 
 struct Result {
-  int rows = 0, steps = 0, device_steps = 0;
+  int rows = 0, steps = 0, device_steps = 0, pipelined_steps = 0, unread_steps = 0;
   Spread loop_us, step_us, sample_us;
   // The loop's step taken apart on the bucket's state: the replay alone; with the step's inputs
   // uploaded first (WhisperModel::DecodeStepAsync); and with the device's choice after it as the
@@ -77,7 +81,8 @@ struct Result {
 };
 
 absl::StatusOr<Result> Measure(const whisper::Transcriber& transcriber,
-                               whisper::DecoderStatePool& pool, int rows, int reps) {
+                               whisper::DecoderStatePool& pool, int rows, int reps,
+                               GraphUse pipeline) {
   const whisper::WhisperModel& model = transcriber.model();
   const whisper::Vocabulary& vocabulary = transcriber.vocabulary();
   const whisper::SpecialTokens& special = vocabulary.special();
@@ -87,6 +92,7 @@ absl::StatusOr<Result> Measure(const whisper::Transcriber& transcriber,
   whisper::GreedyOptions options;
   options.suppress_tokens = vocabulary.SuppressedTokens();
   options.suppress_tokens.push_back(special.eot);  // every row runs to the length limit
+  options.pipeline = pipeline;
 
   Result result;
   result.rows = rows;
@@ -102,12 +108,16 @@ absl::StatusOr<Result> Measure(const whisper::Transcriber& transcriber,
       return absl::InternalError("the greedy batch took no steps");
     }
     if (r == 0) continue;
-    const double steps = timings.steps;
+    // Per token step: the steps whose choices were read (a pipelined call also runs steps
+    // ahead that end up unread).
+    const double steps = timings.steps - timings.unread_steps;
     loop.push_back(wall / steps);
     step.push_back(timings.step_ms * 1e3 / steps);
     sample.push_back(timings.sample_ms * 1e3 / steps);
     result.steps = timings.steps;
     result.device_steps = timings.device_steps;
+    result.pipelined_steps = timings.pipelined_steps;
+    result.unread_steps = timings.unread_steps;
   }
   result.loop_us = Summarize(loop);
   result.step_us = Summarize(step);
@@ -155,6 +165,7 @@ int Run(int argc, char** argv) {
   std::string tokenizer, out;
   std::vector<int> row_counts = {1, 2, 4, 8};
   int reps = 9;
+  GraphUse pipeline = GraphUse::kAuto;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
@@ -164,11 +175,20 @@ int Run(int argc, char** argv) {
       row_counts = ParseList(argv[++i]);
     } else if (arg == "--reps" && has_value) {
       reps = std::atoi(argv[++i]);
+    } else if (arg == "--pipeline" && has_value) {
+      const std::string value = argv[++i];
+      if (value == "never" || value == "auto" || value == "always") {
+        pipeline = value == "never" ? GraphUse::kNever
+                                    : (value == "auto" ? GraphUse::kAuto : GraphUse::kAlways);
+      } else {
+        std::cerr << "greedy_step_bench: --pipeline takes never, auto or always\n";
+        return 2;
+      }
     } else if (arg == "--out" && has_value) {
       out = argv[++i];
     } else {
       std::cerr << "usage: greedy_step_bench --tokenizer PATH/tokenizer.json [--rows 1,2,4,8] "
-                   "[--reps 9] [--out results.tsv]\n";
+                   "[--reps 9] [--pipeline never|auto|always] [--out results.tsv]\n";
       return 2;
     }
   }
@@ -218,17 +238,20 @@ int Run(int argc, char** argv) {
   }
   std::cout << absl::StrFormat(
       "# greedy_step_bench: DecodeGreedyBatch on %s, tiny.en shapes, random weights, fused "
-      "step up to %d rows; %d calls a row count (median [min-max], us per step)\n",
-      (*backend)->name(), model.fused_step_max_batch(), reps);
+      "step up to %d rows, pipeline %s; %d calls a row count (median [min-max], us per token "
+      "step)\n",
+      (*backend)->name(), model.fused_step_max_batch(),
+      pipeline == GraphUse::kNever ? "never" : (pipeline == GraphUse::kAuto ? "auto" : "always"),
+      reps);
   std::cout << absl::StrFormat("%-5s %6s %8s %24s %24s %22s | %22s %22s %22s\n", "rows", "steps",
                                "device", "loop (wall / steps)", "step (up, run, down)",
                                "sample (host rules)", "replay + sync", "inputs up + replay",
                                "+ choice down");
   std::string tsv =
-      "rows\tsteps\tdevice_steps\tloop_us\tloop_min\tloop_max\tstep_us\tsample_us"
+      "rows\tsteps\tpipelined_steps\tloop_us\tloop_min\tloop_max\tstep_us\tsample_us"
       "\treplay_us\tinputs_us\tchoice_us\n";
   for (int rows : row_counts) {
-    auto result = Measure(**transcriber, **pool, rows, reps);
+    auto result = Measure(**transcriber, **pool, rows, reps, pipeline);
     if (!result.ok()) {
       std::cerr << "greedy_step_bench: " << rows << " rows: " << result.status() << "\n";
       return 1;
@@ -237,13 +260,13 @@ int Run(int argc, char** argv) {
     auto cell = [](const Spread& s) {
       return absl::StrFormat("%.1f [%.1f-%.1f]", s.median, s.low, s.high);
     };
-    std::cout << absl::StrFormat("%-5d %6d %8d %24s %24s %22s | %22s %22s %22s\n", r.rows, r.steps,
-                                 r.device_steps, cell(r.loop_us), cell(r.step_us),
-                                 cell(r.sample_us), cell(r.replay_us), cell(r.inputs_us),
-                                 cell(r.choice_us));
+    std::cout << absl::StrFormat("%-5d %6d %8s %24s %24s %22s | %22s %22s %22s\n", r.rows, r.steps,
+                                 absl::StrCat(r.pipelined_steps, "/", r.unread_steps),
+                                 cell(r.loop_us), cell(r.step_us), cell(r.sample_us),
+                                 cell(r.replay_us), cell(r.inputs_us), cell(r.choice_us));
     tsv += absl::StrFormat("%d\t%d\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\n", r.rows,
-                           r.steps, r.device_steps, r.loop_us.median, r.loop_us.low, r.loop_us.high,
-                           r.step_us.median, r.sample_us.median, r.replay_us.median,
+                           r.steps, r.pipelined_steps, r.loop_us.median, r.loop_us.low,
+                           r.loop_us.high, r.step_us.median, r.sample_us.median, r.replay_us.median,
                            r.inputs_us.median, r.choice_us.median);
   }
   if (!out.empty()) std::ofstream(out) << tsv;

@@ -1,6 +1,7 @@
 #include "engine/runtime/backend.h"
 
 #include <new>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "engine/runtime/op_checks.h"
@@ -32,6 +33,11 @@ absl::Status Backend::LstmCell(const Tensor&, const Tensor&, const Tensor&, cons
 
 absl::Status Backend::ArgmaxLogSumExp(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
   return NotImplemented(name(), "ArgmaxLogSumExp");
+}
+
+absl::Status Backend::FeedChoices(const Tensor&, const Tensor&, int32_t, const Tensor&,
+                                  const Tensor&, const Tensor&) {
+  return NotImplemented(name(), "FeedChoices");
 }
 
 absl::Status Backend::LinearResidual(const Tensor&, const Tensor&, const Tensor*, Activation,
@@ -72,6 +78,22 @@ absl::Status Backend::CopyFromHostAsync(const HostBuffer& src, size_t bytes, con
                                         size_t src_offset) {
   RETURN_IF_ERROR(checks::ValidateHostBufferHolds(src, bytes, src_offset));
   return CopyFromHost(src.data_as<char>() + src_offset, bytes, dst);
+}
+
+absl::StatusOr<uint64_t> Backend::CopyToHostAsync(const Tensor& src, const HostBuffer& dst,
+                                                  size_t dst_offset) {
+  RETURN_IF_ERROR(
+      checks::ValidateHostBufferHolds(dst, src.size_bytes(), dst_offset, "CopyToHostAsync"));
+  RETURN_IF_ERROR(CopyToHost(src, dst.data_as<char>() + dst_offset, src.size_bytes()));
+  return uint64_t{0};
+}
+
+absl::Status Backend::WaitForCopy(uint64_t ticket) {
+  if (ticket != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("WaitForCopy: ticket ", ticket, " was not issued by ", std::string(name())));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Backend::GatherRows(const Tensor& src, absl::Span<const int64_t> rows,

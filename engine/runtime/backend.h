@@ -92,6 +92,9 @@ enum class Op : uint8_t {
   // Optional kernel (chosen heads' scaled query-key dot products in a defined order, so that
   // every backend computes the same floats: Whisper's word alignment).
   kHeadScores,
+  // Optional kernel (greedy decoding: the next step's inputs written from the choices where
+  // they are, so that the loop need not upload them).
+  kFeedChoices,
 };
 
 // A captured sequence of kernel calls. Replay() re-runs them on the tensors they were captured
@@ -222,6 +225,17 @@ class Backend {
                                          size_t src_offset = 0);
   // Device -> host; waits for prior work. `bytes` must equal src.size_bytes().
   virtual absl::Status CopyToHost(const Tensor& src, void* dst, size_t bytes) = 0;
+  // Device -> host into bytes [dst_offset, dst_offset + src.size_bytes()) of `dst` (AllocateHost's
+  // memory), after the work submitted before it, without waiting for it: returns a ticket for
+  // WaitForCopy, until which those bytes must not be read and `dst` must stay alive. Lets a loop
+  // submit its next step before it reads this one's result. Not while capturing.
+  // Default: CopyToHost (done on return; ticket 0).
+  virtual absl::StatusOr<uint64_t> CopyToHostAsync(const Tensor& src, const HostBuffer& dst,
+                                                   size_t dst_offset = 0);
+  // Waits until the copy of `ticket` (CopyToHostAsync) and the work submitted before it have
+  // finished (later work may still be running), then reports what kernels reported, as
+  // Synchronize does. A ticket not yet issued is InvalidArgument. Default: nothing to wait for.
+  virtual absl::Status WaitForCopy(uint64_t ticket);
   // Device -> device, same dtype and element count (shapes may differ). With
   // Op::kHalfActivations also f32 src into an f16 dst, each value rounded to nearest.
   virtual absl::Status Copy(const Tensor& src, const Tensor& dst) = 0;
@@ -316,6 +330,19 @@ class Backend {
   //   outside [−1, M) is InvalidArgument (on a GPU, reported like a bad token id).
   virtual absl::Status ArgmaxLogSumExp(const Tensor& logits, const Tensor& masks,
                                        const Tensor& mask_index, const Tensor& out);
+
+  // The next decoder step's inputs from ArgmaxLogSumExp's choices, where they are: for each row
+  // b whose mask_index[b] >= 0 (the rows the choice was made for),
+  //   tokens[b] = choices[b][0] (the chosen token), positions[b] = min(positions[b] + 1,
+  //   max_position), lengths[b] = that new position + 1;
+  // other rows are left as they are. choices f32 [B, 5] (ArgmaxLogSumExp's out), mask_index i32
+  // [B], tokens i32 of B elements ([B] or [B, 1]), positions and lengths i32 [B], none of the
+  // written ones overlapping another tensor; 0 <= max_position < 2^24. A chosen token that is
+  // not a whole number in [0, 2^24) is InvalidArgument (on a GPU, reported like a bad token id).
+  // Capturable. Default: Unimplemented.
+  virtual absl::Status FeedChoices(const Tensor& choices, const Tensor& mask_index,
+                                   int32_t max_position, const Tensor& tokens,
+                                   const Tensor& positions, const Tensor& lengths);
 
   // y = residual + act(x · weightᵀ + bias): Linear followed by Add(residual, ·, y) in one call,
   // so that a backend can add the residual in the GEMM's epilogue instead of a second pass over

@@ -94,10 +94,14 @@ absl::Status ValidateCopyFromHost(DeviceKind device, const void* src, size_t byt
   return absl::OkStatus();
 }
 
-absl::Status ValidateHostBufferHolds(const HostBuffer& src, size_t bytes, size_t offset) {
-  if (offset <= src.size_bytes() && bytes <= src.size_bytes() - offset) return absl::OkStatus();
-  return Invalid("CopyFromHostAsync", absl::StrCat(bytes, " bytes at offset ", offset,
-                                                   " of a host buffer of ", src.size_bytes()));
+absl::Status ValidateHostBufferHolds(const HostBuffer& buffer, size_t bytes, size_t offset,
+                                     const char* op) {
+  if (bytes > 0 && buffer.data() == nullptr) return Invalid(op, "the host buffer is empty");
+  if (offset <= buffer.size_bytes() && bytes <= buffer.size_bytes() - offset) {
+    return absl::OkStatus();
+  }
+  return Invalid(op, absl::StrCat(bytes, " bytes at offset ", offset, " of a host buffer of ",
+                                  buffer.size_bytes()));
 }
 
 absl::Status ValidateCopyToHost(DeviceKind device, const Tensor& src, const void* dst,
@@ -372,6 +376,43 @@ absl::StatusOr<ArgmaxDims> ValidateArgmaxLogSumExp(DeviceKind device, const Tens
     RETURN_IF_ERROR(CheckDisjoint(kOp, "out", out, name, *t));
   }
   return ArgmaxDims{rows, cols, masks.dim(0), words};
+}
+
+absl::StatusOr<int64_t> ValidateFeedChoices(DeviceKind device, const Tensor& choices,
+                                            const Tensor& mask_index, int32_t max_position,
+                                            const Tensor& tokens, const Tensor& positions,
+                                            const Tensor& lengths) {
+  constexpr const char* kOp = "FeedChoices";
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "choices", choices, {DType::kF32}, 2));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "mask_index", mask_index, {DType::kI32}, 1));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "tokens", tokens, {DType::kI32}, -1));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "positions", positions, {DType::kI32}, 1));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "lengths", lengths, {DType::kI32}, 1));
+  const int64_t rows = choices.dim(0);
+  RETURN_IF_ERROR(CheckShape(kOp, "choices", choices, Shape{rows, 5}, "[B, 5]"));
+  RETURN_IF_ERROR(CheckShape(kOp, "mask_index", mask_index, Shape{rows}, "one per row"));
+  RETURN_IF_ERROR(CheckShape(kOp, "positions", positions, Shape{rows}, "one per row"));
+  RETURN_IF_ERROR(CheckShape(kOp, "lengths", lengths, Shape{rows}, "one per row"));
+  if (tokens.numel() != rows || tokens.rank() < 1 || tokens.rank() > 2 || tokens.dim(0) != rows) {
+    return Invalid(kOp, absl::StrCat("tokens ", tokens.Describe(), " must be [", rows, "] or [",
+                                     rows, ", 1]: one per row of choices ", choices.Describe()));
+  }
+  if (max_position < 0 || max_position >= (int32_t{1} << 24)) {
+    return Invalid(kOp, absl::StrCat("max_position ", max_position, " is outside [0, 2^24)"));
+  }
+  const std::pair<const char*, const Tensor*> written[] = {
+      {"tokens", &tokens}, {"positions", &positions}, {"lengths", &lengths}};
+  for (size_t i = 0; i < 3; ++i) {
+    for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"choices", &choices},
+                                  {"mask_index", &mask_index}}) {
+      RETURN_IF_ERROR(CheckDisjoint(kOp, written[i].first, *written[i].second, name, *t));
+    }
+    for (size_t j = i + 1; j < 3; ++j) {
+      RETURN_IF_ERROR(CheckDisjoint(kOp, written[i].first, *written[i].second, written[j].first,
+                                    *written[j].second));
+    }
+  }
+  return rows;
 }
 
 absl::StatusOr<AttentionDims> ValidateAttention(DeviceKind device, const Tensor& q, const Tensor& k,

@@ -35,9 +35,10 @@ absl::Status CheckDisjoint(const char* op, const char* y_name, const Tensor& y, 
 
 absl::Status ValidateCopyFromHost(DeviceKind device, const void* src, size_t bytes,
                                   const Tensor& dst);
-// Backend::CopyFromHostAsync's own check: `src` holds `bytes` from `offset` on (dst's checks
-// are ValidateCopyFromHost's).
-absl::Status ValidateHostBufferHolds(const HostBuffer& src, size_t bytes, size_t offset = 0);
+// Backend::CopyFromHostAsync's and CopyToHostAsync's own check: `buffer` holds `bytes` from
+// `offset` on (the tensor's checks are ValidateCopyFromHost's and ValidateCopyToHost's).
+absl::Status ValidateHostBufferHolds(const HostBuffer& buffer, size_t bytes, size_t offset = 0,
+                                     const char* op = "CopyFromHostAsync");
 absl::Status ValidateCopyToHost(DeviceKind device, const Tensor& src, const void* dst,
                                 size_t bytes);
 // (`half_activations`: dst may also be f16 for an f32 src, a conversion.)
@@ -94,6 +95,12 @@ struct ArgmaxDims {
 absl::StatusOr<ArgmaxDims> ValidateArgmaxLogSumExp(DeviceKind device, const Tensor& logits,
                                                    const Tensor& masks, const Tensor& mask_index,
                                                    const Tensor& out);
+
+// Backend::FeedChoices; returns the rows.
+absl::StatusOr<int64_t> ValidateFeedChoices(DeviceKind device, const Tensor& choices,
+                                            const Tensor& mask_index, int32_t max_position,
+                                            const Tensor& tokens, const Tensor& positions,
+                                            const Tensor& lengths);
 
 struct AttentionDims {
   int64_t batch, q_len, kv_len, heads, head_dim;

@@ -854,18 +854,19 @@ class StreamingEngine::Impl {
     // Where a batch's time goes (waavd --log-level debug): the profile of issue 5's scaling.
     spdlog::debug(
         "batch of {}: encoder {:.2f} ms, prefill {:.2f} ms, {} steps {:.2f} ms "
-        "({} row-steps, {} on the device), sampling {:.2f} ms, decoder total {:.2f} ms "
+        "({} row-steps, {} on the device, {} ahead, {} unread), sampling {:.2f} ms, decoder total "
+        "{:.2f} ms "
         "(finals aligned {} in {:.2f} ms, results sent in {:.2f} ms), windows prepared in "
         "{:.2f} ms, prompts of up to {} tokens issued in {:.2f} ms; encoder passes {}: "
         "staging {:.2f} ms (first {:.2f}), uploads issued {:.2f} ms, replays issued {:.2f} ms, "
         "waiting {:.2f} ms; alignment: pass issued {:.2f} ms, waiting {:.2f} ms, host {:.2f} ms; "
         "sender thread {:.2f} ms",
         batch, encode_ms, timings.prefill_ms, timings.steps, timings.step_ms, timings.row_steps,
-        timings.device_steps, timings.sample_ms, decoder_ms, deferred.size(), align_ms, send_ms,
-        prepare_ms, timings.prefill_tokens, timings.prefill_pass_ms, encode.passes,
-        encode.staging_ms, encode.first_staging_ms, encode.upload_ms, encode.replay_ms,
-        encode.wait_ms, align_timings.pass.issue_ms, align_timings.pass.wait_ms,
-        align_timings.host_ms, sender_ms);
+        timings.device_steps, timings.pipelined_steps, timings.unread_steps, timings.sample_ms,
+        decoder_ms, deferred.size(), align_ms, send_ms, prepare_ms, timings.prefill_tokens,
+        timings.prefill_pass_ms, encode.passes, encode.staging_ms, encode.first_staging_ms,
+        encode.upload_ms, encode.replay_ms, encode.wait_ms, align_timings.pass.issue_ms,
+        align_timings.pass.wait_ms, align_timings.host_ms, sender_ms);
     int batch_steps = 1;
     for (const whisper::GreedyResult& r : *decoded) batch_steps = std::max(batch_steps, r.steps);
     // One observation per batch: every row of it shared each step.

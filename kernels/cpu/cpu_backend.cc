@@ -625,6 +625,35 @@ class CpuBackend final : public Backend {
     });
   }
 
+  absl::Status FeedChoices(const Tensor& choices, const Tensor& mask_index, int32_t max_position,
+                           const Tensor& tokens, const Tensor& positions,
+                           const Tensor& lengths) override {
+    constexpr const char* kOp = "FeedChoices";
+    ASSIGN_OR_RETURN(const int64_t rows,
+                     checks::ValidateFeedChoices(DeviceKind::kCpu, choices, mask_index,
+                                                 max_position, tokens, positions, lengths));
+    return Submit([choices, mask_index, max_position, tokens, positions, lengths, rows]() {
+      const float* chosen = choices.data_as<float>();
+      const int32_t* index = mask_index.data_as<int32_t>();
+      for (int64_t b = 0; b < rows; ++b) {
+        const float token = chosen[b * 5];
+        if (index[b] >= 0 &&
+            !(token >= 0.0f && token < 16777216.0f && token == std::floor(token))) {
+          return Invalid(kOp, absl::StrCat("choices[", b, "][0] = ", token,
+                                           " is not a token id in [0, 2^24)"));
+        }
+      }
+      for (int64_t b = 0; b < rows; ++b) {
+        if (index[b] < 0) continue;
+        int32_t& position = positions.data_as<int32_t>()[b];
+        position = static_cast<int32_t>(std::min<int64_t>(int64_t{position} + 1, max_position));
+        lengths.data_as<int32_t>()[b] = position + 1;
+        tokens.data_as<int32_t>()[b] = static_cast<int32_t>(chosen[b * 5]);
+      }
+      return absl::OkStatus();
+    });
+  }
+
   // ---- Optional kernels (Silero VAD) ----------------------------------------------------------
 
   absl::Status Activate(const Tensor& x, Activation act, const Tensor& y) override {

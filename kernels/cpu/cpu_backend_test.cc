@@ -173,6 +173,41 @@ TEST_F(CpuBackendTest, HostBuffersUploadTheirFirstBytes) {
   (void)backend_->EndCapture();
 }
 
+// Backend's default CopyToHostAsync and WaitForCopy (a CopyToHost, done on return; ticket 0):
+// the bytes land at the offset; buffers too short, offsets past them, empty buffers, tickets
+// never issued and copies while capturing are refused.
+TEST_F(CpuBackendTest, HostBuffersDownloadAtAnOffset) {
+  auto host = backend_->AllocateHost(16 * sizeof(float));
+  ASSERT_TRUE(host.ok());
+  std::fill_n(host->data_as<float>(), 16, -1.0f);
+  const std::vector<float> values = Random(12);
+  const Tensor a = F32({3, 4}, values);
+  auto ticket = backend_->CopyToHostAsync(a, *host, 3 * sizeof(float));
+  ASSERT_TRUE(ticket.ok()) << ticket.status();
+  EXPECT_EQ(*ticket, 0u);
+  ASSERT_TRUE(backend_->WaitForCopy(*ticket).ok());
+  const float* got = host->data_as<float>();
+  EXPECT_EQ(std::vector<float>(got + 3, got + 15), values);
+  EXPECT_EQ(got[2], -1.0f);
+  EXPECT_EQ(got[15], -1.0f);
+  for (size_t offset : {5 * sizeof(float), 17 * sizeof(float), ~size_t{0}}) {
+    EXPECT_EQ(backend_->CopyToHostAsync(a, *host, offset).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << offset;
+  }
+  auto empty = backend_->AllocateHost(0);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(backend_->CopyToHostAsync(a, *empty).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_->CopyToHostAsync(Tensor(), *host).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_->WaitForCopy(1).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(backend_->BeginCapture().ok());
+  EXPECT_EQ(backend_->CopyToHostAsync(a, *host).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  (void)backend_->EndCapture();
+}
+
 // Backend's default GatherRows (one Copy per row), which the CPU backend keeps: rows in any
 // order and repeated, and the refusals (indices outside src, shapes, dtypes, overlap).
 TEST_F(CpuBackendTest, GatherRowsCopiesTheIndexedRows) {
@@ -556,6 +591,64 @@ TEST_F(CpuBackendTest, ArgmaxLogSumExpEqualsTheHostLoop) {
     SplitF64(v, parts);
     ASSERT_EQ(JoinF64(parts), v) << v;
   }
+}
+
+// The greedy loop's next inputs from the choices: rows with a mask index take the chosen token
+// and the next position (at most max_position, lengths one more), rows without are left alone;
+// tokens as [B] or [B, 1]. Refused: a choice that is no token id, shapes, dtypes, overlaps and
+// max_position outside [0, 2^24).
+TEST_F(CpuBackendTest, FeedChoicesWritesTheNextInputs) {
+  const int rows = 5;
+  const std::vector<float> choices = {7, 1, 1, 0, 0, 51863, 2, 1,  0, 0, 3, 0, 1,
+                                      0, 0, 0, 5, 1, 0,     0, 99, 0, 1, 0, 0};
+  const std::vector<int32_t> index = {0, 1, -1, 3, 0};
+  for (const Shape& token_shape : {Shape{rows}, Shape{rows, 1}}) {
+    const Tensor tokens = I32(token_shape, {10, 11, 12, 13, 14});
+    const Tensor positions = I32({rows}, {0, 446, 5, 447, 20});
+    const Tensor lengths = I32({rows}, {1, 447, 6, 448, 21});
+    ASSERT_TRUE(backend_
+                    ->FeedChoices(F32({rows, 5}, choices), I32({rows}, index), 447, tokens,
+                                  positions, lengths)
+                    .ok());
+    auto t = Download<int32_t>(*backend_, tokens);
+    auto p = Download<int32_t>(*backend_, positions);
+    auto l = Download<int32_t>(*backend_, lengths);
+    ASSERT_TRUE(t.ok() && p.ok() && l.ok());
+    EXPECT_EQ(*t, (std::vector<int32_t>{7, 51863, 12, 0, 99}));
+    EXPECT_EQ(*p, (std::vector<int32_t>{1, 447, 5, 447, 21}));
+    EXPECT_EQ(*l, (std::vector<int32_t>{2, 448, 6, 448, 22}));
+  }
+  const Tensor tokens = I32({rows}, {0, 0, 0, 0, 0});
+  const Tensor positions = I32({rows}, {0, 0, 0, 0, 0});
+  const Tensor lengths = I32({rows}, {1, 1, 1, 1, 1});
+  const Tensor idx = I32({rows}, index);
+  for (const float bad : {-1.0f, 2.5f, 16777216.0f, std::nanf("")}) {
+    std::vector<float> c = choices;
+    c[5 * 3] = bad;  // row 3 has a mask: refused
+    EXPECT_EQ(backend_->FeedChoices(F32({rows, 5}, c), idx, 447, tokens, positions, lengths).code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+    c = choices;
+    c[5 * 2] = bad;  // row 2 has none: its choice is not read
+    EXPECT_TRUE(backend_->FeedChoices(F32({rows, 5}, c), idx, 447, tokens, positions, lengths).ok())
+        << bad;
+  }
+  const Tensor c = F32({rows, 5}, choices);
+  auto refused = [&](const Tensor& choices_t, const Tensor& index_t, int32_t max_position,
+                     const Tensor& tokens_t, const Tensor& positions_t, const Tensor& lengths_t) {
+    return backend_->FeedChoices(choices_t, index_t, max_position, tokens_t, positions_t, lengths_t)
+               .code() == absl::StatusCode::kInvalidArgument;
+  };
+  EXPECT_TRUE(refused(F32({rows, 4}, Random(rows * 4)), idx, 447, tokens, positions, lengths));
+  EXPECT_TRUE(refused(c, I32({rows - 1}, {0, 0, 0, 0}), 447, tokens, positions, lengths));
+  EXPECT_TRUE(refused(c, F32({rows}, Random(rows)), 447, tokens, positions, lengths));
+  EXPECT_TRUE(refused(c, idx, 447, F32({rows}, Random(rows)), positions, lengths));
+  EXPECT_TRUE(refused(c, idx, 447, I32({rows, 2}, std::vector<int32_t>(10)), positions, lengths));
+  EXPECT_TRUE(refused(c, idx, 447, tokens, I32({rows + 1}, std::vector<int32_t>(6)), lengths));
+  EXPECT_TRUE(refused(c, idx, 447, tokens, positions, positions));
+  EXPECT_TRUE(refused(c, idx, -1, tokens, positions, lengths));
+  EXPECT_TRUE(refused(c, idx, 1 << 24, tokens, positions, lengths));
+  EXPECT_TRUE(refused(c, idx, 447, Tensor(), positions, lengths));
 }
 
 TEST_F(CpuBackendTest, LogSoftmaxMatchesReference) {

@@ -1,10 +1,13 @@
 #include "kernels/cuda/backend_util.h"
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/runtime/op_checks.h"
 #include "engine/runtime/status.h"
 #include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/fused_linear.cuh"
 #include "kernels/cuda/shared_kv_attention.cuh"
 
 namespace waav::cuda {
@@ -23,6 +26,7 @@ bool Supports(const CudaBackendOptions& options, Op op) {
     case Op::kLogSoftmax:
     case Op::kGraphCapture:
     case Op::kArgmaxLogSumExp:
+    case Op::kFeedChoices:
     case Op::kHeadScores:
     case Op::kDecoderStep:  // for the dims the persistent kernel takes (persistent_step.h)
       return true;
@@ -87,6 +91,12 @@ absl::Status DecodeDeviceError(unsigned long long code) {
     case DeviceErrorOp::kArgmaxLogSumExp:
       return checks::Invalid("ArgmaxLogSumExp", absl::StrCat("mask_index[", index, "] = ", value,
                                                              " is outside [-1, M) of masks", when));
+    case DeviceErrorOp::kFeedChoices: {
+      float token = 0;
+      std::memcpy(&token, &value, sizeof(token));  // the float's bits
+      return checks::Invalid("FeedChoices", absl::StrCat("choices[", index, "][0] = ", token,
+                                                         " is not a token id in [0, 2^24)", when));
+    }
     case DeviceErrorOp::kNone:
       break;
   }
@@ -134,6 +144,89 @@ absl::Status CopyFromPinnedHost(DeviceKind device, const HostBuffer& src, size_t
   if (bytes == 0) return absl::OkStatus();
   return GpuStatus("CopyFromHostAsync",
                    cudaMemcpyAsync(dst.data(), from, bytes, cudaMemcpyHostToDevice, stream));
+}
+
+absl::Status PrepareFusedLinear(DeviceKind device, const CudaExtensions::FusedLinearArgs& a,
+                                FusedLinearParams& p, Tensor& x2, Tensor& y2, Tensor& q2) {
+  constexpr const char* kOp = "FusedLinear";
+  RETURN_IF_ERROR(checks::CheckTensor(device, kOp, "x", a.x, {DType::kF32}, -1, 1));
+  RETURN_IF_ERROR(
+      checks::CheckTensor(device, kOp, "weight", a.weight, {DType::kF32, DType::kF16}, 2));
+  const int64_t n = a.weight.dim(0), k = a.weight.dim(1);
+  if (a.x.dim(-1) != k || k == 0) {
+    return checks::Invalid(kOp, absl::StrCat("x ", a.x.Describe(), " and weight ",
+                                             a.weight.Describe(), " disagree on the input size"));
+  }
+  const int64_t m = a.x.numel() / k;
+  ASSIGN_OR_RETURN(x2, a.x.Reshape({m, k}));
+  const bool norm = a.norm_gamma.defined();
+  if (norm) {
+    RETURN_IF_ERROR(checks::CheckTensor(device, kOp, "norm_gamma", a.norm_gamma, {DType::kF32}, 1));
+    RETURN_IF_ERROR(checks::CheckShape(kOp, "norm_gamma", a.norm_gamma, Shape{k}, "x's last dim"));
+    RETURN_IF_ERROR(checks::CheckShape(kOp, "norm_beta", a.norm_beta, Shape{k}, "x's last dim"));
+  }
+  if (a.bias.defined()) {
+    RETURN_IF_ERROR(checks::CheckShape(kOp, "bias", a.bias, Shape{n}, "one per output"));
+  }
+  ASSIGN_OR_RETURN(const Epilogue epilogue, ToEpilogue(kOp, a.act));
+  p = FusedLinearParams{};
+  p.x = x2.data_as<float>();
+  p.m = m;
+  p.k = k;
+  p.gamma = norm ? a.norm_gamma.data_as<float>() : nullptr;
+  p.beta = norm ? a.norm_beta.data_as<float>() : nullptr;
+  p.eps = a.eps;
+  p.w = a.weight.data();
+  p.w_f16 = a.weight.dtype() == DType::kF16;
+  p.n = n;
+  p.bias = a.bias.defined() ? a.bias.data_as<float>() : nullptr;
+  p.act = epilogue;
+  if (a.output == CudaExtensions::Output::kQkv) {
+    if (n % 3 != 0) return checks::Invalid(kOp, "kQkv needs a weight of 3·C rows");
+    const int64_t c = n / 3;
+    ASSIGN_OR_RETURN(q2, a.q.Reshape({m, c}));
+    for (const auto& [name, cache] :
+         {std::pair<const char*, const Tensor*>{"k_cache", &a.k_cache}, {"v_cache", &a.v_cache}}) {
+      RETURN_IF_ERROR(checks::CheckTensor(device, kOp, name, *cache, {DType::kF32}, 3));
+      if (cache->dim(0) != m || cache->dim(2) != c) {
+        return checks::Invalid(
+            kOp, absl::StrCat(name, " ", cache->Describe(), " must be [", m, ", L, ", c, "]"));
+      }
+    }
+    RETURN_IF_ERROR(checks::CheckShape(kOp, "positions", a.positions, Shape{m}, "one per row"));
+    p.output = FusedOutput::kQkv;
+    p.q = q2.data_as<float>();
+    p.k_cache = a.k_cache.data_as<float>();
+    p.v_cache = a.v_cache.data_as<float>();
+    p.positions = a.positions.data_as<int32_t>();
+    p.capacity = a.k_cache.dim(1);
+  } else {
+    ASSIGN_OR_RETURN(y2, a.y.Reshape({m, n}));
+    RETURN_IF_ERROR(checks::CheckDisjoint(kOp, "y", y2, "x", x2));
+    p.output =
+        a.output == CudaExtensions::Output::kStore ? FusedOutput::kStore : FusedOutput::kAccumulate;
+    p.y = y2.data_as<float>();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CopyToPinnedHost(DeviceKind device, const Tensor& src, const HostBuffer& dst,
+                              size_t offset, cudaStream_t stream) {
+  const size_t bytes = src.size_bytes();
+  RETURN_IF_ERROR(checks::ValidateHostBufferHolds(dst, bytes, offset, "CopyToHostAsync"));
+  char* to = dst.data_as<char>() + offset;
+  RETURN_IF_ERROR(checks::ValidateCopyToHost(device, src, to, bytes));
+  if (bytes == 0) return absl::OkStatus();
+  return GpuStatus("CopyToHostAsync",
+                   cudaMemcpyAsync(to, src.data(), bytes, cudaMemcpyDeviceToHost, stream));
+}
+
+absl::Status TakeDeviceError(unsigned long long* error_host) {
+  auto* word = reinterpret_cast<volatile unsigned long long*>(error_host);
+  const unsigned long long code = *word;
+  if (code == 0) return absl::OkStatus();
+  *word = 0;
+  return DecodeDeviceError(code);
 }
 
 absl::Status AllocateErrorWord(unsigned long long** host, unsigned long long** device) {

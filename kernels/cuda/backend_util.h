@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "engine/runtime/backend.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/fused_linear.cuh"
 #include "kernels/cuda/gpu.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/linear.cuh"
@@ -38,6 +39,17 @@ absl::StatusOr<HostBuffer> AllocatePinnedHost(size_t bytes);
 // then the copy, stream-ordered, returning at once.
 absl::Status CopyFromPinnedHost(DeviceKind device, const HostBuffer& src, size_t offset,
                                 size_t bytes, const Tensor& dst, cudaStream_t stream);
+// CudaExtensions::FusedLinear's checks, and its kernel's parameters: x as [m, k] in x2, y as
+// [m, n] in y2 (kStore, kAccumulate) or q as [m, n / 3] in q2 (kQkv).
+absl::Status PrepareFusedLinear(DeviceKind device, const CudaExtensions::FusedLinearArgs& a,
+                                FusedLinearParams& p, Tensor& x2, Tensor& y2, Tensor& q2);
+// Backend::CopyToHostAsync's checks (`src` fits in `dst` from `offset` on), then the copy,
+// stream-ordered, returning at once.
+absl::Status CopyToPinnedHost(DeviceKind device, const Tensor& src, const HostBuffer& dst,
+                              size_t offset, cudaStream_t stream);
+// What the kernels reported in the host-mapped error word since it was last read (the word is
+// cleared): OK or the decoded error. Read after the work in question has finished.
+absl::Status TakeDeviceError(unsigned long long* error_host);
 // The backend's one-line description (Backend::Describe).
 std::string DescribeDevice(const cudaDeviceProp& props, const std::string& gemm, bool fast_math,
                            bool graphs, bool pdl);
@@ -63,7 +75,8 @@ enum class SigOp : int64_t {
   kLaunchHint,
   kSharedKvAttention,
   kGatherRows,
-  kHeadScores
+  kHeadScores,
+  kFeedChoices
 };
 
 }  // namespace waav::cuda

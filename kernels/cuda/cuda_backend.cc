@@ -23,6 +23,7 @@
 #include "kernels/cuda/backend_util.h"
 #include "kernels/cuda/blas.h"
 #include "kernels/cuda/conv1d.cuh"
+#include "kernels/cuda/copy_tickets.h"
 #include "kernels/cuda/device_state.h"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/embed.cuh"
@@ -118,15 +119,26 @@ class CudaBackend final : public Backend, public CudaExtensions {
     });
   }
 
+  absl::StatusOr<uint64_t> CopyToHostAsync(const Tensor& src, const HostBuffer& dst,
+                                           size_t dst_offset) override {
+    RETURN_IF_ERROR(NotCapturing("CopyToHostAsync"));
+    cuda::UseDevice(state_->device);
+    RETURN_IF_ERROR(cuda::CopyToPinnedHost(kGpuKind, src, dst, dst_offset, stream()));
+    return copy_tickets_.Record(stream());
+  }
+
+  absl::Status WaitForCopy(uint64_t ticket) override {
+    RETURN_IF_ERROR(NotCapturing("WaitForCopy"));
+    cuda::UseDevice(state_->device);
+    RETURN_IF_ERROR(copy_tickets_.Wait(ticket));
+    return cuda::TakeDeviceError(state_->error_host);
+  }
+
   absl::Status Synchronize() override {
     RETURN_IF_ERROR(NotCapturing("Synchronize"));
     cuda::UseDevice(state_->device);
     RETURN_IF_ERROR(GpuStatus("Synchronize", cudaStreamSynchronize(stream())));
-    auto* word = reinterpret_cast<volatile unsigned long long*>(state_->error_host);
-    const unsigned long long code = *word;
-    if (code == 0) return absl::OkStatus();
-    *word = 0;
-    return DecodeDeviceError(code);
+    return cuda::TakeDeviceError(state_->error_host);
   }
 
   // ---- Kernels --------------------------------------------------------------------------------
@@ -679,6 +691,23 @@ class CudaBackend final : public Backend, public CudaExtensions {
     });
   }
 
+  absl::Status FeedChoices(const Tensor& choices, const Tensor& mask_index, int32_t max_position,
+                           const Tensor& tokens, const Tensor& positions,
+                           const Tensor& lengths) override {
+    ASSIGN_OR_RETURN(const int64_t rows,
+                     checks::ValidateFeedChoices(kGpuKind, choices, mask_index, max_position,
+                                                 tokens, positions, lengths));
+    Sign({static_cast<int64_t>(SigOp::kFeedChoices), rows, max_position});
+    return Submit([state = state_, ctx = Ctx(), choices, mask_index, max_position, tokens,
+                   positions, lengths, rows]() {
+      return GpuStatus(
+          "FeedChoices",
+          cuda::LaunchFeedChoices(ctx, choices.data_as<float>(), mask_index.data_as<int32_t>(),
+                                  rows, max_position, tokens.data_as<int32_t>(),
+                                  positions.data_as<int32_t>(), lengths.data_as<int32_t>()));
+    });
+  }
+
   absl::Status LogSoftmax(const Tensor& x, const Tensor& y) override {
     ASSIGN_OR_RETURN(const checks::RowDims d, checks::ValidateLogSoftmax(kGpuKind, x, y));
     Sign({static_cast<int64_t>(SigOp::kLogSoftmax), d.rows, d.cols});
@@ -691,69 +720,12 @@ class CudaBackend final : public Backend, public CudaExtensions {
   // ---- Extensions -----------------------------------------------------------------------------
 
   absl::Status FusedLinear(const FusedLinearArgs& a) override {
-    constexpr const char* kOp = "FusedLinear";
-    RETURN_IF_ERROR(checks::CheckTensor(kGpuKind, kOp, "x", a.x, {DType::kF32}, -1, 1));
-    RETURN_IF_ERROR(
-        checks::CheckTensor(kGpuKind, kOp, "weight", a.weight, {DType::kF32, DType::kF16}, 2));
-    const int64_t n = a.weight.dim(0), k = a.weight.dim(1);
-    if (a.x.dim(-1) != k || k == 0) {
-      return checks::Invalid(kOp, absl::StrCat("x ", a.x.Describe(), " and weight ",
-                                               a.weight.Describe(), " disagree on the input size"));
-    }
-    const int64_t m = a.x.numel() / k;
-    ASSIGN_OR_RETURN(const Tensor x2, a.x.Reshape({m, k}));
-    const bool norm = a.norm_gamma.defined();
-    if (norm) {
-      RETURN_IF_ERROR(
-          checks::CheckTensor(kGpuKind, kOp, "norm_gamma", a.norm_gamma, {DType::kF32}, 1));
-      RETURN_IF_ERROR(
-          checks::CheckShape(kOp, "norm_gamma", a.norm_gamma, Shape{k}, "x's last dim"));
-      RETURN_IF_ERROR(checks::CheckShape(kOp, "norm_beta", a.norm_beta, Shape{k}, "x's last dim"));
-    }
-    if (a.bias.defined()) {
-      RETURN_IF_ERROR(checks::CheckShape(kOp, "bias", a.bias, Shape{n}, "one per output"));
-    }
-    ASSIGN_OR_RETURN(const cuda::Epilogue epilogue, ToEpilogue(kOp, a.act));
     cuda::FusedLinearParams p{};
-    p.x = x2.data_as<float>();
-    p.m = m;
-    p.k = k;
-    p.gamma = norm ? a.norm_gamma.data_as<float>() : nullptr;
-    p.beta = norm ? a.norm_beta.data_as<float>() : nullptr;
-    p.eps = a.eps;
-    p.w = a.weight.data();
-    p.w_f16 = a.weight.dtype() == DType::kF16;
-    p.n = n;
-    p.bias = a.bias.defined() ? a.bias.data_as<float>() : nullptr;
-    p.act = epilogue;
-    Tensor y2, q2;
-    if (a.output == Output::kQkv) {
-      if (n % 3 != 0) return checks::Invalid(kOp, "kQkv needs a weight of 3·C rows");
-      const int64_t c = n / 3;
-      ASSIGN_OR_RETURN(q2, a.q.Reshape({m, c}));
-      for (const auto& [name, cache] :
-           {std::pair<const char*, const Tensor*>{"k_cache", &a.k_cache},
-            {"v_cache", &a.v_cache}}) {
-        RETURN_IF_ERROR(checks::CheckTensor(kGpuKind, kOp, name, *cache, {DType::kF32}, 3));
-        if (cache->dim(0) != m || cache->dim(2) != c) {
-          return checks::Invalid(
-              kOp, absl::StrCat(name, " ", cache->Describe(), " must be [", m, ", L, ", c, "]"));
-        }
-      }
-      RETURN_IF_ERROR(checks::CheckShape(kOp, "positions", a.positions, Shape{m}, "one per row"));
-      p.output = cuda::FusedOutput::kQkv;
-      p.q = q2.data_as<float>();
-      p.k_cache = a.k_cache.data_as<float>();
-      p.v_cache = a.v_cache.data_as<float>();
-      p.positions = a.positions.data_as<int32_t>();
-      p.capacity = a.k_cache.dim(1);
-    } else {
-      ASSIGN_OR_RETURN(y2, a.y.Reshape({m, n}));
-      RETURN_IF_ERROR(checks::CheckDisjoint(kOp, "y", y2, "x", x2));
-      p.output =
-          a.output == Output::kStore ? cuda::FusedOutput::kStore : cuda::FusedOutput::kAccumulate;
-      p.y = y2.data_as<float>();
-    }
+    Tensor x2, y2, q2;
+    RETURN_IF_ERROR(cuda::PrepareFusedLinear(kGpuKind, a, p, x2, y2, q2));
+    const int64_t m = p.m, n = p.n, k = p.k;
+    const bool norm = a.norm_gamma.defined();
+    const cuda::Epilogue epilogue = p.act;
     if (cuda::FusedLinearSupported(p)) {
       Sign({static_cast<int64_t>(SigOp::kFusedLinear), m, n, k, norm, p.w_f16,
             static_cast<int64_t>(epilogue), static_cast<int64_t>(p.output)});
@@ -946,6 +918,7 @@ class CudaBackend final : public Backend, public CudaExtensions {
   absl::Status capture_error_;
   std::vector<cuda::Node> captured_;
   uint64_t signature_ = cuda::kHashSeed;
+  cuda::CopyTickets copy_tickets_;  // CopyToHostAsync's
 };
 
 absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const CudaBackendOptions& options) {

@@ -1,9 +1,11 @@
 // Backend::AllocateHost and CopyFromHostAsync on CUDA (pinned memory, uploads that return at
-// once): what arrives on the device, stream order against a kernel, and the refusals; and
-// GatherRows (rows copied on the device) against the CPU backend's. Skips and says why without a
-// usable GPU.
+// once): what arrives on the device, stream order against a kernel, and the refusals;
+// CopyToHostAsync and WaitForCopy (downloads waited for one at a time while later work runs);
+// GatherRows (rows copied on the device) and FeedChoices against the CPU backend's. Skips and
+// says why without a usable GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <iostream>
@@ -111,6 +113,138 @@ TEST_F(CudaHostCopyTest, RefusesShortBuffersWrongSizesAndCapture) {
             absl::StatusCode::kFailedPrecondition);
   (void)gpu_->EndCapture();
   EXPECT_TRUE(gpu_->Synchronize().ok());
+}
+
+// Downloads that return at once, each waited for by its ticket: each sees the kernel before it
+// and not the one after (stream order), a wait on an early ticket returns while the later work
+// is queued, the tickets outlast the reuse of their events (more tickets than events, waited for
+// out of order), and the refusals (unissued tickets, short buffers, capture). A bad index
+// reported by a kernel comes back from the wait.
+TEST_F(CudaHostCopyTest, DownloadsAreWaitedForByTicket) {
+  const int64_t n = std::uniform_int_distribution<int64_t>(1, 1 << 18)(rng_);
+  const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+  constexpr int kCopies = 20;
+  auto host = gpu_->AllocateHost(kCopies * bytes);
+  ASSERT_TRUE(host.ok());
+  const std::vector<float> x = RandomValues(n), y = RandomValues(n);
+  auto acc = gpu_->Allocate(Shape{n}, DType::kF32);
+  auto step = gpu_->Allocate(Shape{n}, DType::kF32);
+  ASSERT_TRUE(acc.ok() && step.ok());
+  ASSERT_TRUE(gpu_->CopyFromHost(x.data(), bytes, *acc).ok());
+  ASSERT_TRUE(gpu_->CopyFromHost(y.data(), bytes, *step).ok());
+  // acc after copy i is x + i·y (added i times, in f32 as the kernel does).
+  std::vector<uint64_t> tickets;
+  for (int i = 0; i < kCopies; ++i) {
+    if (i > 0) {
+      ASSERT_TRUE(gpu_->Add(*acc, *step, *acc).ok());
+    }
+    auto ticket = gpu_->CopyToHostAsync(*acc, *host, static_cast<size_t>(i) * bytes);
+    ASSERT_TRUE(ticket.ok()) << ticket.status();
+    if (!tickets.empty()) {
+      EXPECT_GT(*ticket, tickets.back());
+    }
+    tickets.push_back(*ticket);
+  }
+  // Waited for in a shuffled order: every copy holds its own sum.
+  std::vector<int> order(kCopies);
+  for (int i = 0; i < kCopies; ++i) order[static_cast<size_t>(i)] = i;
+  std::shuffle(order.begin(), order.end(), rng_);
+  for (int i : order) {
+    ASSERT_TRUE(gpu_->WaitForCopy(tickets[static_cast<size_t>(i)]).ok());
+    std::vector<float> want = x;
+    for (int k = 0; k < i; ++k) {
+      for (size_t e = 0; e < want.size(); ++e) want[e] += y[e];
+    }
+    const float* got = host->data_as<float>() + static_cast<size_t>(i) * static_cast<size_t>(n);
+    ASSERT_EQ(std::memcmp(got, want.data(), bytes), 0) << "copy " << i;
+  }
+  EXPECT_EQ(gpu_->WaitForCopy(0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gpu_->WaitForCopy(tickets.back() + 1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gpu_->CopyToHostAsync(*acc, *host, kCopies * bytes - 4).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gpu_->CopyToHostAsync(*acc, HostBuffer()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(gpu_->BeginCapture().ok());
+  EXPECT_EQ(gpu_->CopyToHostAsync(*acc, *host).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(gpu_->WaitForCopy(tickets.back()).code(), absl::StatusCode::kFailedPrecondition);
+  (void)gpu_->EndCapture();
+  // A kernel's report (a bad mask index) reaches the wait of the copy after it.
+  const std::vector<int32_t> zeros = {0, 0, 0, 0}, bad_index = {0, 1};
+  const std::vector<float> logits_values = RandomValues(200);
+  auto logits = gpu_->Allocate(Shape{2, 100}, DType::kF32);
+  auto masks = gpu_->Allocate(Shape{1, 4}, DType::kI32);
+  auto index = gpu_->Allocate(Shape{2}, DType::kI32);
+  auto out = gpu_->Allocate(Shape{2, 5}, DType::kF32);
+  ASSERT_TRUE(logits.ok() && masks.ok() && index.ok() && out.ok());
+  ASSERT_TRUE(gpu_->CopyFromHost(logits_values.data(), 800, *logits).ok());
+  ASSERT_TRUE(gpu_->CopyFromHost(zeros.data(), 16, *masks).ok());
+  ASSERT_TRUE(gpu_->CopyFromHost(bad_index.data(), 8, *index).ok());
+  ASSERT_TRUE(gpu_->ArgmaxLogSumExp(*logits, *masks, *index, *out).ok());
+  auto ticket = gpu_->CopyToHostAsync(*out, *host);
+  ASSERT_TRUE(ticket.ok());
+  const absl::Status reported = gpu_->WaitForCopy(*ticket);
+  EXPECT_EQ(reported.code(), absl::StatusCode::kInvalidArgument) << reported;
+  EXPECT_TRUE(gpu_->Synchronize().ok()) << "the report is read once";
+}
+
+// FeedChoices against the CPU backend on random rows (mask indices −1 and up, positions at and
+// past max_position, tokens as [B, 1]); a choice that is no token id reported at the next wait.
+TEST_F(CudaHostCopyTest, FeedChoicesMatchesCpu) {
+  std::unique_ptr<Backend> cpu = CreateCpuBackend({.num_threads = 1});
+  for (const int64_t rows : {int64_t{1}, int64_t{7}, int64_t{300}}) {
+    SCOPED_TRACE(::testing::Message() << rows << " rows");
+    std::vector<float> choices(static_cast<size_t>(rows) * 5);
+    std::vector<int32_t> index(static_cast<size_t>(rows)), tokens(static_cast<size_t>(rows)),
+        positions(static_cast<size_t>(rows)), lengths(static_cast<size_t>(rows));
+    for (int64_t b = 0; b < rows; ++b) {
+      const size_t i = static_cast<size_t>(b);
+      choices[i * 5] = static_cast<float>(std::uniform_int_distribution<int>(0, 51865)(rng_));
+      for (int k = 1; k < 5; ++k) choices[i * 5 + static_cast<size_t>(k)] = RandomValues(1)[0];
+      index[i] = std::uniform_int_distribution<int32_t>(-1, 4)(rng_);
+      tokens[i] = std::uniform_int_distribution<int32_t>(0, 51865)(rng_);
+      positions[i] = std::uniform_int_distribution<int32_t>(0, 450)(rng_);
+      lengths[i] = std::uniform_int_distribution<int32_t>(0, 450)(rng_);
+    }
+    std::vector<std::vector<int32_t>> got;
+    for (Backend* backend : {gpu_.get(), cpu.get()}) {
+      auto c = backend->Allocate(Shape{rows, 5}, DType::kF32);
+      auto idx = backend->Allocate(Shape{rows}, DType::kI32);
+      auto t = backend->Allocate(Shape{rows, 1}, DType::kI32);
+      auto p = backend->Allocate(Shape{rows}, DType::kI32);
+      auto l = backend->Allocate(Shape{rows}, DType::kI32);
+      ASSERT_TRUE(c.ok() && idx.ok() && t.ok() && p.ok() && l.ok());
+      const size_t row_bytes = static_cast<size_t>(rows) * 4;
+      ASSERT_TRUE(backend->CopyFromHost(choices.data(), row_bytes * 5, *c).ok());
+      ASSERT_TRUE(backend->CopyFromHost(index.data(), row_bytes, *idx).ok());
+      ASSERT_TRUE(backend->CopyFromHost(tokens.data(), row_bytes, *t).ok());
+      ASSERT_TRUE(backend->CopyFromHost(positions.data(), row_bytes, *p).ok());
+      ASSERT_TRUE(backend->CopyFromHost(lengths.data(), row_bytes, *l).ok());
+      const absl::Status fed = backend->FeedChoices(*c, *idx, 447, *t, *p, *l);
+      ASSERT_TRUE(fed.ok()) << fed;
+      std::vector<int32_t> all(static_cast<size_t>(rows) * 3);
+      ASSERT_TRUE(backend->CopyToHost(*t, all.data(), row_bytes).ok());
+      ASSERT_TRUE(backend->CopyToHost(*p, all.data() + rows, row_bytes).ok());
+      ASSERT_TRUE(backend->CopyToHost(*l, all.data() + 2 * rows, row_bytes).ok());
+      got.push_back(std::move(all));
+    }
+    EXPECT_EQ(got[0], got[1]);
+  }
+  const std::vector<float> bad = {2.5f, 0, 0, 0, 0};
+  const std::vector<int32_t> zero = {0};
+  auto c = gpu_->Allocate(Shape{1, 5}, DType::kF32);
+  auto idx = gpu_->Allocate(Shape{1}, DType::kI32);
+  auto t = gpu_->Allocate(Shape{1}, DType::kI32);
+  auto p = gpu_->Allocate(Shape{1}, DType::kI32);
+  auto l = gpu_->Allocate(Shape{1}, DType::kI32);
+  ASSERT_TRUE(c.ok() && idx.ok() && t.ok() && p.ok() && l.ok());
+  ASSERT_TRUE(gpu_->CopyFromHost(bad.data(), 20, *c).ok());
+  ASSERT_TRUE(gpu_->CopyFromHost(zero.data(), 4, *idx).ok());
+  ASSERT_TRUE(gpu_->FeedChoices(*c, *idx, 447, *t, *p, *l).ok());
+  const absl::Status reported = gpu_->Synchronize();
+  EXPECT_EQ(reported.code(), absl::StatusCode::kInvalidArgument) << reported;
+  EXPECT_NE(reported.message().find("choices[0][0] = 2.5"), absl::string_view::npos) << reported;
+  EXPECT_EQ(gpu_->FeedChoices(*c, *idx, -1, *t, *p, *l).code(), absl::StatusCode::kInvalidArgument);
 }
 
 // Random rows (repeats, any order) of f32 and f16 matrices whose rows take each copy width of the

@@ -17,6 +17,7 @@ enum class DeviceErrorOp : uint8_t {
   kWriteRows = 2,
   kEmbed = 3,
   kArgmaxLogSumExp = 4,
+  kFeedChoices = 5,
 };
 
 // Where and how a launcher issues its kernels.

@@ -293,6 +293,25 @@ bool ClustersAvailable() {
 
 #endif  // !defined(WAAV_HIP)
 
+__global__ void FeedChoicesKernel(const float* choices, const int32_t* mask_index, int rows,
+                                  int max_position, int32_t* tokens, int32_t* positions,
+                                  int32_t* lengths, unsigned long long* error_word) {
+  WaitForPreviousKernel();
+  AllowNextKernel();
+  const int b = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (b >= rows || mask_index[b] < 0) return;
+  const float token = choices[static_cast<int64_t>(b) * 5];
+  if (!(token >= 0.0f && token < 16777216.0f && token == floorf(token))) {
+    ReportDeviceError(error_word, DeviceErrorOp::kFeedChoices, b, __float_as_int(token));
+    return;
+  }
+  const int position = static_cast<int>(
+      min(static_cast<int64_t>(positions[b]) + 1, static_cast<int64_t>(max_position)));
+  positions[b] = position;
+  lengths[b] = position + 1;
+  tokens[b] = static_cast<int32_t>(token);
+}
+
 }  // namespace
 
 cudaError_t LaunchArgmaxLogSumExp(const LaunchContext& ctx, const float* logits, int64_t rows,
@@ -318,6 +337,15 @@ cudaError_t LaunchArgmaxLogSumExp(const LaunchContext& ctx, const float* logits,
   return Launch(ctx, ArgmaxLogSumExpKernel, dim3(static_cast<unsigned>(rows)), dim3(kArgmaxThreads),
                 smem, logits, static_cast<int>(cols), mask_bits, static_cast<int>(mask_words),
                 static_cast<int>(num_masks), mask_index, out, ctx.error_word);
+}
+
+cudaError_t LaunchFeedChoices(const LaunchContext& ctx, const float* choices,
+                              const int32_t* mask_index, int64_t rows, int32_t max_position,
+                              int32_t* tokens, int32_t* positions, int32_t* lengths) {
+  constexpr int kFeedThreads = 128;
+  return Launch(ctx, FeedChoicesKernel, dim3(CeilDiv(rows, kFeedThreads)), dim3(kFeedThreads), 0,
+                choices, mask_index, static_cast<int>(rows), static_cast<int>(max_position), tokens,
+                positions, lengths, ctx.error_word);
 }
 
 }  // namespace waav::cuda

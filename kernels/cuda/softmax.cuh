@@ -19,4 +19,11 @@ cudaError_t LaunchArgmaxLogSumExp(const LaunchContext& ctx, const float* logits,
                                   int64_t num_masks, const int32_t* mask_index, float* out,
                                   bool cluster = true);
 
+// Backend::FeedChoices: per row whose mask_index is >= 0, the chosen token into tokens and the
+// position advanced (at most max_position) into positions and lengths; a choice that is not a
+// token id is reported through the device error word.
+cudaError_t LaunchFeedChoices(const LaunchContext& ctx, const float* choices,
+                              const int32_t* mask_index, int64_t rows, int32_t max_position,
+                              int32_t* tokens, int32_t* positions, int32_t* lengths);
+
 }  // namespace waav::cuda

@@ -14,6 +14,7 @@ absl::StatusOr<std::unique_ptr<DecoderStatePool>> DecoderStatePool::Create(
         absl::StrCat("a decoder pool needs at least one slot; got ", max_batch));
   }
   auto pool = std::unique_ptr<DecoderStatePool>(new DecoderStatePool());
+  pool->backend_ = &model.backend();
   ASSIGN_OR_RETURN(pool->slots_, model.NewDecoderState(max_batch));
   // Zeroed so that a row nobody has encoded into yet (a bucket's unused rows, which a step
   // computes but nobody reads) holds finite values.
@@ -68,6 +69,15 @@ absl::StatusOr<Tensor> DecoderStatePool::Constant(
   ASSIGN_OR_RETURN(constant_, make());
   constant_key_ = key;
   return constant_;
+}
+
+absl::StatusOr<HostBuffer*> DecoderStatePool::HostScratch(size_t bytes) {
+  if (host_scratch_.size_bytes() < bytes) {
+    RETURN_IF_ERROR(backend_->Synchronize());  // nothing may still be copying into the old one
+    host_scratch_ = HostBuffer();
+    ASSIGN_OR_RETURN(host_scratch_, backend_->AllocateHost(bytes));
+  }
+  return &host_scratch_;
 }
 
 int DecoderStatePool::BucketFor(int rows) const {

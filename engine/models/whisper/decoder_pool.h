@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/models/whisper/whisper_model.h"
+#include "engine/runtime/host_buffer.h"
 
 namespace waav::whisper {
 
@@ -43,9 +44,17 @@ class DecoderStatePool {
   absl::StatusOr<Tensor> Constant(const std::string& key,
                                   const std::function<absl::StatusOr<Tensor>()>& make);
 
+  // Host memory of at least `bytes` kept with the pool (Backend::AllocateHost: page-locked on a
+  // GPU), where DecodeGreedyBatch's pipelined steps receive their choices: it outlives any copy
+  // still in flight when a call returns early. Reallocated only when too small: do not call it
+  // while a copy into it may be in flight. Not thread-safe.
+  absl::StatusOr<HostBuffer*> HostScratch(size_t bytes);
+
  private:
   DecoderStatePool() = default;
 
+  Backend* backend_ = nullptr;
+  HostBuffer host_scratch_;
   std::unique_ptr<DecoderState> slots_;
   std::vector<std::unique_ptr<DecoderState>> buckets_;  // ascending batch sizes
   std::vector<std::unique_ptr<DecoderState>> rows_;

@@ -237,6 +237,97 @@ TEST_F(GreedyBatchTest, DeviceChoiceAndBatchedPrefillMatchTheHostPath) {
   }
 }
 
+// Pipelined steps (GreedyOptions::pipeline: each step submitted before the last one's choices
+// are read, the next inputs fed on the device by FeedChoices) decode every row as one step at a
+// time does, bit for bit: text prompts of different kinds and lengths, rows finishing by
+// <|endoftext|> and by the length limit at different steps (the highest row among them, so the
+// bucket shrinks), in a fresh random order. The extra steps are the unread ones. A batch with a
+// timestamp prompt (whose rules need the logits) is not pipelined.
+TEST_F(GreedyBatchTest, PipelinedStepsMatchOneStepAtATime) {
+  std::vector<std::vector<float>> windows;
+  for (const auto& clip : clips_) windows.push_back(Window(clip));
+  const SpecialTokens& s = vocabulary().special();
+  std::vector<int> text_only = vocabulary().SotSequence();
+  text_only.push_back(s.no_timestamps);
+  std::vector<int> earlier = {s.sot_prev};
+  for (int t :
+       vocabulary().tokenizer().Encode(" The printing press changed how books were made.")) {
+    earlier.push_back(t);
+  }
+  for (int t : text_only) earlier.push_back(t);
+  std::vector<int> prefix = text_only;
+  for (int t : vocabulary().tokenizer().Encode(" Printing,")) prefix.push_back(t);
+  const std::vector<std::vector<int>> prompts = {text_only, earlier, prefix,
+                                                 text_only, earlier, text_only};
+  ASSERT_EQ(windows.size(), prompts.size());
+  auto pool = DecoderStatePool::Create(model(), 8);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  std::vector<int> order(windows.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  const unsigned seed = std::random_device{}();
+  std::mt19937 rng(seed);
+  std::shuffle(order.begin(), order.end(), rng);
+  auto decode = [&](const std::vector<std::vector<int>>& batch_prompts,
+                    const GreedyOptions& options, GreedyBatchTimings* timings) {
+    auto encoder = model().NewEncoderBuffers(1);
+    EXPECT_TRUE(encoder.ok());
+    std::vector<std::vector<int>> ordered;
+    for (size_t b = 0; b < order.size(); ++b) {
+      const size_t i = static_cast<size_t>(order[b]);
+      EXPECT_TRUE(model().WriteMel(windows[i], 0, **encoder).ok());
+      EXPECT_TRUE(model().EncodeOnDevice(**encoder, &(*pool)->Row(static_cast<int>(b))).ok());
+      ordered.push_back(batch_prompts[i]);
+    }
+    auto results =
+        DecodeGreedyBatch(model(), vocabulary(), ordered, options, **pool, nullptr, timings);
+    EXPECT_TRUE(results.ok()) << results.status();
+    return results.ok() ? *results : std::vector<GreedyResult>{};
+  };
+  // The full length, then a limit that stops most rows before <|endoftext|> at different steps
+  // (the prompts' lengths differ).
+  for (const int max_length : {448, 40}) {
+    GreedyOptions one_step;
+    one_step.reduce_on_device = GraphUse::kAlways;
+    one_step.pipeline = GraphUse::kNever;
+    one_step.max_length = max_length;
+    GreedyOptions pipelined = one_step;
+    pipelined.pipeline = GraphUse::kAlways;
+    GreedyBatchTimings want_timings, got_timings;
+    const std::vector<GreedyResult> want = decode(prompts, one_step, &want_timings);
+    const std::vector<GreedyResult> got = decode(prompts, pipelined, &got_timings);
+    ASSERT_EQ(got.size(), want.size());
+    int shortest = 1 << 30, longest = 0;
+    for (size_t b = 0; b < want.size(); ++b) {
+      ExpectSame(got[b], want[b],
+                 "max_length " + std::to_string(max_length) + ", slot " + std::to_string(b) +
+                     " (seed " + std::to_string(seed) + ")");
+      shortest = std::min(shortest, want[b].steps);
+      longest = std::max(longest, want[b].steps);
+    }
+    std::cout << "max_length " << max_length << ": rows of " << shortest << " to " << longest
+              << " steps; " << got_timings.steps << " steps pipelined (" << got_timings.unread_steps
+              << " unread) against " << want_timings.steps << "\n";
+    EXPECT_LT(shortest, longest) << "the rows should finish at different steps";
+    EXPECT_EQ(want_timings.pipelined_steps, 0);
+    EXPECT_GT(got_timings.pipelined_steps, 0);
+    EXPECT_EQ(got_timings.steps - got_timings.unread_steps, want_timings.steps);
+    EXPECT_EQ(got_timings.row_steps, want_timings.row_steps);
+  }
+  std::vector<std::vector<int>> with_timestamps = prompts;
+  with_timestamps[2] = vocabulary().SotSequence();
+  GreedyOptions one_step;
+  one_step.reduce_on_device = GraphUse::kAlways;
+  one_step.pipeline = GraphUse::kNever;
+  GreedyOptions pipelined = one_step;
+  pipelined.pipeline = GraphUse::kAlways;
+  GreedyBatchTimings timings;
+  const std::vector<GreedyResult> want = decode(with_timestamps, one_step, nullptr);
+  const std::vector<GreedyResult> got = decode(with_timestamps, pipelined, &timings);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t b = 0; b < want.size(); ++b) ExpectSame(got[b], want[b], "timestamps in the batch");
+  EXPECT_EQ(timings.pipelined_steps, 0);
+}
+
 // The device choice's token masks are kept with the pool (DecoderStatePool::Constant) while the
 // options that shape them stay the same: a batch under other options (one more suppressed token,
 // the one row 0 picked at its second step, which the device chooses: text only) gets its own

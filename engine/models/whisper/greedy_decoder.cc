@@ -4,6 +4,8 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <deque>
+#include <functional>
 #include <limits>
 #include <thread>
 
@@ -61,6 +63,11 @@ int LogitRules::FixedMask(absl::Span<const int> sampled) const {
   const int penultimate = step >= 2 ? sampled[step - 2] : last;
   if (last >= ts_begin && penultimate >= ts_begin) return kText;  // a pair just closed
   return -1;
+}
+
+int LogitRules::FixedMaskAfter(size_t sampled_count) const {
+  if (!timestamps_) return sampled_count == 0 ? kTextFirst : kText;
+  return sampled_count == 0 ? kTimestampFirst : -1;
 }
 
 std::vector<int32_t> LogitRules::FixedMaskBits() const {
@@ -261,6 +268,15 @@ class RowSampler {
     return rules_.FixedMask(sampled_);
   }
 
+  // The mask of the next step if this step's token continues the row, or −1 where it would
+  // depend on the token (or the step needs the logits on the host).
+  int FixedMaskAhead() const {
+    if (options_.on_step) return -1;
+    return rules_.FixedMaskAfter(sampled_.size() + 1);
+  }
+  // Whether this step is the row's last whatever its token (the length limit).
+  bool LastStep() const { return step_ + 1 >= plan_.max_steps; }
+
   // Consumes the choice Backend::ArgmaxLogSumExp made under FixedMask(): the token, its logit
   // (the masked maximum) and Σ exp(x − max); the same arithmetic as Sample's from there on.
   void Choose(int token, float best, double sum) {
@@ -354,6 +370,184 @@ void SampleRows(const std::vector<int>& live, bool parallel,
   for (std::thread& helper : helpers) helper.join();
 }
 
+// Device buffers of the on-device greedy choice for one DecodeGreedyBatch call.
+struct DeviceChoice {
+  Tensor masks;       // i32 [kNumFixedMasks, words]
+  Tensor mask_index;  // i32 [max_batch]
+  Tensor out;         // f32 [max_batch, 5]
+  std::vector<int32_t> index;
+  std::vector<float> chosen;
+
+  // Runs the op on rows [0, rows) of `logits` with index[0, rows) and downloads its output.
+  absl::Status Run(Backend& backend, const Tensor& logits, int rows) {
+    ASSIGN_OR_RETURN(const Tensor idx, mask_index.Slice(0, rows));
+    ASSIGN_OR_RETURN(const Tensor o, out.Slice(0, rows));
+    ASSIGN_OR_RETURN(const Tensor x, logits.Slice(0, rows));
+    RETURN_IF_ERROR(backend.CopyFromHost(index.data(), static_cast<size_t>(rows) * 4, idx));
+    RETURN_IF_ERROR(backend.ArgmaxLogSumExp(x, masks, idx, o));
+    chosen.resize(static_cast<size_t>(rows) * 5);
+    return backend.CopyToHost(o, chosen.data(), o.size_bytes());
+  }
+  const float* row(int b) const { return chosen.data() + static_cast<size_t>(b) * 5; }
+};
+
+// DecodeGreedyBatch's steps with GreedyOptions::pipeline: each step is submitted before the last
+// one's choices are read. A step serves the rows still decoding as far as the host knows; when
+// submitted ahead, not those whose step in flight is their last (the length limit). After the
+// step, ArgmaxLogSumExp, FeedChoices (the served rows' next token and position, on the device)
+// and the choices' download into one half of the pool's host scratch, while the host reads the
+// other half. A served row's next input is its choice unless the row finishes, and a finished
+// row's results are never read, so the inputs fed on the device are the ones the host would
+// have uploaded. The device's mask indices are uploaded only when they change.
+class PipelinedSteps {
+ public:
+  PipelinedSteps(const WhisperModel& model, const SpecialTokens& special, DecoderStatePool& pool,
+                 DeviceChoice& choice, std::vector<RowSampler>& rows, GreedyBatchTimings& t,
+                 const std::function<void()>& finish_done_rows)
+      : model_(model),
+        backend_(model.backend()),
+        special_(special),
+        pool_(pool),
+        choice_(choice),
+        rows_(rows),
+        t_(t),
+        finish_done_rows_(finish_done_rows),
+        fed_(rows.size(), false),
+        device_masks_(static_cast<size_t>(pool.max_batch()), kUnknownMask) {}
+
+  absl::Status Run() {
+    const size_t half = static_cast<size_t>(pool_.max_batch()) * 5 * sizeof(float);
+    ASSIGN_OR_RETURN(host_, pool_.HostScratch(2 * half));
+    outs_[0] = choice_.out;
+    ASSIGN_OR_RETURN(outs_[1], backend_.Allocate(choice_.out.shape(), DType::kF32));
+    RETURN_IF_ERROR(Launch(/*ahead=*/false).status());
+    while (!flight_.empty()) {
+      if (flight_.size() == 1) RETURN_IF_ERROR(Launch(/*ahead=*/true).status());
+      RETURN_IF_ERROR(Consume());
+      // Nothing went ahead (a row's input was not on the device): one step from the host's.
+      if (flight_.empty()) RETURN_IF_ERROR(Launch(/*ahead=*/false).status());
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  static constexpr int32_t kUnknownMask = -2;
+  struct Step {
+    int half = 0;
+    uint64_t ticket = 0;
+    std::vector<int> served;
+  };
+
+  // Submits a step over the rows to serve; false when there are none (or, ahead, when a row's
+  // input is not on the device).
+  absl::StatusOr<bool> Launch(bool ahead) {
+    const auto start = std::chrono::steady_clock::now();
+    Step step;
+    int highest = -1;
+    bool upload = false;
+    for (int b = 0; b < static_cast<int>(rows_.size()); ++b) {
+      const RowSampler& row = rows_[static_cast<size_t>(b)];
+      if (row.done() || (ahead && row.LastStep())) continue;
+      step.served.push_back(b);
+      highest = b;
+      upload = upload || !fed_[static_cast<size_t>(b)];
+    }
+    if (highest < 0 || (ahead && upload)) return false;
+    DecoderState& state = pool_.ForRows(highest + 1);
+    const int rows = highest + 1;
+    std::vector<int32_t> masks(static_cast<size_t>(rows), -1);
+    for (int b : step.served) {
+      const RowSampler& row = rows_[static_cast<size_t>(b)];
+      masks[static_cast<size_t>(b)] = ahead ? row.FixedMaskAhead() : row.FixedMask();
+    }
+    if (upload) {
+      // The host's inputs (only when nothing is in flight, so they are current): unused rows
+      // and rows done get <|endoftext|> at position 0, as the one-step loop feeds them.
+      const int batch = state.batch_size();
+      std::vector<int32_t> tokens(static_cast<size_t>(batch), special_.eot);
+      std::vector<int32_t> positions(static_cast<size_t>(batch), 0);
+      for (int b : step.served) {
+        tokens[static_cast<size_t>(b)] = rows_[static_cast<size_t>(b)].input();
+        positions[static_cast<size_t>(b)] = rows_[static_cast<size_t>(b)].position();
+      }
+      RETURN_IF_ERROR(model_.DecodeStepAsync(tokens, positions, state));
+    } else {
+      RETURN_IF_ERROR(model_.RunDecodeStep(state));
+    }
+    ASSIGN_OR_RETURN(const Tensor index, choice_.mask_index.Slice(0, rows));
+    if (!std::equal(masks.begin(), masks.end(), device_masks_.begin())) {
+      RETURN_IF_ERROR(backend_.CopyFromHost(masks.data(), masks.size() * 4, index));
+      std::copy(masks.begin(), masks.end(), device_masks_.begin());
+    }
+    step.half = next_half_;
+    next_half_ ^= 1;
+    ASSIGN_OR_RETURN(const Tensor out, outs_[step.half].Slice(0, rows));
+    ASSIGN_OR_RETURN(const Tensor logits, state.step_logits().Slice(0, rows));
+    ASSIGN_OR_RETURN(const Tensor tokens, state.step_tokens().Slice(0, rows));
+    ASSIGN_OR_RETURN(const Tensor positions, state.positions().Slice(0, rows));
+    ASSIGN_OR_RETURN(const Tensor lengths, state.lengths().Slice(0, rows));
+    RETURN_IF_ERROR(backend_.ArgmaxLogSumExp(logits, choice_.masks, index, out));
+    RETURN_IF_ERROR(
+        backend_.FeedChoices(out, index, model_.dims().n_text_ctx - 1, tokens, positions, lengths));
+    const size_t offset =
+        static_cast<size_t>(step.half) * static_cast<size_t>(pool_.max_batch()) * 5 * sizeof(float);
+    ASSIGN_OR_RETURN(step.ticket, backend_.CopyToHostAsync(out, *host_, offset));
+    std::fill(fed_.begin(), fed_.end(), false);
+    for (int b : step.served) fed_[static_cast<size_t>(b)] = true;
+    flight_.push_back(std::move(step));
+    ++t_.steps;
+    ++t_.device_steps;
+    if (ahead) ++t_.pipelined_steps;
+    t_.step_ms += MillisSince(start);
+    return true;
+  }
+
+  // Waits for the oldest step's choices and gives them to the rows still decoding.
+  absl::Status Consume() {
+    auto start = std::chrono::steady_clock::now();
+    const Step step = std::move(flight_.front());
+    flight_.pop_front();
+    RETURN_IF_ERROR(backend_.WaitForCopy(step.ticket));
+    t_.step_ms += MillisSince(start);
+    start = std::chrono::steady_clock::now();
+    const float* chosen =
+        host_->data_as<float>() + static_cast<size_t>(step.half) * pool_.max_batch() * 5;
+    int used = 0;
+    for (int b : step.served) {
+      RowSampler& row = rows_[static_cast<size_t>(b)];
+      if (row.done()) continue;  // finished at an earlier step: this one ran ahead of it
+      const float* c = chosen + static_cast<size_t>(b) * 5;
+      row.Choose(static_cast<int>(c[0]), c[1], JoinF64(c + 2));
+      ++used;
+    }
+    t_.row_steps += used;
+    if (used == 0) ++t_.unread_steps;
+    finish_done_rows_();
+    t_.sample_ms += MillisSince(start);
+    return absl::OkStatus();
+  }
+
+  static double MillisSince(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+        .count();
+  }
+
+  const WhisperModel& model_;
+  Backend& backend_;
+  const SpecialTokens& special_;
+  DecoderStatePool& pool_;
+  DeviceChoice& choice_;
+  std::vector<RowSampler>& rows_;
+  GreedyBatchTimings& t_;
+  const std::function<void()>& finish_done_rows_;
+  std::vector<bool> fed_;  // the row's next input is on the device (fed by the last step)
+  std::vector<int32_t> device_masks_;  // what choice_.mask_index holds (kUnknownMask: unknown)
+  HostBuffer* host_ = nullptr;
+  Tensor outs_[2];
+  int next_half_ = 0;
+  std::deque<Step> flight_;
+};
+
 }  // namespace
 
 absl::Status CheckPrompt(const Vocabulary& vocabulary, const std::vector<int>& prompt,
@@ -392,27 +586,6 @@ bool Resolve(GraphUse use, const Backend& backend) {
   }
   return false;
 }
-
-// Device buffers of the on-device greedy choice for one DecodeGreedyBatch call.
-struct DeviceChoice {
-  Tensor masks;       // i32 [kNumFixedMasks, words]
-  Tensor mask_index;  // i32 [max_batch]
-  Tensor out;         // f32 [max_batch, 5]
-  std::vector<int32_t> index;
-  std::vector<float> chosen;
-
-  // Runs the op on rows [0, rows) of `logits` with index[0, rows) and downloads its output.
-  absl::Status Run(Backend& backend, const Tensor& logits, int rows) {
-    ASSIGN_OR_RETURN(const Tensor idx, mask_index.Slice(0, rows));
-    ASSIGN_OR_RETURN(const Tensor o, out.Slice(0, rows));
-    ASSIGN_OR_RETURN(const Tensor x, logits.Slice(0, rows));
-    RETURN_IF_ERROR(backend.CopyFromHost(index.data(), static_cast<size_t>(rows) * 4, idx));
-    RETURN_IF_ERROR(backend.ArgmaxLogSumExp(x, masks, idx, o));
-    chosen.resize(static_cast<size_t>(rows) * 5);
-    return backend.CopyToHost(o, chosen.data(), o.size_bytes());
-  }
-  const float* row(int b) const { return chosen.data() + static_cast<size_t>(b) * 5; }
-};
 
 }  // namespace
 
@@ -540,6 +713,17 @@ absl::StatusOr<std::vector<GreedyResult>> DecodeGreedyBatch(
     }
   };
   finish_done_rows();
+  bool pipeline =
+      on_device && Resolve(options.pipeline, backend) && backend.supports(Op::kFeedChoices);
+  for (const RowSampler& row : rows) {
+    pipeline = pipeline && (row.done() || (row.FixedMask() >= 0 && row.FixedMaskAhead() >= 0));
+  }
+  if (pipeline) {
+    const std::function<void()> finish = finish_done_rows;
+    PipelinedSteps steps(model, special, pool, choice, rows, t, finish);
+    RETURN_IF_ERROR(steps.Run());
+    return results;
+  }
   const size_t n_vocab = static_cast<size_t>(model.dims().n_vocab);
   std::vector<int32_t> tokens, positions;
   std::vector<float> logits;

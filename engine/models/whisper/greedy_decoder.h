@@ -47,6 +47,16 @@ struct GreedyOptions {
   // implemented; kNever: host only. Never while on_step is set (it needs the logits).
   // Default: kAuto.
   GraphUse reduce_on_device = GraphUse::kAuto;
+  // DecodeGreedyBatch, when every row takes the device's choice at every step (reduce_on_device,
+  // and prompts whose rules are fixed after the first token: text only, <|notimestamps|>):
+  // submit each step before reading the last one's choices. The device writes the next step's
+  // inputs from the choices (Backend::FeedChoices) and the host reads each step's choices
+  // (Backend::CopyToHostAsync) while the next step runs, so the GPU does not idle while the host
+  // takes its turn. A step submitted ahead for rows that then finish is computed and left
+  // unread (GreedyBatchTimings::unread_steps; at least one at the end of a call). The same tokens
+  // as without. kAuto: on backends that implement FeedChoices whose device is not the CPU;
+  // kAlways: wherever implemented; kNever: one step at a time. Default: kAuto.
+  GraphUse pipeline = GraphUse::kAuto;
 };
 
 struct GreedyResult {
@@ -81,6 +91,9 @@ class LogitRules {
   // The row of FixedMaskBits() that Apply(sampled, ·) equals, or −1 when the step's rules depend
   // on the logits (the timestamp rules after text or an open timestamp).
   int FixedMask(absl::Span<const int> sampled) const;
+  // The mask of the step after `sampled_count` tokens whatever they were, or −1 where it depends
+  // on them (the timestamp rules after the first step).
+  int FixedMaskAfter(size_t sampled_count) const;
   // i32 [kNumFixedMasks, ceil(n_vocab / 32)], bit t % 32 of word t / 32 set when the mask
   // disables token t; made by Apply itself on finite logits, so it cannot drift from the rules.
   std::vector<int32_t> FixedMaskBits() const;
@@ -118,12 +131,14 @@ struct GreedyBatchTimings {
   // is the rows' setup and reading the no-speech probabilities, which waits for the pass.
   int prefill_tokens = 0;
   double prefill_pass_ms = 0;
-  double step_ms = 0;     // decoder steps: inputs up, the step (graph replay), logits or the
-                          // device's choices (ArgmaxLogSumExp) down
-  double sample_ms = 0;   // the logit rules and the choice of each row's token, on the host
-  int device_steps = 0;   // steps whose rows all took the device's choice (no logits down)
-  int steps = 0;          // batched decoder steps
-  int64_t row_steps = 0;  // rows decoding, summed over the steps
+  double step_ms = 0;       // decoder steps: inputs up, the step (graph replay), logits or the
+                            // device's choices (ArgmaxLogSumExp) down
+  double sample_ms = 0;     // the logit rules and the choice of each row's token, on the host
+  int device_steps = 0;     // steps whose rows all took the device's choice (no logits down)
+  int steps = 0;            // batched decoder steps
+  int pipelined_steps = 0;  // of them, submitted before the last one's choices were read
+  int unread_steps = 0;     // of those, steps whose rows had all finished when they were read
+  int64_t row_steps = 0;    // rows decoding, summed over the steps
 };
 
 // Greedy decoding of prompts.size() windows in lockstep, window b in slot b of `pool`: its
