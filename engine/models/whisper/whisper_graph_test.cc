@@ -320,6 +320,71 @@ TEST_P(WhisperGraphTest, RealModelBatchDecodeEqualsEager) {
   }
 }
 
+// The real tiny.en on real speech, text prompts: DecodeGreedyBatch's pipelined steps (the next
+// inputs fed on the device, the next step queued before the last one's choices are read)
+// against one step at a time, both with the choice on the device and graphs: the same tokens
+// and log-probabilities. The cluster step sums in a fixed order, so on a GPU too they are equal
+// (the default fused step included).
+TEST_P(WhisperGraphTest, RealModelPipelinedStepsEqualOneStepAtATime) {
+  const auto model_dir = waav::testing::TinyEnModelDir();
+  if (!model_dir) GTEST_SKIP() << "models/whisper-tiny.en absent: run scripts/setup";
+  auto loaded = SpeechWindows();
+  if (absl::IsNotFound(loaded.status())) GTEST_SKIP() << loaded.status().message();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const std::vector<std::vector<float>>& windows = *loaded;
+  auto transcriber = Transcriber::Load(*model_dir, *backend_, {.graphs = GraphUse::kAlways});
+  ASSERT_TRUE(transcriber.ok()) << transcriber.status();
+  const WhisperModel& model = (*transcriber)->model();
+  const Vocabulary& vocabulary = (*transcriber)->vocabulary();
+  const SpecialTokens& s = vocabulary.special();
+  std::vector<int> text_only = vocabulary.SotSequence();
+  text_only.push_back(s.no_timestamps);
+  std::vector<int> earlier = {s.sot_prev};
+  for (int t : vocabulary.tokenizer().Encode(" And so my fellow Americans, the printing press."))
+    earlier.push_back(t);
+  earlier.insert(earlier.end(), text_only.begin(), text_only.end());
+  const std::vector<std::vector<int>> kinds = {text_only, earlier};
+  auto pool = DecoderStatePool::Create(model, 8);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  auto encoder = model.NewEncoderBuffers(1);
+  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  std::vector<std::vector<int>> prompts;
+  for (int b = 0; b < 6; ++b) {
+    ASSERT_TRUE(
+        model.WriteMel(windows[static_cast<size_t>(b) % windows.size()], 0, **encoder).ok());
+    ASSERT_TRUE(model.RunEncoder(**encoder, &(*pool)->Row(b)).ok());
+    prompts.push_back(kinds[static_cast<size_t>(b) % kinds.size()]);
+  }
+  GreedyOptions one_step;
+  one_step.reduce_on_device = GraphUse::kAlways;
+  one_step.pipeline = GraphUse::kNever;
+  GreedyOptions pipelined = one_step;
+  pipelined.pipeline = GraphUse::kAlways;
+  std::vector<std::vector<GreedyResult>> results;
+  std::vector<GreedyBatchTimings> timings(3);
+  for (int run = 0; run < 3; ++run) {  // the pipelined path twice (graphs captured, replayed)
+    auto decoded = DecodeGreedyBatch(model, vocabulary, prompts, run == 0 ? one_step : pipelined,
+                                     **pool, nullptr, &timings[static_cast<size_t>(run)]);
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    results.push_back(std::move(*decoded));
+  }
+  std::cout << GetParam() << ": " << timings[0].steps << " steps one at a time, "
+            << timings[1].steps << " pipelined (" << timings[1].pipelined_steps << " ahead, "
+            << timings[1].unread_steps
+            << " unread): " << vocabulary.tokenizer().Decode(results[1][0].tokens) << "\n";
+  EXPECT_GT(timings[1].pipelined_steps, 0);
+  for (int run = 1; run < 3; ++run) {
+    ASSERT_EQ(results[0].size(), results[static_cast<size_t>(run)].size());
+    for (size_t b = 0; b < results[0].size(); ++b) {
+      const GreedyResult& want = results[0][b];
+      const GreedyResult& got = results[static_cast<size_t>(run)][b];
+      EXPECT_EQ(got.tokens, want.tokens) << "run " << run << " row " << b;
+      EXPECT_EQ(got.token_logprobs, want.token_logprobs) << "run " << run << " row " << b;
+      EXPECT_EQ(got.steps, want.steps) << "run " << run << " row " << b;
+    }
+  }
+}
+
 // The real tiny.en on real speech, DecodeGreedyBatch with this backend's defaults (on a GPU: the
 // batched prompt prefill and the greedy choice on the device) against the host path (prefill
 // one row at a time, logits downloaded every step): the same tokens; values to rounding.
