@@ -15,10 +15,14 @@
 // with the smallest and largest. --pipeline sets GreedyOptions::pipeline (default auto: on,
 // on a GPU). Then the loop's step taken apart, --reps × 50
 // times each on the bucket's state, each waited for: the replay alone (RunDecodeStep), with the
-// inputs uploaded first (DecodeStepAsync), and with the device's choice downloaded after it.
+// inputs uploaded first (DecodeStepAsync), and with the device's choice downloaded after it;
+// and the pipelined step's parts back to back (bursts of 100 steps, one wait): the replay,
+// with ArgmaxLogSumExp, with FeedChoices, with CopyToHostAsync.
 //
 // Usage: greedy_step_bench --tokenizer PATH/tokenizer.json [--rows 1,2,4,8] [--reps 9]
-//                          [--pipeline never|auto|always] [--out results.tsv]
+//                          [--pipeline never|auto|always] [--argmax-blocks 8|16|0]
+//                          [--out results.tsv]
+// --argmax-blocks: CudaBackendOptions::argmax_cluster_blocks (0: one block a row).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -35,8 +39,8 @@
 #include "engine/models/whisper/decoder_pool.h"
 #include "engine/models/whisper/greedy_decoder.h"
 #include "engine/models/whisper/transcriber.h"
-#include "engine/runtime/backend_registry.h"
 #include "engine/runtime/status.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "tests/support/random_whisper.h"
 
 namespace waav {
@@ -78,6 +82,9 @@ struct Result {
   // uploaded first (WhisperModel::DecodeStepAsync); and with the device's choice after it as the
   // loop makes it (mask indices up, ArgmaxLogSumExp, five floats a row down). Each waited for.
   Spread replay_us, inputs_us, choice_us;
+  // Back to back, µs a step: the replay; with ArgmaxLogSumExp; with FeedChoices; with the
+  // choices' download (CopyToHostAsync): the pipelined loop's step on the GPU.
+  Spread burst_us[4];
 };
 
 absl::StatusOr<Result> Measure(const whisper::Transcriber& transcriber,
@@ -158,6 +165,35 @@ absl::StatusOr<Result> Measure(const whisper::Transcriber& transcriber,
   result.replay_us = Summarize(replays);
   result.inputs_us = Summarize(inputs);
   result.choice_us = Summarize(choices);
+
+  // The pipelined step's parts back to back (kBurst steps queued, then one wait; the position
+  // held at 8 by FeedChoices' max_position): what each adds to the GPU's time a step.
+  constexpr int kBurst = 100;
+  ASSIGN_OR_RETURN(const HostBuffer host, backend.AllocateHost(chosen.size_bytes()));
+  ASSIGN_OR_RETURN(const Tensor step_tokens, state.step_tokens().Slice(0, rows));
+  ASSIGN_OR_RETURN(const Tensor step_positions, state.positions().Slice(0, rows));
+  ASSIGN_OR_RETURN(const Tensor step_lengths, state.lengths().Slice(0, rows));
+  RETURN_IF_ERROR(model.DecodeStepAsync(tokens, positions, state));
+  RETURN_IF_ERROR(backend.CopyFromHost(mask_index.data(), mask_index.size() * 4, index));
+  for (int parts = 0; parts < 4; ++parts) {
+    std::vector<double> per_step;
+    for (int r = 0; r < reps + 1; ++r) {
+      RETURN_IF_ERROR(backend.Synchronize());
+      const Clock::time_point start = Clock::now();
+      for (int i = 0; i < kBurst; ++i) {
+        RETURN_IF_ERROR(model.RunDecodeStep(state));
+        if (parts >= 1) RETURN_IF_ERROR(backend.ArgmaxLogSumExp(logits, masks, index, chosen));
+        if (parts >= 2) {
+          RETURN_IF_ERROR(
+              backend.FeedChoices(chosen, index, 8, step_tokens, step_positions, step_lengths));
+        }
+        if (parts >= 3) RETURN_IF_ERROR(backend.CopyToHostAsync(chosen, host).status());
+      }
+      RETURN_IF_ERROR(backend.Synchronize());
+      if (r > 0) per_step.push_back(MicrosSince(start) / kBurst);  // r = 0 warms up
+    }
+    result.burst_us[parts] = Summarize(per_step);
+  }
   return result;
 }
 
@@ -166,6 +202,7 @@ int Run(int argc, char** argv) {
   std::vector<int> row_counts = {1, 2, 4, 8};
   int reps = 9;
   GraphUse pipeline = GraphUse::kAuto;
+  int argmax_blocks = CudaBackendOptions{}.argmax_cluster_blocks;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
@@ -184,11 +221,14 @@ int Run(int argc, char** argv) {
         std::cerr << "greedy_step_bench: --pipeline takes never, auto or always\n";
         return 2;
       }
+    } else if (arg == "--argmax-blocks" && has_value) {
+      argmax_blocks = std::atoi(argv[++i]);
     } else if (arg == "--out" && has_value) {
       out = argv[++i];
     } else {
       std::cerr << "usage: greedy_step_bench --tokenizer PATH/tokenizer.json [--rows 1,2,4,8] "
-                   "[--reps 9] [--pipeline never|auto|always] [--out results.tsv]\n";
+                   "[--reps 9] [--pipeline never|auto|always] [--argmax-blocks 8] "
+                   "[--out results.tsv]\n";
       return 2;
     }
   }
@@ -208,7 +248,9 @@ int Run(int argc, char** argv) {
     std::cerr << "greedy_step_bench: cannot copy " << tokenizer << ": " << error.message() << "\n";
     return 1;
   }
-  auto backend = CreateBackend("cuda");
+  CudaBackendOptions backend_options;
+  backend_options.argmax_cluster_blocks = argmax_blocks;
+  auto backend = CreateCudaBackend(backend_options);
   if (!backend.ok()) {
     std::cerr << "greedy_step_bench: " << backend.status() << "\n";
     return 1;
@@ -238,11 +280,11 @@ int Run(int argc, char** argv) {
   }
   std::cout << absl::StrFormat(
       "# greedy_step_bench: DecodeGreedyBatch on %s, tiny.en shapes, random weights, fused "
-      "step up to %d rows, pipeline %s; %d calls a row count (median [min-max], us per token "
-      "step)\n",
+      "step up to %d rows, pipeline %s, argmax clusters of %d; %d calls a row count (median "
+      "[min-max], us per token step)\n",
       (*backend)->name(), model.fused_step_max_batch(),
       pipeline == GraphUse::kNever ? "never" : (pipeline == GraphUse::kAuto ? "auto" : "always"),
-      reps);
+      argmax_blocks, reps);
   std::cout << absl::StrFormat("%-5s %6s %8s %24s %24s %22s | %22s %22s %22s\n", "rows", "steps",
                                "device", "loop (wall / steps)", "step (up, run, down)",
                                "sample (host rules)", "replay + sync", "inputs up + replay",
@@ -250,6 +292,7 @@ int Run(int argc, char** argv) {
   std::string tsv =
       "rows\tsteps\tpipelined_steps\tloop_us\tloop_min\tloop_max\tstep_us\tsample_us"
       "\treplay_us\tinputs_us\tchoice_us\n";
+  std::vector<Result> results;
   for (int rows : row_counts) {
     auto result = Measure(**transcriber, **pool, rows, reps, pipeline);
     if (!result.ok()) {
@@ -257,6 +300,7 @@ int Run(int argc, char** argv) {
       return 1;
     }
     const Result& r = *result;
+    results.push_back(r);
     auto cell = [](const Spread& s) {
       return absl::StrFormat("%.1f [%.1f-%.1f]", s.median, s.low, s.high);
     };
@@ -268,6 +312,13 @@ int Run(int argc, char** argv) {
                            r.steps, r.pipelined_steps, r.loop_us.median, r.loop_us.low,
                            r.loop_us.high, r.step_us.median, r.sample_us.median, r.replay_us.median,
                            r.inputs_us.median, r.choice_us.median);
+  }
+  std::cout << "# back to back (" << reps
+            << " bursts of 100 steps, us a step): the replay, + ArgmaxLogSumExp, + FeedChoices, "
+               "+ CopyToHostAsync\n";
+  for (const Result& r : results) {
+    std::cout << absl::StrFormat("%-5d %10.1f %10.1f %10.1f %10.1f\n", r.rows, r.burst_us[0].median,
+                                 r.burst_us[1].median, r.burst_us[2].median, r.burst_us[3].median);
   }
   if (!out.empty()) std::ofstream(out) << tsv;
   return 0;

@@ -227,8 +227,10 @@ class Backend {
   virtual absl::Status CopyToHost(const Tensor& src, void* dst, size_t bytes) = 0;
   // Device -> host into bytes [dst_offset, dst_offset + src.size_bytes()) of `dst` (AllocateHost's
   // memory), after the work submitted before it, without waiting for it: returns a ticket for
-  // WaitForCopy, until which those bytes must not be read and `dst` must stay alive. Lets a loop
-  // submit its next step before it reads this one's result. Not while capturing.
+  // WaitForCopy, until which those bytes must not be read and `dst` must stay alive. The copy
+  // may run beside work submitted after it (CUDA: on a copy stream of its own), so that work
+  // must not write `src` before WaitForCopy(ticket) has returned. Lets a loop submit its next
+  // step before it reads this one's result. Not while capturing.
   // Default: CopyToHost (done on return; ticket 0).
   virtual absl::StatusOr<uint64_t> CopyToHostAsync(const Tensor& src, const HostBuffer& dst,
                                                    size_t dst_offset = 0);

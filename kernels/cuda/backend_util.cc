@@ -210,15 +210,13 @@ absl::Status PrepareFusedLinear(DeviceKind device, const CudaExtensions::FusedLi
   return absl::OkStatus();
 }
 
-absl::Status CopyToPinnedHost(DeviceKind device, const Tensor& src, const HostBuffer& dst,
-                              size_t offset, cudaStream_t stream) {
+absl::StatusOr<char*> CheckCopyToPinnedHost(DeviceKind device, const Tensor& src,
+                                            const HostBuffer& dst, size_t offset) {
   const size_t bytes = src.size_bytes();
   RETURN_IF_ERROR(checks::ValidateHostBufferHolds(dst, bytes, offset, "CopyToHostAsync"));
   char* to = dst.data_as<char>() + offset;
   RETURN_IF_ERROR(checks::ValidateCopyToHost(device, src, to, bytes));
-  if (bytes == 0) return absl::OkStatus();
-  return GpuStatus("CopyToHostAsync",
-                   cudaMemcpyAsync(to, src.data(), bytes, cudaMemcpyDeviceToHost, stream));
+  return to;
 }
 
 absl::Status TakeDeviceError(unsigned long long* error_host) {

@@ -43,10 +43,9 @@ absl::Status CopyFromPinnedHost(DeviceKind device, const HostBuffer& src, size_t
 // [m, n] in y2 (kStore, kAccumulate) or q as [m, n / 3] in q2 (kQkv).
 absl::Status PrepareFusedLinear(DeviceKind device, const CudaExtensions::FusedLinearArgs& a,
                                 FusedLinearParams& p, Tensor& x2, Tensor& y2, Tensor& q2);
-// Backend::CopyToHostAsync's checks (`src` fits in `dst` from `offset` on), then the copy,
-// stream-ordered, returning at once.
-absl::Status CopyToPinnedHost(DeviceKind device, const Tensor& src, const HostBuffer& dst,
-                              size_t offset, cudaStream_t stream);
+// Backend::CopyToHostAsync's checks (`src` fits in `dst` from `offset` on): where its bytes go.
+absl::StatusOr<char*> CheckCopyToPinnedHost(DeviceKind device, const Tensor& src,
+                                            const HostBuffer& dst, size_t offset);
 // What the kernels reported in the host-mapped error word since it was last read (the word is
 // cleared): OK or the decoded error. Read after the work in question has finished.
 absl::Status TakeDeviceError(unsigned long long* error_host);

@@ -123,8 +123,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
                                            size_t dst_offset) override {
     RETURN_IF_ERROR(NotCapturing("CopyToHostAsync"));
     cuda::UseDevice(state_->device);
-    RETURN_IF_ERROR(cuda::CopyToPinnedHost(kGpuKind, src, dst, dst_offset, stream()));
-    return copy_tickets_.Record(stream());
+    ASSIGN_OR_RETURN(char* to, cuda::CheckCopyToPinnedHost(kGpuKind, src, dst, dst_offset));
+    return copy_tickets_.Copy(stream(), to, src.data(), src.size_bytes());
   }
 
   absl::Status WaitForCopy(uint64_t ticket) override {
@@ -682,7 +682,7 @@ class CudaBackend final : public Backend, public CudaExtensions {
                      checks::ValidateArgmaxLogSumExp(kGpuKind, logits, masks, mask_index, out));
     Sign({static_cast<int64_t>(SigOp::kArgmaxLogSumExp), d.rows, d.cols, d.num_masks});
     return Submit([state = state_, ctx = Ctx(), logits, masks, mask_index, out, d,
-                   cluster = options_.argmax_cluster]() {
+                   cluster = options_.argmax_cluster_blocks]() {
       return GpuStatus("ArgmaxLogSumExp",
                        cuda::LaunchArgmaxLogSumExp(ctx, logits.data_as<float>(), d.rows, d.cols,
                                                    masks.data_as<int32_t>(), d.mask_words,

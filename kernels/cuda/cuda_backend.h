@@ -210,11 +210,13 @@ struct CudaBackendOptions {
   // column matrix in f16, which the GEMM reads as it is (no f32 columns and conversion pass).
   // It rounds as the conversion pass does (to nearest). Default: true.
   bool half_conv_columns = true;
-  // ArgmaxLogSumExp (the greedy choice) on a thread-block cluster of 8 blocks per row where the
-  // GPU has clusters (compute capability 9.0 and up); false, or without clusters: one block per
-  // row (a greedy token at one row 161-167 us on an H100 with it, 120-124 with the cluster:
-  // docs/benchmarks.md, session 24). The same choice and maximum either way. Default: true.
-  bool argmax_cluster = true;
+  // ArgmaxLogSumExp (the greedy choice) on a thread-block cluster of this many blocks per row
+  // where the GPU has clusters (compute capability 9.0 and up): 8, or 16 (a non-portable
+  // cluster size), which takes 16 only while the rows' clusters fit on the GPU at once (H100:
+  // up to 33 rows) and 8 above; 0, or without clusters: one block per row (a greedy token at
+  // one row 161-167 us on an H100 with it, 120-124 with 8 blocks; with 16, 94 against 95-96:
+  // docs/benchmarks.md, session 24). The same choice and maximum either way. Default: 16.
+  int argmax_cluster_blocks = 16;
   // cuBLAS workspace. Default: 32 MiB.
   size_t cublas_workspace_bytes = size_t{32} << 20;
 };

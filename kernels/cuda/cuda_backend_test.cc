@@ -459,16 +459,20 @@ TEST_P(CudaParityTest, LogSoftmaxMatchesCpuAlsoInPlace) {
 }
 
 // The greedy choice: the same token and maximum as the CPU backend, the sum to f64 rounding
-// (another order); rows left out stay unwritten; a bad mask index is reported. Both kernels: a
-// cluster of blocks per row (the default where the GPU has clusters) and one block per row.
+// (another order); rows left out stay unwritten; a bad mask index is reported. Every kernel: a
+// cluster of 16 blocks per row (the default while the rows' clusters fit on the GPU at once:
+// 1 to 9 rows here; 8 blocks above), of 8, and one block per row.
 // Vocabularies of Whisper's sizes (51864; large-v3's 51866, not whole mask words) and small
 // ones (fewer columns than the cluster's blocks have mask words); ties at the maximum in
 // different blocks' slices; rows all disabled, and rows of −inf.
 TEST_P(CudaParityTest, ArgmaxLogSumExpMatchesCpu) {
-  CudaBackendOptions one_block_options;
-  one_block_options.argmax_cluster = false;
+  CudaBackendOptions one_block_options, eight_options;
+  one_block_options.argmax_cluster_blocks = 0;
+  eight_options.argmax_cluster_blocks = 8;
   auto one_block = CreateCudaBackend(one_block_options);
+  auto eight = CreateCudaBackend(eight_options);
   ASSERT_TRUE(one_block.ok()) << one_block.status();
+  ASSERT_TRUE(eight.ok()) << eight.status();
   struct Case {
     int64_t rows, cols;
   };
@@ -504,11 +508,12 @@ TEST_P(CudaParityTest, ArgmaxLogSumExpMatchesCpu) {
     const Pair want = Poisoned({rows, 5});
     ASSERT_TRUE(cpu_->ArgmaxLogSumExp(logits.cpu, m.cpu, idx.cpu, want.cpu).ok());
     const std::vector<float> cpu_out = Cpu(want.cpu);
-    for (const bool cluster : {true, false}) {
-      const std::string what = absl::StrCat("ArgmaxLogSumExp ", rows, "x", cols,
-                                            cluster ? " (cluster)" : " (one block a row)");
+    for (const int blocks : {16, 8, 0}) {
+      const std::string what = absl::StrCat(
+          "ArgmaxLogSumExp ", rows, "x", cols, " (",
+          blocks > 0 ? absl::StrCat("clusters of ", blocks) : std::string("one block a row"), ")");
       SCOPED_TRACE(what);
-      Backend& gpu = cluster ? *gpu_ : **one_block;
+      Backend& gpu = blocks == 16 ? *gpu_ : (blocks == 8 ? **eight : **one_block);
       auto upload = [&](const Tensor& cpu_tensor) {
         auto t = Upload(gpu, cpu_tensor.shape(), cpu_tensor.dtype(), cpu_tensor.data());
         EXPECT_TRUE(t.ok()) << t.status();
@@ -535,8 +540,8 @@ TEST_P(CudaParityTest, ArgmaxLogSumExpMatchesCpu) {
       }
     }
   }
-  for (const bool cluster : {true, false}) {
-    Backend& gpu = cluster ? *gpu_ : **one_block;
+  for (Backend* backend : {gpu_.get(), eight->get(), one_block->get()}) {
+    Backend& gpu = *backend;
     const std::vector<float> values = Random(200);
     const std::vector<int32_t> zeros = {0, 0, 0, 0}, bad_index = {0, 1};
     auto logits = Upload(gpu, {2, 100}, DType::kF32, values.data());

@@ -115,11 +115,10 @@ TEST_F(CudaHostCopyTest, RefusesShortBuffersWrongSizesAndCapture) {
   EXPECT_TRUE(gpu_->Synchronize().ok());
 }
 
-// Downloads that return at once, each waited for by its ticket: each sees the kernel before it
-// and not the one after (stream order), a wait on an early ticket returns while the later work
-// is queued, the tickets outlast the reuse of their events (more tickets than events, waited for
-// out of order), and the refusals (unissued tickets, short buffers, capture). A bad index
-// reported by a kernel comes back from the wait.
+// Downloads that return at once, each waited for by its ticket: each sees the work before it
+// (stream order, though it runs on a copy stream), the tickets outlast the reuse of their events
+// (more tickets than events, waited for out of order), and the refusals (unissued tickets, short
+// buffers, capture). A bad index reported by a kernel comes back from the wait.
 TEST_F(CudaHostCopyTest, DownloadsAreWaitedForByTicket) {
   const int64_t n = std::uniform_int_distribution<int64_t>(1, 1 << 18)(rng_);
   const size_t bytes = static_cast<size_t>(n) * sizeof(float);
@@ -129,16 +128,21 @@ TEST_F(CudaHostCopyTest, DownloadsAreWaitedForByTicket) {
   const std::vector<float> x = RandomValues(n), y = RandomValues(n);
   auto acc = gpu_->Allocate(Shape{n}, DType::kF32);
   auto step = gpu_->Allocate(Shape{n}, DType::kF32);
-  ASSERT_TRUE(acc.ok() && step.ok());
+  auto snapshots = gpu_->Allocate(Shape{kCopies, n}, DType::kF32);
+  ASSERT_TRUE(acc.ok() && step.ok() && snapshots.ok());
   ASSERT_TRUE(gpu_->CopyFromHost(x.data(), bytes, *acc).ok());
   ASSERT_TRUE(gpu_->CopyFromHost(y.data(), bytes, *step).ok());
-  // acc after copy i is x + i·y (added i times, in f32 as the kernel does).
+  // Snapshot i is acc after i additions, x + i·y (in f32 as the kernel adds); each is copied
+  // while later additions run, and none is written again (CopyToHostAsync's rule for src).
   std::vector<uint64_t> tickets;
   for (int i = 0; i < kCopies; ++i) {
     if (i > 0) {
       ASSERT_TRUE(gpu_->Add(*acc, *step, *acc).ok());
     }
-    auto ticket = gpu_->CopyToHostAsync(*acc, *host, static_cast<size_t>(i) * bytes);
+    auto snapshot = snapshots->Slice(i, i + 1);
+    ASSERT_TRUE(snapshot.ok());
+    ASSERT_TRUE(gpu_->Copy(*acc, *snapshot).ok());
+    auto ticket = gpu_->CopyToHostAsync(*snapshot, *host, static_cast<size_t>(i) * bytes);
     ASSERT_TRUE(ticket.ok()) << ticket.status();
     if (!tickets.empty()) {
       EXPECT_GT(*ticket, tickets.back());

@@ -1,6 +1,7 @@
 // One block per row: each thread keeps an online (max, Σ exp(x − max)) pair over its strided
 // elements, the block merges the pairs, and a second pass writes x − max − log(sum). Rows are
 // long (51864 logits) and few, so a block of 1024 threads per row keeps the loads in flight.
+#include <algorithm>
 #include <climits>
 
 #if !defined(WAAV_HIP)
@@ -207,17 +208,16 @@ __global__ void ArgmaxLogSumExpKernel(const float* logits, int cols, const uint3
 
 #if !defined(WAAV_HIP)
 
-// Blocks a row on Hopper: one slice of the row's mask words each (a block of 512 threads alone
-// cost ~60 us of each greedy token at one row of Whisper's 51864 logits on an H100: one
-// multiprocessor's dependent loads and f64 exps; docs/benchmarks.md, session 24).
-constexpr int kArgmaxCluster = 8;
-
-// One thread-block cluster per row (grid kArgmaxCluster × rows): block r takes the r-th slice of
-// the row's columns (whole mask words), the cluster agrees on the row's (max, id) through
-// distributed shared memory, each block sums its slice against that max, and block 0 adds the
-// blocks' sums in rank order. The same choice and maximum as ArgmaxLogSumExpKernel; the sum in
-// another (still fixed) order.
-__global__ void __cluster_dims__(kArgmaxCluster, 1, 1) __launch_bounds__(kArgmaxThreads)
+// One thread-block cluster of kCluster blocks per row (grid kCluster × rows; a block of 512
+// threads alone cost ~60 us of each greedy token at one row of Whisper's 51864 logits on an
+// H100: one multiprocessor's dependent loads and f64 exps; docs/benchmarks.md, session 24):
+// block r takes the r-th slice of the row's columns (whole mask words), the cluster agrees on
+// the row's (max, id) through distributed shared memory, each block sums its slice against that
+// max, and block 0 adds the blocks' sums in rank order. The same choice and maximum as
+// ArgmaxLogSumExpKernel; the sum in another (still fixed) order. 16 blocks is a non-portable
+// cluster size (LaunchArgmaxLogSumExp allows it first).
+template <int kCluster>
+__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kArgmaxThreads)
     ClusterArgmaxLogSumExpKernel(const float* logits, int cols, int slice_words,
                                  const uint32_t* masks, int mask_words, int num_masks,
                                  const int32_t* mask_index, float* out,
@@ -256,7 +256,7 @@ __global__ void __cluster_dims__(kArgmaxCluster, 1, 1) __launch_bounds__(kArgmax
     const unsigned lane = threadIdx.x;
     best = -INFINITY;
     best_id = INT_MAX;
-    if (lane < kArgmaxCluster) {
+    if (lane < kCluster) {
       best = *cluster.map_shared_rank(&slice_best, lane);
       best_id = *cluster.map_shared_rank(&slice_best_id, lane);
     }
@@ -276,7 +276,7 @@ __global__ void __cluster_dims__(kArgmaxCluster, 1, 1) __launch_bounds__(kArgmax
   cluster.sync();
   if (rank == 0 && threadIdx.x == 0) {
     double total = 0.0;
-    for (unsigned r = 0; r < kArgmaxCluster; ++r) total += *cluster.map_shared_rank(&slice_sum, r);
+    for (unsigned r = 0; r < kCluster; ++r) total += *cluster.map_shared_rank(&slice_sum, r);
     WriteChoice(out + static_cast<int64_t>(row) * 5, best, best_id, total);
   }
   cluster.sync();  // no block leaves while block 0 may still read its sum
@@ -289,6 +289,24 @@ bool ClustersAvailable() {
   return cudaGetDevice(&device) == cudaSuccess &&
          cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
          major >= 9;
+}
+
+template <int kCluster>
+cudaError_t LaunchClusterArgmax(const LaunchContext& ctx, const float* logits, int64_t rows,
+                                int64_t cols, const uint32_t* mask_bits, int64_t mask_words,
+                                int64_t num_masks, const int32_t* mask_index, float* out) {
+  if (kCluster > 8) {
+    // Per device and kernel; cheap, and a refusal is an error of this launch.
+    const cudaError_t allowed = cudaFuncSetAttribute(
+        ClusterArgmaxLogSumExpKernel<kCluster>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (allowed != cudaSuccess) return allowed;
+  }
+  const int64_t slice_words = (mask_words + kCluster - 1) / kCluster;
+  return Launch(ctx, ClusterArgmaxLogSumExpKernel<kCluster>,
+                dim3(kCluster, static_cast<unsigned>(rows)), dim3(kArgmaxThreads),
+                static_cast<size_t>(slice_words) * sizeof(uint32_t), logits, static_cast<int>(cols),
+                static_cast<int>(slice_words), mask_bits, static_cast<int>(mask_words),
+                static_cast<int>(num_masks), mask_index, out, ctx.error_word);
 }
 
 #endif  // !defined(WAAV_HIP)
@@ -317,22 +335,25 @@ __global__ void FeedChoicesKernel(const float* choices, const int32_t* mask_inde
 cudaError_t LaunchArgmaxLogSumExp(const LaunchContext& ctx, const float* logits, int64_t rows,
                                   int64_t cols, const int32_t* masks, int64_t mask_words,
                                   int64_t num_masks, const int32_t* mask_index, float* out,
-                                  bool cluster) {
+                                  int cluster_blocks) {
   if (rows == 0) return cudaSuccess;
   const size_t smem = static_cast<size_t>(mask_words) * sizeof(uint32_t);
   if (smem > 48 * 1024) return cudaErrorInvalidValue;  // V up to 393,216 columns
   const auto* mask_bits = reinterpret_cast<const uint32_t*>(masks);
 #if !defined(WAAV_HIP)
-  if (cluster && rows <= 65535 && ClustersAvailable()) {
-    const int64_t slice_words = (mask_words + kArgmaxCluster - 1) / kArgmaxCluster;
-    return Launch(
-        ctx, ClusterArgmaxLogSumExpKernel, dim3(kArgmaxCluster, static_cast<unsigned>(rows)),
-        dim3(kArgmaxThreads), static_cast<size_t>(slice_words) * sizeof(uint32_t), logits,
-        static_cast<int>(cols), static_cast<int>(slice_words), mask_bits,
-        static_cast<int>(mask_words), static_cast<int>(num_masks), mask_index, out, ctx.error_word);
+  if (cluster_blocks > 0 && rows <= 65535 && ClustersAvailable()) {
+    // 16 blocks a row while every row's cluster is resident at once (4 blocks of 512 threads an
+    // SM), else 8: on an H100 16 took a token at one row from 95-96 to 94 us but 64 rows from
+    // 424 to 432 (docs/benchmarks.md, session 24).
+    const bool sixteen =
+        cluster_blocks >= 16 && rows * 16 <= int64_t{4} * std::max(ctx.sm_count, 1);
+    return sixteen ? LaunchClusterArgmax<16>(ctx, logits, rows, cols, mask_bits, mask_words,
+                                             num_masks, mask_index, out)
+                   : LaunchClusterArgmax<8>(ctx, logits, rows, cols, mask_bits, mask_words,
+                                            num_masks, mask_index, out);
   }
 #else
-  (void)cluster;
+  (void)cluster_blocks;
 #endif
   return Launch(ctx, ArgmaxLogSumExpKernel, dim3(static_cast<unsigned>(rows)), dim3(kArgmaxThreads),
                 smem, logits, static_cast<int>(cols), mask_bits, static_cast<int>(mask_words),
