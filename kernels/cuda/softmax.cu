@@ -79,31 +79,41 @@ __device__ __forceinline__ bool Disabled(const uint32_t* bits, int word0, int c)
   return ((bits[(c >> 5) - word0] >> (c & 31)) & 1u) != 0;
 }
 
+// Calls visit(c, x[c]) for the allowed columns c of [begin, end) that this thread takes
+// (begin + threadIdx.x, then every blockDim.x), in ascending order, four loads in flight at a
+// time. `bits` holds the mask words from word0 on.
+template <typename Visit>
+__device__ __forceinline__ void ForAllowedColumns(const float* x, int begin, int end,
+                                                  const uint32_t* bits, int word0, Visit visit) {
+  constexpr int kUnroll = 4;
+  const int stride = static_cast<int>(blockDim.x);
+  for (int c0 = begin + static_cast<int>(threadIdx.x); c0 < end; c0 += kUnroll * stride) {
+    float v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * stride;
+      v[u] = c < end ? x[c] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * stride;
+      if (c < end && !Disabled(bits, word0, c)) visit(c, v[u]);
+    }
+  }
+}
+
 // The (max, lowest id) of the allowed columns [begin, end) of x that this thread visits
-// (begin + threadIdx.x, then every blockDim.x), merged over the block: each thread scans its
-// columns in ascending order (the first of equal maxima stays), four loads in flight at a time.
-// `bits` holds the mask words from word0 on. Every thread returns the block's pair.
+// (ForAllowedColumns), merged over the block: each thread scans its columns in ascending order,
+// so the first of equal maxima stays. Every thread returns the block's pair.
 __device__ void BlockArgmax(const float* x, int begin, int end, const uint32_t* bits, int word0,
                             float* best_out, int* id_out) {
   __shared__ float best_values[kArgmaxWarps];
   __shared__ int best_ids[kArgmaxWarps];
-  constexpr int kUnroll = 4;
   float best = -INFINITY;
   int best_id = INT_MAX;
-  for (int c0 = begin + static_cast<int>(threadIdx.x); c0 < end;
-       c0 += kUnroll * static_cast<int>(blockDim.x)) {
-    float v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + u * static_cast<int>(blockDim.x);
-      v[u] = c < end ? x[c] : -INFINITY;
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + u * static_cast<int>(blockDim.x);
-      if (c < end && !Disabled(bits, word0, c) && v[u] > best) best = v[u], best_id = c;
-    }
-  }
+  ForAllowedColumns(x, begin, end, bits, word0, [&](int c, float v) {
+    if (v > best) best = v, best_id = c;
+  });
 #pragma unroll
   for (int o = kWarp / 2; o > 0; o /= 2) {
     const float v = __shfl_xor_sync(kFullMask, best, o);
@@ -130,22 +140,9 @@ __device__ void BlockArgmax(const float* x, int begin, int end, const uint32_t* 
 __device__ double BlockSumExp(const float* x, int begin, int end, const uint32_t* bits, int word0,
                               float max) {
   __shared__ double sums[kArgmaxWarps];
-  constexpr int kUnroll = 4;
   double sum = 0.0;
-  for (int c0 = begin + static_cast<int>(threadIdx.x); c0 < end;
-       c0 += kUnroll * static_cast<int>(blockDim.x)) {
-    float v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + u * static_cast<int>(blockDim.x);
-      v[u] = c < end ? x[c] : 0.0f;
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + u * static_cast<int>(blockDim.x);
-      if (c < end && !Disabled(bits, word0, c)) sum += exp(static_cast<double>(v[u] - max));
-    }
-  }
+  ForAllowedColumns(x, begin, end, bits, word0,
+                    [&](int, float v) { sum += exp(static_cast<double>(v - max)); });
 #pragma unroll
   for (int o = kWarp / 2; o > 0; o /= 2) sum += __shfl_xor_sync(kFullMask, sum, o);
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;

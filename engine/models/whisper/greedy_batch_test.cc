@@ -101,7 +101,8 @@ class GreedyBatchTest : public ::testing::Test {
                                           const std::vector<std::vector<float>>& windows,
                                           const std::vector<std::vector<int>>& prompts,
                                           const std::vector<int>& order,
-                                          const GreedyOptions& options = {}) {
+                                          const GreedyOptions& options = {},
+                                          GreedyBatchTimings* timings = nullptr) {
     auto encoder = model().NewEncoderBuffers(1);
     EXPECT_TRUE(encoder.ok()) << encoder.status();
     std::vector<std::vector<int>> batch_prompts;
@@ -111,7 +112,8 @@ class GreedyBatchTest : public ::testing::Test {
       EXPECT_TRUE(model().EncodeOnDevice(**encoder, &pool.Row(static_cast<int>(b))).ok());
       batch_prompts.push_back(prompts[i]);
     }
-    auto results = DecodeGreedyBatch(model(), vocabulary(), batch_prompts, options, pool);
+    auto results =
+        DecodeGreedyBatch(model(), vocabulary(), batch_prompts, options, pool, nullptr, timings);
     EXPECT_TRUE(results.ok()) << results.status();
     return results.ok() ? *results : std::vector<GreedyResult>{};
   }
@@ -191,26 +193,12 @@ TEST_F(GreedyBatchTest, DeviceChoiceAndBatchedPrefillMatchTheHostPath) {
   GreedyOptions device = host;
   device.reduce_on_device = GraphUse::kAlways;
   GreedyBatchTimings timings;
-  {
-    // DecodeBatched with timings: the device path must have been taken.
-    auto encoder = model().NewEncoderBuffers(1);
-    ASSERT_TRUE(encoder.ok());
-    std::vector<std::vector<int>> batch_prompts;
-    for (size_t b = 0; b < order.size(); ++b) {
-      const size_t i = static_cast<size_t>(order[b]);
-      ASSERT_TRUE(model().WriteMel(windows[i], 0, **encoder).ok());
-      ASSERT_TRUE(model().EncodeOnDevice(**encoder, &(*pool)->Row(static_cast<int>(b))).ok());
-      batch_prompts.push_back(prompts[i]);
-    }
-    auto results =
-        DecodeGreedyBatch(model(), vocabulary(), batch_prompts, device, **pool, nullptr, &timings);
-    ASSERT_TRUE(results.ok()) << results.status();
-    ASSERT_EQ(results->size(), reference.size());
-    for (size_t b = 0; b < reference.size(); ++b) {
-      ExpectSame(
-          (*results)[b], reference[b],
-          "device choice, slot " + std::to_string(b) + " (seed " + std::to_string(seed) + ")");
-    }
+  const std::vector<GreedyResult> results =
+      DecodeBatched(**pool, windows, prompts, order, device, &timings);
+  ASSERT_EQ(results.size(), reference.size());
+  for (size_t b = 0; b < reference.size(); ++b) {
+    ExpectSame(results[b], reference[b],
+               "device choice, slot " + std::to_string(b) + " (seed " + std::to_string(seed) + ")");
   }
   std::cout << "device choice: " << timings.device_steps << " of " << timings.steps
             << " steps without logits\n";
@@ -269,19 +257,7 @@ TEST_F(GreedyBatchTest, PipelinedStepsMatchOneStepAtATime) {
   std::shuffle(order.begin(), order.end(), rng);
   auto decode = [&](const std::vector<std::vector<int>>& batch_prompts,
                     const GreedyOptions& options, GreedyBatchTimings* timings) {
-    auto encoder = model().NewEncoderBuffers(1);
-    EXPECT_TRUE(encoder.ok());
-    std::vector<std::vector<int>> ordered;
-    for (size_t b = 0; b < order.size(); ++b) {
-      const size_t i = static_cast<size_t>(order[b]);
-      EXPECT_TRUE(model().WriteMel(windows[i], 0, **encoder).ok());
-      EXPECT_TRUE(model().EncodeOnDevice(**encoder, &(*pool)->Row(static_cast<int>(b))).ok());
-      ordered.push_back(batch_prompts[i]);
-    }
-    auto results =
-        DecodeGreedyBatch(model(), vocabulary(), ordered, options, **pool, nullptr, timings);
-    EXPECT_TRUE(results.ok()) << results.status();
-    return results.ok() ? *results : std::vector<GreedyResult>{};
+    return DecodeBatched(**pool, windows, batch_prompts, order, options, timings);
   };
   // The full length, then a limit that stops most rows before <|endoftext|> at different steps
   // (the prompts' lengths differ).

@@ -277,6 +277,28 @@ absl::StatusOr<std::vector<std::vector<float>>> SpeechWindows() {
   return windows;
 }
 
+// Prompts without timestamps: text only, and after earlier text.
+std::pair<std::vector<int>, std::vector<int>> TextPrompts(const Vocabulary& vocabulary) {
+  std::vector<int> text_only = vocabulary.SotSequence();
+  text_only.push_back(vocabulary.special().no_timestamps);
+  std::vector<int> earlier = {vocabulary.special().sot_prev};
+  for (int t : vocabulary.tokenizer().Encode(" And so my fellow Americans, the printing press."))
+    earlier.push_back(t);
+  earlier.insert(earlier.end(), text_only.begin(), text_only.end());
+  return {text_only, earlier};
+}
+
+// Encodes windows[b % windows.size()] into slot b of `pool`, for b in [0, rows).
+absl::Status EncodeRows(const WhisperModel& model, const std::vector<std::vector<float>>& windows,
+                        int rows, DecoderStatePool& pool) {
+  ASSIGN_OR_RETURN(auto encoder, model.NewEncoderBuffers(1));
+  for (int b = 0; b < rows; ++b) {
+    RETURN_IF_ERROR(model.WriteMel(windows[static_cast<size_t>(b) % windows.size()], 0, *encoder));
+    RETURN_IF_ERROR(model.RunEncoder(*encoder, &pool.Row(b)));
+  }
+  return absl::OkStatus();
+}
+
 // The real tiny.en on real speech: DecodeGreedyBatch (the scheduler's path) with graphs and
 // eager, token for token and log-probability for log-probability.
 TEST_P(WhisperGraphTest, RealModelBatchDecodeEqualsEager) {
@@ -336,25 +358,12 @@ TEST_P(WhisperGraphTest, RealModelPipelinedStepsEqualOneStepAtATime) {
   ASSERT_TRUE(transcriber.ok()) << transcriber.status();
   const WhisperModel& model = (*transcriber)->model();
   const Vocabulary& vocabulary = (*transcriber)->vocabulary();
-  const SpecialTokens& s = vocabulary.special();
-  std::vector<int> text_only = vocabulary.SotSequence();
-  text_only.push_back(s.no_timestamps);
-  std::vector<int> earlier = {s.sot_prev};
-  for (int t : vocabulary.tokenizer().Encode(" And so my fellow Americans, the printing press."))
-    earlier.push_back(t);
-  earlier.insert(earlier.end(), text_only.begin(), text_only.end());
-  const std::vector<std::vector<int>> kinds = {text_only, earlier};
+  const auto [text_only, earlier] = TextPrompts(vocabulary);
   auto pool = DecoderStatePool::Create(model, 8);
   ASSERT_TRUE(pool.ok()) << pool.status();
-  auto encoder = model.NewEncoderBuffers(1);
-  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  ASSERT_TRUE(EncodeRows(model, windows, 6, **pool).ok());
   std::vector<std::vector<int>> prompts;
-  for (int b = 0; b < 6; ++b) {
-    ASSERT_TRUE(
-        model.WriteMel(windows[static_cast<size_t>(b) % windows.size()], 0, **encoder).ok());
-    ASSERT_TRUE(model.RunEncoder(**encoder, &(*pool)->Row(b)).ok());
-    prompts.push_back(kinds[static_cast<size_t>(b) % kinds.size()]);
-  }
+  for (int b = 0; b < 6; ++b) prompts.push_back(b % 2 == 0 ? text_only : earlier);
   GreedyOptions one_step;
   one_step.reduce_on_device = GraphUse::kAlways;
   one_step.pipeline = GraphUse::kNever;
@@ -399,29 +408,17 @@ TEST_P(WhisperGraphTest, RealModelDeviceChoiceAndBatchedPrefillMatchHostPath) {
   ASSERT_TRUE(transcriber.ok()) << transcriber.status();
   const WhisperModel& model = (*transcriber)->model();
   const Vocabulary& vocabulary = (*transcriber)->vocabulary();
-  const SpecialTokens& s = vocabulary.special();
   // Prompts of different lengths: timestamps, text only, earlier text, a forced prefix.
-  std::vector<int> text_only = vocabulary.SotSequence();
-  text_only.push_back(s.no_timestamps);
-  std::vector<int> earlier = {s.sot_prev};
-  for (int t : vocabulary.tokenizer().Encode(" And so my fellow Americans, the printing press."))
-    earlier.push_back(t);
-  earlier.insert(earlier.end(), text_only.begin(), text_only.end());
+  const auto [text_only, earlier] = TextPrompts(vocabulary);
   std::vector<int> prefix = text_only;
   for (int t : vocabulary.tokenizer().Encode(" And so")) prefix.push_back(t);
   const std::vector<std::vector<int>> kinds = {vocabulary.SotSequence(), text_only, earlier,
                                                prefix};
   auto pool = DecoderStatePool::Create(model, 16);
   ASSERT_TRUE(pool.ok()) << pool.status();
-  auto encoder = model.NewEncoderBuffers(1);
-  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  ASSERT_TRUE(EncodeRows(model, windows, 12, **pool).ok());
   std::vector<std::vector<int>> prompts;
-  for (int b = 0; b < 12; ++b) {
-    ASSERT_TRUE(
-        model.WriteMel(windows[static_cast<size_t>(b) % windows.size()], 0, **encoder).ok());
-    ASSERT_TRUE(model.RunEncoder(**encoder, &(*pool)->Row(b)).ok());
-    prompts.push_back(kinds[static_cast<size_t>(b) % kinds.size()]);
-  }
+  for (int b = 0; b < 12; ++b) prompts.push_back(kinds[static_cast<size_t>(b) % kinds.size()]);
   GreedyOptions host;
   host.batch_prefill = GraphUse::kNever;
   host.reduce_on_device = GraphUse::kNever;
