@@ -424,7 +424,8 @@ class PipelinedSteps {
     while (!flight_.empty()) {
       if (flight_.size() == 1) RETURN_IF_ERROR(Launch(/*ahead=*/true).status());
       RETURN_IF_ERROR(Consume());
-      // Nothing went ahead (a row's input was not on the device): one step from the host's.
+      // Nothing went ahead (every row left was at its last step, or a row's input was not on
+      // the device): one step from the host's.
       if (flight_.empty()) RETURN_IF_ERROR(Launch(/*ahead=*/false).status());
     }
     return absl::OkStatus();
