@@ -17,12 +17,17 @@
 // times each on the bucket's state, each waited for: the replay alone (RunDecodeStep), with the
 // inputs uploaded first (DecodeStepAsync), and with the device's choice downloaded after it;
 // and the pipelined step's parts back to back (bursts of 100 steps, one wait): the replay,
-// with ArgmaxLogSumExp, with FeedChoices, with CopyToHostAsync.
+// with ArgmaxLogSumExp, with FeedChoices, with CopyToHostAsync; then the step with the choice
+// as the loop runs it (WhisperModel::RunDecodeStepAndChoose, in the step's own launches where
+// the prepared step chooses) with CopyToHostAsync (its positions advance from 8 over a burst,
+// where the parts before hold them at 8).
 //
 // Usage: greedy_step_bench --tokenizer PATH/tokenizer.json [--rows 1,2,4,8] [--reps 9]
 //                          [--pipeline never|auto|always] [--argmax-blocks 8|16|0]
-//                          [--out results.tsv]
+//                          [--step-choice 0|1] [--out results.tsv]
 // --argmax-blocks: CudaBackendOptions::argmax_cluster_blocks (0: one block a row).
+// --step-choice: WhisperModelOptions::step_choice (1: kAlways, the choice in the prepared step's
+// launches where it offers that; 0: kNever, the default, the choice's ops after the step).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -77,14 +82,16 @@ std::vector<int> ParseList(const char* text) {
 
 struct Result {
   int rows = 0, steps = 0, device_steps = 0, pipelined_steps = 0, unread_steps = 0;
+  bool choice_in_step = false;  // WhisperModel::ChoosesInStep on the bucket's state
   Spread loop_us, step_us, sample_us;
   // The loop's step taken apart on the bucket's state: the replay alone; with the step's inputs
   // uploaded first (WhisperModel::DecodeStepAsync); and with the device's choice after it as the
   // loop makes it (mask indices up, ArgmaxLogSumExp, five floats a row down). Each waited for.
   Spread replay_us, inputs_us, choice_us;
   // Back to back, µs a step: the replay; with ArgmaxLogSumExp; with FeedChoices; with the
-  // choices' download (CopyToHostAsync): the pipelined loop's step on the GPU.
-  Spread burst_us[4];
+  // choices' download (CopyToHostAsync): the pipelined loop's step on the GPU, made of ops;
+  // then RunDecodeStepAndChoose with the download, as the loop runs it.
+  Spread burst_us[5];
 };
 
 absl::StatusOr<Result> Measure(const whisper::Transcriber& transcriber,
@@ -132,18 +139,23 @@ absl::StatusOr<Result> Measure(const whisper::Transcriber& transcriber,
 
   whisper::DecoderState& state = pool.ForRows(rows);
   const int batch = state.batch_size();
+  result.choice_in_step = model.ChoosesInStep(state);
   Backend& backend = model.backend();
   const std::vector<int32_t> bits = whisper::LogitRules(vocabulary, options).FixedMaskBits();
   const int64_t words = static_cast<int64_t>(bits.size()) / whisper::LogitRules::kNumFixedMasks;
   ASSIGN_OR_RETURN(const Tensor masks,
                    backend.Allocate({whisper::LogitRules::kNumFixedMasks, words}, DType::kI32));
   RETURN_IF_ERROR(backend.CopyFromHost(bits.data(), bits.size() * 4, masks));
-  ASSIGN_OR_RETURN(const Tensor index, backend.Allocate({rows}, DType::kI32));
-  ASSIGN_OR_RETURN(const Tensor chosen, backend.Allocate({rows, 5}, DType::kF32));
+  // Over the bucket (RunDecodeStepAndChoose's shapes); the ops take rows [0, rows).
+  ASSIGN_OR_RETURN(const Tensor bucket_index, backend.Allocate({batch}, DType::kI32));
+  ASSIGN_OR_RETURN(const Tensor bucket_chosen, backend.Allocate({batch, 5}, DType::kF32));
+  ASSIGN_OR_RETURN(const Tensor index, bucket_index.Slice(0, rows));
+  ASSIGN_OR_RETURN(const Tensor chosen, bucket_chosen.Slice(0, rows));
   ASSIGN_OR_RETURN(const Tensor logits, state.step_logits().Slice(0, rows));
   const std::vector<int32_t> tokens(static_cast<size_t>(batch), special.eot);
   const std::vector<int32_t> positions(static_cast<size_t>(batch), 8);
-  const std::vector<int32_t> mask_index(static_cast<size_t>(rows), whisper::LogitRules::kText);
+  std::vector<int32_t> mask_index(static_cast<size_t>(batch), -1);
+  std::fill(mask_index.begin(), mask_index.begin() + rows, whisper::LogitRules::kText);
   std::vector<float> host_chosen(static_cast<size_t>(rows) * 5);
   std::vector<double> replays, inputs, choices;
   for (int i = 0; i < reps * 50; ++i) {
@@ -157,7 +169,7 @@ absl::StatusOr<Result> Measure(const whisper::Transcriber& transcriber,
     inputs.push_back(MicrosSince(start));
     start = Clock::now();
     RETURN_IF_ERROR(model.DecodeStepAsync(tokens, positions, state));
-    RETURN_IF_ERROR(backend.CopyFromHost(mask_index.data(), mask_index.size() * 4, index));
+    RETURN_IF_ERROR(backend.CopyFromHost(mask_index.data(), mask_index.size() * 4, bucket_index));
     RETURN_IF_ERROR(backend.ArgmaxLogSumExp(logits, masks, index, chosen));
     RETURN_IF_ERROR(backend.CopyToHost(chosen, host_chosen.data(), chosen.size_bytes()));
     choices.push_back(MicrosSince(start));
@@ -174,13 +186,18 @@ absl::StatusOr<Result> Measure(const whisper::Transcriber& transcriber,
   ASSIGN_OR_RETURN(const Tensor step_positions, state.positions().Slice(0, rows));
   ASSIGN_OR_RETURN(const Tensor step_lengths, state.lengths().Slice(0, rows));
   RETURN_IF_ERROR(model.DecodeStepAsync(tokens, positions, state));
-  RETURN_IF_ERROR(backend.CopyFromHost(mask_index.data(), mask_index.size() * 4, index));
-  for (int parts = 0; parts < 4; ++parts) {
+  RETURN_IF_ERROR(backend.CopyFromHost(mask_index.data(), mask_index.size() * 4, bucket_index));
+  for (int parts = 0; parts < 5; ++parts) {
     std::vector<double> per_step;
     for (int r = 0; r < reps + 1; ++r) {
       RETURN_IF_ERROR(backend.Synchronize());
       const Clock::time_point start = Clock::now();
-      for (int i = 0; i < kBurst; ++i) {
+      if (parts == 4) RETURN_IF_ERROR(model.DecodeStepAsync(tokens, positions, state));
+      for (int i = 0; i < kBurst && parts == 4; ++i) {
+        RETURN_IF_ERROR(model.RunDecodeStepAndChoose(state, {masks, bucket_index, bucket_chosen}));
+        RETURN_IF_ERROR(backend.CopyToHostAsync(chosen, host).status());
+      }
+      for (int i = 0; i < kBurst && parts < 4; ++i) {
         RETURN_IF_ERROR(model.RunDecodeStep(state));
         if (parts >= 1) RETURN_IF_ERROR(backend.ArgmaxLogSumExp(logits, masks, index, chosen));
         if (parts >= 2) {
@@ -203,6 +220,7 @@ int Run(int argc, char** argv) {
   int reps = 9;
   GraphUse pipeline = GraphUse::kAuto;
   int argmax_blocks = CudaBackendOptions{}.argmax_cluster_blocks;
+  bool step_choice = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
@@ -223,12 +241,14 @@ int Run(int argc, char** argv) {
       }
     } else if (arg == "--argmax-blocks" && has_value) {
       argmax_blocks = std::atoi(argv[++i]);
+    } else if (arg == "--step-choice" && has_value) {
+      step_choice = std::atoi(argv[++i]) != 0;
     } else if (arg == "--out" && has_value) {
       out = argv[++i];
     } else {
       std::cerr << "usage: greedy_step_bench --tokenizer PATH/tokenizer.json [--rows 1,2,4,8] "
                    "[--reps 9] [--pipeline never|auto|always] [--argmax-blocks 8] "
-                   "[--out results.tsv]\n";
+                   "[--step-choice 0|1] [--out results.tsv]\n";
       return 2;
     }
   }
@@ -255,7 +275,8 @@ int Run(int argc, char** argv) {
     std::cerr << "greedy_step_bench: " << backend.status() << "\n";
     return 1;
   }
-  auto transcriber = whisper::Transcriber::Load(dir, **backend);
+  auto transcriber = whisper::Transcriber::Load(
+      dir, **backend, {.step_choice = step_choice ? GraphUse::kAlways : GraphUse::kNever});
   if (!transcriber.ok()) {
     std::cerr << "greedy_step_bench: " << transcriber.status() << "\n";
     return 1;
@@ -280,11 +301,11 @@ int Run(int argc, char** argv) {
   }
   std::cout << absl::StrFormat(
       "# greedy_step_bench: DecodeGreedyBatch on %s, tiny.en shapes, random weights, fused "
-      "step up to %d rows, pipeline %s, argmax clusters of %d; %d calls a row count (median "
-      "[min-max], us per token step)\n",
+      "step up to %d rows, pipeline %s, argmax clusters of %d, choice in the step %s; %d calls a "
+      "row count (median [min-max], us per token step)\n",
       (*backend)->name(), model.fused_step_max_batch(),
       pipeline == GraphUse::kNever ? "never" : (pipeline == GraphUse::kAuto ? "auto" : "always"),
-      argmax_blocks, reps);
+      argmax_blocks, step_choice ? "where it can" : "off", reps);
   std::cout << absl::StrFormat("%-5s %6s %8s %24s %24s %22s | %22s %22s %22s\n", "rows", "steps",
                                "device", "loop (wall / steps)", "step (up, run, down)",
                                "sample (host rules)", "replay + sync", "inputs up + replay",
@@ -315,10 +336,13 @@ int Run(int argc, char** argv) {
   }
   std::cout << "# back to back (" << reps
             << " bursts of 100 steps, us a step): the replay, + ArgmaxLogSumExp, + FeedChoices, "
-               "+ CopyToHostAsync\n";
+               "+ CopyToHostAsync | the step with its choice (RunDecodeStepAndChoose) + "
+               "CopyToHostAsync, choice in the step\n";
   for (const Result& r : results) {
-    std::cout << absl::StrFormat("%-5d %10.1f %10.1f %10.1f %10.1f\n", r.rows, r.burst_us[0].median,
-                                 r.burst_us[1].median, r.burst_us[2].median, r.burst_us[3].median);
+    std::cout << absl::StrFormat("%-5d %10.1f %10.1f %10.1f %10.1f | %10.1f %s\n", r.rows,
+                                 r.burst_us[0].median, r.burst_us[1].median, r.burst_us[2].median,
+                                 r.burst_us[3].median, r.burst_us[4].median,
+                                 r.choice_in_step ? "yes" : "no");
   }
   if (!out.empty()) std::ofstream(out) << tsv;
   return 0;

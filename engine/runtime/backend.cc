@@ -120,6 +120,12 @@ absl::StatusOr<std::unique_ptr<Graph>> Backend::EndCapture() {
       absl::StrCat("backend '", std::string(name()), "' cannot capture graphs"));
 }
 
+bool PreparedDecoderStep::ChoosesInStep(const DecoderStepIo&) const { return false; }
+
+absl::Status PreparedDecoderStep::RunAndChoose(const DecoderStepIo&, const DecoderStepChoice&) {
+  return absl::UnimplementedError("this decoder step does not make the greedy choice itself");
+}
+
 absl::StatusOr<std::unique_ptr<PreparedDecoderStep>> Backend::PrepareDecoderStep(
     const DecoderStepWeights&) {
   return NotImplemented(name(), "PrepareDecoderStep");

@@ -179,6 +179,16 @@ absl::Status CheckDecoderStepIo(const DecoderStepDims& dims, int max_batch,
 // Checks that `weights` has the shapes its dims say (and f32 biases, gains and position table).
 absl::Status CheckDecoderStepWeights(const DecoderStepWeights& weights);
 
+// The greedy choice made with a decoder step (PreparedDecoderStep::RunAndChoose): what
+// Backend::ArgmaxLogSumExp(logits, masks, mask_index, out) and then Backend::FeedChoices(out,
+// mask_index, max_position, tokens, positions, lengths) do with the step's own logits and inputs.
+struct DecoderStepChoice {
+  Tensor masks;       // i32 [M, ceil(V / 32)]
+  Tensor mask_index;  // i32 [B]: row b's mask, or −1 to leave it out
+  Tensor out;         // f32 [B, 5]
+  int32_t max_position = 0;
+};
+
 // A decoder step prepared by Backend::PrepareDecoderStep: the weights are the backend's own
 // (references or converted copies, e.g. Q/K/V fused into one matrix), so that a step is one
 // call. Equal to the composition of this header's ops above up to rounding (a backend may sum in
@@ -195,6 +205,14 @@ class PreparedDecoderStep {
   // Index values (tokens, positions, lengths) are checked as Embed, WriteRows and Attention
   // check them.
   virtual absl::Status Run(const DecoderStepIo& io) = 0;
+  // Whether RunAndChoose takes `io` (its rows and element types) on this device. Default: false.
+  virtual bool ChoosesInStep(const DecoderStepIo& io) const;
+  // Run(io), then `choice` (DecoderStepChoice) made in the step's own launches, so that a greedy
+  // loop's step is one replay with no kernels of its own. The same logits, tokens and maxima as
+  // those two ops; the sum s within a relative 1e-5 of ArgmaxLogSumExp's (a backend may sum in
+  // f32 per slice of columns, merged in f64). Checks as those ops; capturable. Default (and
+  // where !ChoosesInStep(io)): Unimplemented.
+  virtual absl::Status RunAndChoose(const DecoderStepIo& io, const DecoderStepChoice& choice);
 };
 
 class Backend {

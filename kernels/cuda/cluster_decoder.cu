@@ -46,6 +46,7 @@ namespace waav::cuda {
 #if defined(WAAV_HIP)
 
 bool ClusterDecoderAvailable(const PersistentDecoderParams&) { return false; }
+bool ClusterDecoderChooses(const PersistentDecoderParams&, int) { return false; }
 cudaError_t LaunchClusterDecoder(const LaunchContext&, const PersistentDecoderParams&) {
   return cudaErrorNotSupported;
 }
@@ -57,8 +58,13 @@ using namespace cluster_detail;     // NOLINT(google-build-using-namespace): its
 
 namespace {
 
-// Suppression words of a logits block's columns kept in shared memory (up to 2016 columns).
-constexpr int kLogitsBitWords = 64;
+// Suppression words of a logits block's columns kept in shared memory per row: 32 (992 columns or
+// more) up to 4 rows, 16 (480 columns or more: a Whisper vocabulary over 109 blocks or more) at
+// 8, so that the kernel's static shared memory stays within kLogitsStaticBytes.
+template <int MaxB>
+__host__ __device__ constexpr int LogitsBitWords() {
+  return MaxB <= 4 ? 32 : 16;
+}
 // Registers passes of logits columns loaded before the wait (more with fewer rows).
 template <int MaxB>
 __host__ __device__ constexpr int LogitsRegPasses() {
@@ -503,7 +509,7 @@ constexpr int kLogitsWideFragmentBytes = (kD / 16) * kWarp * 8;
 // other warps (no barrier after).
 __device__ void LogitsMma(const PersistentDecoderParams& p, const float* xs, const __half* wstage,
                           uint4* fragments, int c0, int staged_end, bool reduce, Best& best,
-                          const uint32_t* bits, int bits_word0) {
+                          const uint32_t* bits, int bits_word0, int bits_row_words) {
   constexpr int kSteps = kD / 16;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int quad_row = lane / 4, quad_col = lane % 4;
@@ -541,7 +547,7 @@ __device__ void LogitsMma(const PersistentDecoderParams& p, const float* xs, con
       const float v = acc[0][i] + acc[0][2 + i] + acc[1][i] + acc[1][2 + i];
       if (col >= staged_end || quad_row >= p.batch) continue;
       if (reduce) {
-        TakeLogit(p, p.batch, quad_row, col, v, best, bits, bits_word0);
+        TakeLogit(p, p.batch, quad_row, col, v, best, bits, bits_word0, bits_row_words);
       } else if (p.logits != nullptr) {
         p.logits[static_cast<size_t>(quad_row) * p.vocab + col] = v;
       }
@@ -657,7 +663,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   __half* wstage = reinterpret_cast<__half*>(xs + MaxB * kD);  // [staged][384]
   __shared__ Best warp_best[kWarps][MaxB];
   __shared__ bool last_block;
-  __shared__ uint32_t suppress_words[kLogitsBitWords];  // of this block's columns
+  // The suppression words of this block's columns: p.suppress_bits' (row 0's, for every row) or
+  // each row's greedy-choice mask (p.choice_masks).
+  constexpr int kBitWords = LogitsBitWords<MaxB>();
+  __shared__ uint32_t suppress_words[MaxB][kBitWords];
   constexpr int kPasses = LogitsRegPasses<MaxB>();
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int group = lane / G::kLanes, sub = lane % G::kLanes;
@@ -680,17 +689,16 @@ __global__ void __launch_bounds__(kThreads, 1)
                           staged_end + (i * kWarps + warp) * G::kCols + group, regs[i], stream);
   }
   const NormRegs norm = LoadNorm<MaxB>(p.final_g, p.final_b);
-  // The suppression bits of the block's columns into shared memory (read once per column).
+  // The suppression bits of the block's columns into shared memory (read once per column). The
+  // greedy choice's per-row masks always fit (the launcher checks per_block).
   const int word0 = c0 >> 5;
+  const bool choice = p.choice_out != nullptr;
   const bool local_bits =
-      p.suppress_bits != nullptr && c1 > c0 && ((c1 - 1) >> 5) - word0 < kLogitsBitWords;
-  if (local_bits) {
-    for (int i = word0 + threadIdx.x; i <= (c1 - 1) >> 5; i += kThreads) {
-      suppress_words[i - word0] = p.suppress_bits[i];
-    }
-  }
-  const uint32_t* bits = local_bits ? suppress_words : nullptr;
+      choice || (p.suppress_bits != nullptr && c1 > c0 && ((c1 - 1) >> 5) - word0 < kBitWords);
+  if (local_bits) LoadSuppressWords<MaxB, kBitWords>(p, c0, c1, suppress_words);
+  const uint32_t* bits = local_bits ? &suppress_words[0][0] : nullptr;
   const int bits_word0 = local_bits ? word0 : 0;
+  const int bits_row_words = choice ? kBitWords : 0;
   WaitForPreviousKernel();  // the layers' output
   if (stamps != nullptr) stamps[kStampLogitsWaited] = GlobalNs();
   Rows rows{};
@@ -702,10 +710,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Without the greedy outputs (the engine reads the logits and chooses itself) only the
   // logits are written: no running max / Σexp and no reduction across blocks.
   const bool reduce =
-      p.best_token != nullptr || p.best_logprob != nullptr || p.logsumexp != nullptr;
+      choice || p.best_token != nullptr || p.best_logprob != nullptr || p.logsumexp != nullptr;
   auto epi = [&](int r, int col, float v) {
     if (reduce) {
-      TakeLogit(p, p.batch, r, col, v, best, bits, bits_word0);
+      TakeLogit(p, p.batch, r, col, v, best, bits, bits_word0, bits_row_words);
     } else if (r < p.batch && p.logits != nullptr) {
       p.logits[static_cast<size_t>(r) * p.vocab + col] = v;
     }
@@ -727,7 +735,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (p.logits_mma && !wide) {
     auto* fragments = reinterpret_cast<uint4*>(wstage + static_cast<size_t>(staged) * kD);
     Best mma_best{-INFINITY, 0.0f, INT_MAX};
-    LogitsMma(p, xs, wstage, fragments, c0, staged_end, reduce, mma_best, bits, bits_word0);
+    LogitsMma(p, xs, wstage, fragments, c0, staged_end, reduce, mma_best, bits, bits_word0,
+              bits_row_words);
     if (reduce) {  // row r's partial into lane r's (FinishLogits' layout)
       mma_best = Merge(mma_best, ShuffleXor(mma_best, 1));
       mma_best = Merge(mma_best, ShuffleXor(mma_best, 2));
@@ -797,18 +806,35 @@ int OptInSharedBytes() {
   return bytes;
 }
 
+// The logits launch's grid: the multiprocessors the layers leave idle when that is at least three
+// quarters of them (they start early and load their weights meanwhile), else one block per
+// multiprocessor (the shares of a smaller grid would not fit in shared memory and registers).
+int LogitsGrid(int sm_count, int batch) {
+  const int idle = sm_count - batch * kC;
+  return 4 * idle >= 3 * sm_count ? idle : sm_count;
+}
+
+// Whether a logits block's columns fit its per-row suppression words (wherever they start).
+bool LogitsBitsFit(int vocab, int grid, int batch) {
+  const int per_block = (vocab + grid - 1) / grid;
+  const int words = batch <= 4 ? LogitsBitWords<4>() : LogitsBitWords<8>();
+  return (per_block + 31) / 32 + 1 <= words;
+}
+
 // Static shared memory the logits kernel declares (warp_best, last_block, the suppression
 // words), rounded up.
 constexpr int kLogitsStaticBytes = 2304;
+static_assert(sizeof(persistent_detail::Best) * kWarps * 8 + 4 * 8 * LogitsBitWords<8>() + 16 <=
+                  kLogitsStaticBytes,
+              "the logits kernel's static shared memory");
 
 template <int MaxB>
 cudaError_t LaunchLogits(const LaunchContext& ctx, const PersistentDecoderParams& p, float* x_final,
                          float* stats, int optin) {
-  // Blocks on the multiprocessors the layers leave idle when that is at least three quarters of
-  // them (they start early and load their weights meanwhile), else one per multiprocessor (the
-  // shares of a smaller grid would not fit in shared memory and registers).
-  const int idle = ctx.sm_count - p.batch * kC;
-  const int grid = 4 * idle >= 3 * ctx.sm_count ? idle : ctx.sm_count;
+  const int grid = LogitsGrid(ctx.sm_count, p.batch);
+  if (p.choice_out != nullptr && !LogitsBitsFit(p.vocab, grid, p.batch)) {
+    return cudaErrorNotSupported;
+  }
   const int per_block = (p.vocab + grid - 1) / grid;
   const size_t xs_bytes = sizeof(float) * MaxB * kD;
   const int fragment_bytes = !p.logits_mma       ? 0
@@ -827,7 +853,7 @@ cudaError_t LaunchLogits(const LaunchContext& ctx, const PersistentDecoderParams
   // Paced loads only where the blocks run beside the layers: on a full grid they start when the
   // layers end, and a delay would only add to the step.
   PersistentDecoderParams params = p;
-  if (grid != idle) params.logits_pace_ns = 0;
+  if (grid == ctx.sm_count) params.logits_pace_ns = 0;
   return Launch(early, kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads), smem, params,
                 x_final, stats, per_block, staged);
 }
@@ -924,6 +950,11 @@ bool ClusterDecoderAvailable(const PersistentDecoderParams& p) {
     cached_device.store(device);
   }
   return cached_clusters.load() >= 1;
+}
+
+bool ClusterDecoderChooses(const PersistentDecoderParams& p, int sm_count) {
+  return ClusterDecoderAvailable(p) &&
+         LogitsBitsFit(p.vocab, LogitsGrid(sm_count, p.batch), p.batch);
 }
 
 cudaError_t LaunchClusterDecoder(const LaunchContext& ctx, const PersistentDecoderParams& p) {

@@ -14,7 +14,9 @@
 //    tensor-core cross-attention; cluster_cross_stage.cuh).
 //  * Logits: the final LayerNorm and the tied-embedding GEMV over every multiprocessor, with
 //    argmax (suppression), log-sum-exp and the optional raw logits as in the persistent step
-//    (the reduction only when one of its outputs is asked for).
+//    (the reduction only when one of its outputs is asked for), or the greedy choice with a
+//    mask per row and its feed into the next step's inputs (p.choice_out: ArgmaxLogSumExp and
+//    FeedChoices without their launches).
 //    It is launched with programmatic dependent launch: its blocks start on the
 //    multiprocessors the layers leave idle and copy their share of the 40 MB embedding into
 //    shared memory and registers before they wait for the layers' output, with an L2
@@ -38,6 +40,11 @@ inline constexpr int kClusterDecoderBlocks = 16;
 // share of them fits in shared memory, and a cluster of kClusterDecoderBlocks blocks can be
 // resident. Host function (queries the device once per shape).
 bool ClusterDecoderAvailable(const PersistentDecoderParams& p);
+
+// Whether the cluster step also makes the greedy choice in its logits launch for p's shapes on a
+// device of `sm_count` multiprocessors (p.choice_out; every logits block's columns must fit its
+// per-row copy of the masks).
+bool ClusterDecoderChooses(const PersistentDecoderParams& p, int sm_count);
 
 // One decoder step as the two launches above on ctx.stream (capturable). Reports and outputs as
 // LaunchPersistentDecoder. cudaErrorNotSupported when !ClusterDecoderAvailable(p).

@@ -153,6 +153,18 @@ __device__ __forceinline__ void ReportDeviceError(unsigned long long* word, Devi
   __threadfence_system();
 }
 
+// out[0..5) of a greedy choice from its maximum, token and sum (Backend::ArgmaxLogSumExp's
+// layout; ArgmaxLogSumExp's kernels and the cluster decoder step's logits launch).
+__device__ __forceinline__ void WriteChoice(float* o, float best, int best_id, double total) {
+  o[0] = best == -INFINITY ? 0.0f : static_cast<float>(best_id);
+  o[1] = best;
+  // SplitF64 (backend.h): three floats whose double sum is `total` exactly.
+  o[2] = __double2float_rn(total);
+  const double rest = total - static_cast<double>(o[2]);
+  o[3] = __double2float_rn(rest);
+  o[4] = __double2float_rn(rest - static_cast<double>(o[3]));
+}
+
 }  // namespace waav::cuda
 
 namespace waav::cuda {

@@ -426,6 +426,7 @@ cudaError_t LaunchPersistentDecoder(const LaunchContext& ctx, const PersistentDe
   if (p.cluster && ClusterDecoderAvailable(p)) {
     return LaunchClusterDecoder(ctx, p);
   }
+  if (p.choice_out != nullptr) return cudaErrorNotSupported;  // the cluster step's only
   if (p.batch == 1) return LaunchForBatch<1>(ctx, p);
   if (p.batch == 2) return LaunchForBatch<2>(ctx, p);
   if (p.batch <= 4) return LaunchForBatch<4>(ctx, p);

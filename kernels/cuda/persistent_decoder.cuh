@@ -91,6 +91,22 @@ struct PersistentDecoderParams {
   float* best_logprob = nullptr;  // f32 [B]: its log-softmax value
   float* logsumexp = nullptr;     // f32 [B]: log Σ exp(logits) over the tokens not suppressed
   const uint32_t* suppress_bits = nullptr;  // bit t set: token t suppressed; null: none
+  // The greedy choice as Backend::ArgmaxLogSumExp makes it, then Backend::FeedChoices, in the
+  // logits launch (the cluster step only; with choice_out, suppress_bits and the outputs above
+  // are not used): choice_masks [choice_num_masks, choice_mask_words] (bit set: token disabled),
+  // choice_mask_index i32 [B] (the row's mask, -1: row left out), choice_out f32 [B, 5]; then,
+  // with feed_tokens, each chosen row's token into feed_tokens[b], feed_positions[b] =
+  // min(feed_positions[b] + 1, feed_max_position), feed_lengths[b] = that + 1 (the step's own
+  // inputs: written once the layers' launch, which read them, has ended).
+  const uint32_t* choice_masks = nullptr;
+  int choice_mask_words = 0;
+  int choice_num_masks = 0;
+  const int32_t* choice_mask_index = nullptr;
+  float* choice_out = nullptr;
+  int32_t* feed_tokens = nullptr;
+  int32_t* feed_positions = nullptr;
+  int32_t* feed_lengths = nullptr;
+  int feed_max_position = 0;
   // Tuning (kept as knobs so that the benchmark can measure each).
   // Attention by block chunks (default): each block takes a (row, head, key range) chunk, its K/V
   // tile copied into shared memory (cp.async) before the barrier that starts the phase, and

@@ -324,15 +324,17 @@ __device__ __forceinline__ Best ShuffleXor(const Best& b, int mask) {
 
 // Lane epilogue of the logits GEMV: column `col` of row `r` is `v`. Writes the raw logit when
 // asked and folds it into the lane's running max / argmax / Σexp unless suppressed or NaN. The
-// suppression bits are p.suppress_bits, or `bits` (a copy of words word0 .. in shared memory).
+// suppression bits are p.suppress_bits, or `bits` (a copy of words word0 .. in shared memory,
+// row r's at bits + r · bits_row_words: 0 when every row has the same).
 __device__ __forceinline__ void TakeLogit(const PersistentDecoderParams& p, int batch, int r,
                                           int col, float v, Best& best,
-                                          const uint32_t* bits = nullptr, int word0 = 0) {
+                                          const uint32_t* bits = nullptr, int word0 = 0,
+                                          int bits_row_words = 0) {
   if (r >= batch) return;
   if (p.logits != nullptr) p.logits[static_cast<size_t>(r) * p.vocab + col] = v;
-  const uint32_t* words = bits != nullptr ? bits : p.suppress_bits;
+  const uint32_t* words = bits != nullptr ? bits + r * bits_row_words : p.suppress_bits;
   if (words != nullptr && ((words[(col >> 5) - word0] >> (col & 31)) & 1u)) return;
-  if (!(v == v)) return;  // NaN
+  if (!(v > -INFINITY)) return;  // NaN, or -inf (adds nothing; the sum would become NaN)
   if (v > best.m) {
     best.s = best.s * expf(best.m - v) + 1.0f;
     best.m = v;
@@ -343,10 +345,119 @@ __device__ __forceinline__ void TakeLogit(const PersistentDecoderParams& p, int 
   }
 }
 
+// A logits block's suppression words (columns [c0, c1), at most Words words) into shared memory:
+// with p.choice_out each row's greedy-choice mask (none for a row left out or with a bad mask
+// index, which block 0 reports), else p.suppress_bits' into row 0 (TakeLogit's bits_row_words 0).
+template <int MaxB, int Words>
+__device__ void LoadSuppressWords(const PersistentDecoderParams& p, int c0, int c1,
+                                  uint32_t (&words)[MaxB][Words]) {
+  const int word0 = c0 >> 5, count = ((c1 - 1) >> 5) - word0 + 1;
+  if (p.choice_out == nullptr) {
+    for (int i = threadIdx.x; i < count; i += blockDim.x) words[0][i] = p.suppress_bits[word0 + i];
+    return;
+  }
+  for (int i = threadIdx.x; i < MaxB * count; i += blockDim.x) {
+    const int r = i / count, w = i % count;
+    const int mask = r < p.batch ? p.choice_mask_index[r] : -1;
+    const bool ok = mask >= 0 && mask < p.choice_num_masks;
+    if (blockIdx.x == 0 && w == 0 && r < p.batch && !ok && mask != -1) {
+      ReportDeviceError(p.error_word, DeviceErrorOp::kArgmaxLogSumExp, r, mask);
+    }
+    words[r][w] =
+        ok ? p.choice_masks[static_cast<size_t>(mask) * p.choice_mask_words + word0 + w] : 0u;
+  }
+}
+
+// A row's merged maximum, its token and Σexp(x − m) in f64 (the last block's merge).
+struct BestSum {
+  float m;
+  double s;
+  int index;
+};
+
+// The last block's merge of row r's per-block partials (stats, FinishLogits' layout) by one
+// warp: the maximum and its lowest token first, then each block's sum rescaled to that maximum
+// (f32 exp, f64 sum), so that there is one exp per block, not one per pairwise merge. A block's
+// partials are read once into registers (up to 8 a lane: grids of 256 blocks; more are read
+// again).
+__device__ inline BestSum MergeBlockPartials(const float* stats, int r) {
+  constexpr int kHeld = 8;
+  const int lane = static_cast<int>(threadIdx.x) % kWarp, grid = static_cast<int>(gridDim.x);
+  auto at = [&](int blk) {
+    return stats + (static_cast<size_t>(blk) * kPersistentMaxBatch + r) * 4;
+  };
+  float m = -INFINITY;
+  int index = INT_MAX;
+  auto take = [&](const float* st) {
+    const float bm = __ldcg(st);
+    const int bi = __float_as_int(__ldcg(st + 2));
+    if (bm > m || (bm == m && bi < index)) {
+      m = bm;
+      index = bi;
+    }
+    return bm;
+  };
+  float held_m[kHeld], held_s[kHeld];
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k) {
+    const int blk = lane + k * kWarp;
+    held_m[k] = blk < grid ? take(at(blk)) : -INFINITY;
+    held_s[k] = blk < grid ? __ldcg(at(blk) + 1) : 0.0f;
+  }
+  for (int blk = lane + kHeld * kWarp; blk < grid; blk += kWarp) take(at(blk));
+#pragma unroll
+  for (int o = kWarp / 2; o > 0; o /= 2) {
+    const float om = __shfl_xor_sync(kFullMask, m, o);
+    const int oi = __shfl_xor_sync(kFullMask, index, o);
+    if (om > m || (om == m && oi < index)) {
+      m = om;
+      index = oi;
+    }
+  }
+  double s = 0.0;
+  if (m != -INFINITY) {
+#pragma unroll
+    for (int k = 0; k < kHeld; ++k) {
+      if (held_m[k] != -INFINITY) {
+        s += static_cast<double>(held_s[k]) * static_cast<double>(expf(held_m[k] - m));
+      }
+    }
+    for (int blk = lane + kHeld * kWarp; blk < grid; blk += kWarp) {
+      const float bm = __ldcg(at(blk));
+      if (bm != -INFINITY) s += static_cast<double>(__ldcg(at(blk) + 1)) * expf(bm - m);
+    }
+  }
+#pragma unroll
+  for (int o = kWarp / 2; o > 0; o /= 2) s += __shfl_xor_sync(kFullMask, s, o);
+  return BestSum{m, s, index};
+}
+
+// Row r's merged result: the greedy choice (p.choice_out, Backend::ArgmaxLogSumExp's layout)
+// and its feed where asked, else the best token / log-softmax / log-sum-exp outputs.
+__device__ inline void WriteRowResult(const PersistentDecoderParams& p, int r, const BestSum& b) {
+  if (p.choice_out == nullptr) {
+    const double lse = b.m + log(b.s);
+    if (p.best_token != nullptr) p.best_token[r] = b.index == INT_MAX ? -1 : b.index;
+    if (p.best_logprob != nullptr) p.best_logprob[r] = static_cast<float>(b.m - lse);
+    if (p.logsumexp != nullptr) p.logsumexp[r] = static_cast<float>(lse);
+    return;
+  }
+  const int mask = p.choice_mask_index[r];
+  if (mask < 0 || mask >= p.choice_num_masks) return;  // left out, or reported as bad
+  const bool none = b.m == -INFINITY;                  // nothing allowed above -inf: token 0
+  WriteChoice(p.choice_out + static_cast<size_t>(r) * 5, b.m, b.index, none ? 0.0 : b.s);
+  if (p.feed_tokens == nullptr) return;
+  const int position = min(p.feed_positions[r] + 1, p.feed_max_position);
+  p.feed_tokens[r] = none ? 0 : b.index;
+  p.feed_positions[r] = position;
+  p.feed_lengths[r] = position + 1;
+}
+
 // After a block's last logits column: its lanes' partials merged per row into stats[block][row],
-// and the last block of the launch to get here merges every block's (best token, its log-softmax
-// value, log-sum-exp). Lanes r and r + 16 hold row r (two column groups per warp). Every thread
-// of every block calls it; it also resets the launch's sync words (FinishLaunch).
+// and the last block of the launch to get here merges every block's (MergeBlockPartials) and
+// writes each row's result (WriteRowResult). Lanes r and r + 16 hold row r (two column groups per
+// warp). Every thread of every block calls it; it also resets the launch's sync words
+// (FinishLaunch).
 template <int MaxB>
 __device__ void FinishLogits(const PersistentDecoderParams& p, int batch, Best best, float* stats,
                              Best (&warp_best)[kWarps][MaxB], bool* last_block) {
@@ -366,20 +477,8 @@ __device__ void FinishLogits(const PersistentDecoderParams& p, int batch, Best b
   if (!FinishLaunch(p.sync, last_block)) return;
   __threadfence();
   if (warp < batch) {
-    const int r = warp;
-    Best b{-INFINITY, 0.0f, INT_MAX};
-    for (unsigned blk = lane; blk < gridDim.x; blk += kWarp) {
-      const float* st = stats + (static_cast<size_t>(blk) * kPersistentMaxBatch + r) * 4;
-      b = Merge(b, Best{__ldcg(st), __ldcg(st + 1), __float_as_int(__ldcg(st + 2))});
-    }
-#pragma unroll
-    for (int o = kWarp / 2; o > 0; o /= 2) b = Merge(b, ShuffleXor(b, o));
-    if (lane == 0) {
-      const float lse = b.m + logf(b.s);
-      if (p.best_token != nullptr) p.best_token[r] = b.index == INT_MAX ? -1 : b.index;
-      if (p.best_logprob != nullptr) p.best_logprob[r] = b.m - lse;
-      if (p.logsumexp != nullptr) p.logsumexp[r] = lse;
-    }
+    const BestSum b = MergeBlockPartials(stats, warp);
+    if (lane == 0) WriteRowResult(p, warp, b);
   }
 }
 

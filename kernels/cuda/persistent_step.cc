@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "engine/runtime/op_checks.h"
 #include "engine/runtime/status.h"
 #include "kernels/cuda/cluster_decoder.cuh"
 #include "kernels/cuda/gpu.h"
@@ -112,6 +113,40 @@ absl::StatusOr<std::unique_ptr<PersistentDecoderStep>> PersistentDecoderStep::Cr
 
 absl::Status PersistentDecoderStep::Run(const DecoderStepIo& io) { return RunWith(io, {}); }
 
+bool PersistentDecoderStep::ChoosesInStep(const DecoderStepIo& io) const {
+  if (!io.positions.defined() || io.positions.rank() < 1 || io.cross_k.empty()) return false;
+  PersistentDecoderParams p;
+  p.batch = static_cast<int>(io.positions.dim(0));
+  p.n_layers = dims_.n_layers;
+  p.vocab = dims_.n_vocab;
+  p.text_ctx = dims_.n_positions;
+  p.audio_ctx = dims_.n_source;
+  p.cross_f16 = io.cross_k[0].dtype() == DType::kF16;
+  return tuning_.cluster && tuning_.choice_in_step && tuning_.profile_mode == 0 &&
+         ClusterDecoderChooses(p, ext_.multiprocessor_count());
+}
+
+absl::Status PersistentDecoderStep::RunAndChoose(const DecoderStepIo& io,
+                                                 const DecoderStepChoice& choice) {
+  RETURN_IF_ERROR(CheckDecoderStepIo(dims_, max_batch(), io));
+  const int64_t batch = io.positions.dim(0);
+  ASSIGN_OR_RETURN(const Tensor logits, io.logits.Slice(0, batch));
+  RETURN_IF_ERROR(checks::ValidateArgmaxLogSumExp(backend_.device(), logits, choice.masks,
+                                                  choice.mask_index, choice.out)
+                      .status());
+  RETURN_IF_ERROR(checks::ValidateFeedChoices(backend_.device(), choice.out, choice.mask_index,
+                                              choice.max_position, io.tokens, io.positions,
+                                              io.lengths)
+                      .status());
+  if (!ChoosesInStep(io)) {
+    return absl::UnimplementedError(absl::StrCat(
+        "persistent decoder step: no greedy choice in the step for ", batch, " rows here"));
+  }
+  Extras extras;
+  extras.choice = choice;
+  return RunWith(io, extras);
+}
+
 absl::StatusOr<std::vector<int64_t>> PersistentDecoderStep::ReadTimeline() {
   const int64_t floats = 2 * kClusterTimelineStamps;
   ASSIGN_OR_RETURN(const Tensor tail,
@@ -219,6 +254,20 @@ absl::Status PersistentDecoderStep::RunWith(const DecoderStepIo& io, const Extra
   if (extras.suppress_bits.defined()) {
     p.suppress_bits = extras.suppress_bits.data_as<uint32_t>();
   }
+  const DecoderStepChoice& choice = extras.choice;
+  if (choice.out.defined()) {
+    for (const Tensor* t : {&choice.masks, &choice.mask_index, &choice.out}) keep.push_back(*t);
+    p.choice_masks = choice.masks.data_as<uint32_t>();
+    p.choice_mask_words = static_cast<int>(choice.masks.dim(1));
+    p.choice_num_masks = static_cast<int>(choice.masks.dim(0));
+    p.choice_mask_index = choice.mask_index.data_as<int32_t>();
+    p.choice_out = choice.out.data_as<float>();
+    p.feed_tokens = io.tokens.data_as<int32_t>();
+    p.feed_positions = io.positions.data_as<int32_t>();
+    p.feed_lengths = io.lengths.data_as<int32_t>();
+    p.feed_max_position = choice.max_position;
+    p.logits = io.logits.data_as<float>();
+  }
   const PersistentStepTuning& t = tuning_;
   p.cross_split_keys = t.cross_split_keys;
   p.self_split_keys = t.self_split_keys;
@@ -257,6 +306,7 @@ absl::Status PersistentDecoderStep::RunWith(const DecoderStepIo& io, const Extra
        p.best_token != nullptr,
        p.best_logprob != nullptr,
        p.logsumexp != nullptr,
+       p.choice_out != nullptr,
        p.profile_mode,
        p.block_attention,
        p.prefetch_kv_tiles,

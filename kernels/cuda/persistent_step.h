@@ -25,6 +25,9 @@ struct PersistentStepTuning {
   // The cluster step (kernels/cuda/cluster_decoder.cuh) where the device and the cross K/V's
   // element type (f16) allow it; the cooperative kernel with the knobs below otherwise.
   bool cluster = true;
+  // RunAndChoose offered (ChoosesInStep) where the cluster step runs: the greedy choice and its
+  // feed in the step's logits launch (used where WhisperModelOptions::step_choice asks).
+  bool choice_in_step = true;
   // The cluster step's L2 eviction hints (persistent_decoder.cuh, kL2Hints*; 0: none). Default:
   // the logits' embedding loads evict-first (kL2HintsStreamLogits).
   int l2_hints = 1;
@@ -117,6 +120,9 @@ class PersistentDecoderStep final : public PreparedDecoderStep {
   const DecoderStepDims& dims() const override { return dims_; }
   int max_batch() const override;
   absl::Status Run(const DecoderStepIo& io) override;
+  // The cluster step makes the choice in its logits launch (ClusterDecoderChooses).
+  bool ChoosesInStep(const DecoderStepIo& io) const override;
+  absl::Status RunAndChoose(const DecoderStepIo& io, const DecoderStepChoice& choice) override;
 
   // Optional outputs of the kernel's on-device greedy choice (each null/undefined: not written).
   struct Extras {
@@ -125,6 +131,8 @@ class PersistentDecoderStep final : public PreparedDecoderStep {
     Tensor logsumexp;          // f32 [B]: log Σ exp over the tokens not suppressed
     Tensor suppress_bits;      // i32 [ceil(V / 32)]: bit t set suppresses token t
     bool write_logits = true;  // false: io.logits is not written
+    // RunAndChoose's (out defined: the fields above but write_logits unused).
+    DecoderStepChoice choice;
   };
   // Run with the extras; io.cross_k/v may be f16 (half the bytes of the largest read).
   absl::Status RunWith(const DecoderStepIo& io, const Extras& extras);

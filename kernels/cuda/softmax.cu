@@ -155,17 +155,6 @@ __device__ double BlockSumExp(const float* x, int begin, int end, const uint32_t
   return total;
 }
 
-// out[0..5) of a row from its choice and sum (Backend::ArgmaxLogSumExp's layout).
-__device__ void WriteChoice(float* o, float best, int best_id, double total) {
-  o[0] = best == -INFINITY ? 0.0f : static_cast<float>(best_id);
-  o[1] = best;
-  // SplitF64 (backend.h): three floats whose double sum is `total` exactly.
-  o[2] = __double2float_rn(total);
-  const double rest = total - static_cast<double>(o[2]);
-  o[3] = __double2float_rn(rest);
-  o[4] = __double2float_rn(rest - static_cast<double>(o[3]));
-}
-
 // The mask of `row`, or −1 to leave it out (also for a bad index, which thread 0 of the block
 // that `report`s reports).
 __device__ int RowMask(const int32_t* mask_index, int row, int num_masks, bool report,

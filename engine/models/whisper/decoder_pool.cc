@@ -71,6 +71,30 @@ absl::StatusOr<Tensor> DecoderStatePool::Constant(
   return constant_;
 }
 
+absl::StatusOr<const DecoderStatePool::ChoiceBuffers*> DecoderStatePool::Choice() {
+  if (!choice_.out[1].defined()) {
+    ChoiceBuffers made;
+    ASSIGN_OR_RETURN(made.mask_index, backend_->Allocate({max_batch()}, DType::kI32));
+    for (Tensor& out : made.out) {
+      ASSIGN_OR_RETURN(out, backend_->Allocate({max_batch(), 5}, DType::kF32));
+    }
+    choice_ = std::move(made);
+  }
+  return &choice_;
+}
+
+absl::Status DecoderStatePool::WaitForLeftCopy() {
+  if (!left_copy_.has_value()) return absl::OkStatus();
+  const uint64_t ticket = *left_copy_;
+  left_copy_.reset();
+  return backend_->WaitForCopy(ticket);
+}
+
+DecoderStatePool::~DecoderStatePool() {
+  // The host scratch and the choice buffers must outlive a copy still in flight.
+  if (left_copy_.has_value()) (void)backend_->WaitForCopy(*left_copy_);
+}
+
 absl::StatusOr<HostBuffer*> DecoderStatePool::HostScratch(size_t bytes) {
   if (host_scratch_.size_bytes() < bytes) {
     RETURN_IF_ERROR(backend_->Synchronize());  // nothing may still be copying into the old one

@@ -7,9 +7,11 @@
 // to encode a window into it and prefill its prompt.
 #pragma once
 
+#include <array>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,11 +52,32 @@ class DecoderStatePool {
   // while a copy into it may be in flight. Not thread-safe.
   absl::StatusOr<HostBuffer*> HostScratch(size_t bytes);
 
+  // Device buffers of DecodeGreedyBatch's greedy choice kept with the pool, so that the graphs
+  // captured on them (WhisperModel::RunDecodeStepAndChoose) serve every later batch: mask
+  // indices i32 [max_batch] and two buffers of choices f32 [max_batch, 5] (a step's, while the
+  // one before it is still being downloaded). Allocated on first use.
+  struct ChoiceBuffers {
+    Tensor mask_index;
+    std::array<Tensor, 2> out;
+  };
+  absl::StatusOr<const ChoiceBuffers*> Choice();
+
+  // A download into HostScratch from Choice()'s buffers that a batch left running when it
+  // returned (Backend::CopyToHostAsync's ticket: a step submitted ahead whose rows had all
+  // ended), waited for by WaitForLeftCopy (every DecodeGreedyBatch calls it first, before it
+  // writes those buffers again) or when the pool is destroyed.
+  void LeaveCopy(uint64_t ticket) { left_copy_ = ticket; }
+  absl::Status WaitForLeftCopy();
+
+  ~DecoderStatePool();
+
  private:
   DecoderStatePool() = default;
 
   Backend* backend_ = nullptr;
   HostBuffer host_scratch_;
+  ChoiceBuffers choice_;
+  std::optional<uint64_t> left_copy_;
   std::unique_ptr<DecoderState> slots_;
   std::vector<std::unique_ptr<DecoderState>> buckets_;  // ascending batch sizes
   std::vector<std::unique_ptr<DecoderState>> rows_;

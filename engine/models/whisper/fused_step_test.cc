@@ -174,6 +174,156 @@ TEST_P(FusedStepTest, RandomWeightsGreedyEqualsUnfused) {
   }
 }
 
+// WhisperModel::RunDecodeStepAndChoose (what DecodeGreedyBatch's device choice runs) against the
+// step followed by Backend::ArgmaxLogSumExp and the feed as FeedChoices specifies it, at every
+// bucket of the prepared step (1, 2, 4, 8 rows): random weights and masks (none disabled, ~30%,
+// all but 20 tokens), rows left out (−1), a row at the last position (the feed clamps it). The
+// logits, tokens and maxima equal, the sums within 1e-5; rows left out keep their inputs and
+// outputs. On the CUDA backend the cluster step makes the choice in its logits launch
+// (asserted where the device runs the cluster step); on the CPU it is the ops themselves. A bad
+// mask index is InvalidArgument (at the call or the next wait).
+TEST_P(FusedStepTest, RandomWeightsChoiceWithTheStepEqualsTheOps) {
+  if (GetParam().graphs == GraphUse::kAlways && !backend_->supports(Op::kGraphCapture)) {
+    GTEST_SKIP() << backend_->name() << " cannot capture graphs";
+  }
+  if (!backend_->supports(Op::kArgmaxLogSumExp)) {
+    GTEST_SKIP() << backend_->name() << " offers no ArgmaxLogSumExp: nothing to compare";
+  }
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const std::string dir = testing::TempModelDir("fused_step_choice", seed);
+  ASSERT_TRUE(testing::WriteRandomWhisperModel(dir, seed));
+  auto loaded = WhisperModel::Load(dir, *backend_,
+                                   {.graphs = GetParam().graphs,
+                                    .fused_decoder_step = GraphUse::kAuto,
+                                    .step_choice = GraphUse::kAlways});
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const WhisperModel& model = **loaded;
+  const WhisperDims& d = model.dims();
+  const int64_t words = (d.n_vocab + 31) / 32;
+  constexpr int kMasks = 3, kRows = 8;
+  std::vector<int32_t> bits(static_cast<size_t>(kMasks * words), 0);
+  std::bernoulli_distribution some(0.3);
+  for (int64_t t = 0; t < d.n_vocab; ++t) {
+    if (some(rng)) bits[static_cast<size_t>(words + t / 32)] |= int32_t{1} << (t % 32);
+    bits[static_cast<size_t>(2 * words + t / 32)] |= int32_t{1} << (t % 32);
+  }
+  for (int i = 0; i < 20; ++i) {
+    const int t = std::uniform_int_distribution<int>(0, d.n_vocab - 1)(rng);
+    bits[static_cast<size_t>(2 * words + t / 32)] &= ~(int32_t{1} << (t % 32));
+  }
+  auto masks = Upload(*backend_, {kMasks, words}, DType::kI32, bits.data());
+  ASSERT_TRUE(masks.ok()) << masks.status();
+  auto pool = DecoderStatePool::Create(model, kRows);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  auto buffers = (*pool)->Choice();
+  ASSERT_TRUE(buffers.ok()) << buffers.status();
+  auto encoder = model.NewEncoderBuffers(1);
+  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int32_t> token(0, d.n_vocab - 1);
+  std::vector<int32_t> input(kRows), position(kRows);
+  for (int b = 0; b < kRows; ++b) {
+    std::vector<float> window(static_cast<size_t>(d.n_mels) * d.n_frames());
+    for (float& v : window) v = normal(rng);
+    ASSERT_TRUE(model.WriteMel(window, 0, **encoder).ok());
+    ASSERT_TRUE(model.RunEncoder(**encoder, &(*pool)->Row(b)).ok());
+    std::vector<int32_t> prompt(static_cast<size_t>(2 + b % 4));
+    for (int32_t& t : prompt) t = token(rng);
+    auto l = model.Decode(prompt, static_cast<int>(prompt.size()), {0}, (*pool)->Row(b));
+    ASSERT_TRUE(l.ok()) << l.status();
+    input[static_cast<size_t>(b)] = token(rng);
+    position[static_cast<size_t>(b)] = static_cast<int32_t>(prompt.size());
+  }
+  const int32_t last = d.n_text_ctx - 1;
+  auto download = [&](const Tensor& t, auto* host) {
+    host->resize(static_cast<size_t>(t.numel()));
+    return backend_->CopyToHost(t, host->data(), t.size_bytes());
+  };
+  int in_step = 0;
+  double worst = 0.0;
+  for (const int rows : {1, 2, 4, 8}) {
+    DecoderState& state = (*pool)->ForRows(rows);
+    const int batch = state.batch_size();
+    ASSERT_EQ(batch, rows);
+    in_step += model.ChoosesInStep(state) ? 1 : 0;
+    auto index = buffers.value()->mask_index.Slice(0, batch);
+    auto out = buffers.value()->out[1].Slice(0, batch);
+    ASSERT_TRUE(index.ok() && out.ok());
+    auto reference = backend_->Allocate({batch, 5}, DType::kF32);
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    for (int step = 0; step < 2; ++step) {
+      SCOPED_TRACE(::testing::Message() << rows << " rows, step " << step);
+      std::vector<int32_t> in(input.begin(), input.begin() + batch);
+      std::vector<int32_t> pos(position.begin(), position.begin() + batch);
+      if (step == 1) pos[static_cast<size_t>(batch - 1)] = last;  // clamped by the feed
+      std::vector<int32_t> mask_index(static_cast<size_t>(batch));
+      for (int32_t& m : mask_index) m = std::uniform_int_distribution<int32_t>(-1, kMasks - 1)(rng);
+      mask_index[0] = step;  // at least one row chosen
+      ASSERT_TRUE(backend_->CopyFromHost(mask_index.data(), mask_index.size() * 4, *index).ok());
+      // The ops: the step, then the choice.
+      ASSERT_TRUE(model.WriteStepInputs(in, pos, state).ok());
+      ASSERT_TRUE(model.RunDecodeStep(state).ok());
+      ASSERT_TRUE(backend_->ArgmaxLogSumExp(state.step_logits(), *masks, *index, *reference).ok());
+      std::vector<float> want, want_logits, got, got_logits;
+      ASSERT_TRUE(download(*reference, &want).ok());
+      ASSERT_TRUE(download(state.step_logits(), &want_logits).ok());
+      // The same step with the choice made with it, on an output that rows left out must keep.
+      const std::vector<float> sentinel(static_cast<size_t>(batch) * 5, -7.5f);
+      ASSERT_TRUE(backend_->CopyFromHost(sentinel.data(), sentinel.size() * 4, *out).ok());
+      ASSERT_TRUE(model.WriteStepInputs(in, pos, state).ok());
+      ASSERT_TRUE(model.RunDecodeStepAndChoose(state, {*masks, *index, *out}).ok());
+      ASSERT_TRUE(download(*out, &got).ok());
+      ASSERT_TRUE(download(state.step_logits(), &got_logits).ok());
+      EXPECT_EQ(got_logits, want_logits);
+      std::vector<int32_t> fed_tokens, fed_positions, fed_lengths;
+      ASSERT_TRUE(download(state.step_tokens(), &fed_tokens).ok());
+      ASSERT_TRUE(download(state.positions(), &fed_positions).ok());
+      ASSERT_TRUE(download(state.lengths(), &fed_lengths).ok());
+      for (int b = 0; b < batch; ++b) {
+        const size_t i = static_cast<size_t>(b);
+        const float* w = want.data() + i * 5;
+        const float* g = got.data() + i * 5;
+        if (mask_index[i] < 0) {
+          for (int k = 0; k < 5; ++k) EXPECT_EQ(g[k], -7.5f) << "row " << b << " left out";
+          EXPECT_EQ(fed_tokens[i], in[i]) << "row " << b;
+          EXPECT_EQ(fed_positions[i], pos[i]) << "row " << b;
+          EXPECT_EQ(fed_lengths[i], pos[i] + 1) << "row " << b;
+          continue;
+        }
+        EXPECT_EQ(g[0], w[0]) << "row " << b << " token";
+        EXPECT_EQ(g[1], w[1]) << "row " << b << " maximum";
+        const double want_sum = JoinF64(w + 2), got_sum = JoinF64(g + 2);
+        const double error = std::abs(got_sum - want_sum) / want_sum;
+        worst = std::max(worst, error);
+        EXPECT_LE(error, 1e-5) << "row " << b << ": sum " << got_sum << " vs " << want_sum;
+        const int32_t next = std::min(pos[i] + 1, last);
+        EXPECT_EQ(fed_tokens[i], static_cast<int32_t>(w[0])) << "row " << b;
+        EXPECT_EQ(fed_positions[i], next) << "row " << b;
+        EXPECT_EQ(fed_lengths[i], next + 1) << "row " << b;
+        input[i] = static_cast<int32_t>(w[0]);
+      }
+      for (int b = 0; b < batch; ++b) ++position[static_cast<size_t>(b)];
+    }
+    // A mask index past the masks: refused, at the call or at the next wait.
+    std::vector<int32_t> bad(static_cast<size_t>(batch), -1);
+    bad[static_cast<size_t>(batch - 1)] = kMasks;
+    ASSERT_TRUE(backend_->CopyFromHost(bad.data(), bad.size() * 4, *index).ok());
+    std::vector<int32_t> in(input.begin(), input.begin() + batch);
+    std::vector<int32_t> pos(position.begin(), position.begin() + batch);
+    ASSERT_TRUE(model.WriteStepInputs(in, pos, state).ok());
+    absl::Status refused = model.RunDecodeStepAndChoose(state, {*masks, *index, *out});
+    if (refused.ok()) refused = backend_->Synchronize();
+    EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+    EXPECT_TRUE(backend_->Synchronize().ok());
+  }
+  std::cout << backend_->name() << (GetParam().graphs == GraphUse::kAlways ? " graphs" : " eager")
+            << ": the choice in the step's launches at " << in_step
+            << " of 4 batch sizes; sums within " << worst << " of ArgmaxLogSumExp's\n";
+}
+
 // Dims the backend's step does not take: kAuto falls back to op by op, kAlways names the reason.
 TEST_P(FusedStepTest, RefusedWhereUnsupported) {
   const unsigned seed = std::random_device{}();

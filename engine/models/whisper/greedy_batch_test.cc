@@ -14,6 +14,7 @@
 #include "engine/models/whisper/transcriber.h"
 #include "engine/runtime/backend_registry.h"
 #include "gtest/gtest.h"
+#include "tests/support/deferred_copy_backend.h"
 #include "tests/support/test_env.h"
 
 namespace waav::whisper {
@@ -302,6 +303,63 @@ TEST_F(GreedyBatchTest, PipelinedStepsMatchOneStepAtATime) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t b = 0; b < want.size(); ++b) ExpectSame(got[b], want[b], "timestamps in the batch");
   EXPECT_EQ(timings.pipelined_steps, 0);
+}
+
+// The pipelined loop against downloads made as late as CopyToHostAsync allows
+// (testing::DeferredCopyBackend: a copy reads its source only when its ticket is waited for, as
+// a copy stream that has not run yet): three batches of 6, 3 and 2 rows on one pool, each the
+// same as one step at a time; nothing written under a pending download (the two choice buffers
+// alternate, and the step a batch leaves in flight when its rows end is waited for by the next
+// batch before it writes them); at most that one download pending after a batch, and none once
+// the pool is gone (its destructor waits for it).
+TEST_F(GreedyBatchTest, PipelinedStepsWithLateDownloads) {
+  auto cpu = CreateBackend("cpu", {});
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  testing::DeferredCopyBackend deferred(std::move(*cpu));
+  auto transcriber = Transcriber::Load(*waav::testing::TinyEnModelDir(), deferred);
+  ASSERT_TRUE(transcriber.ok()) << transcriber.status();
+  const WhisperModel& late = (*transcriber)->model();
+  std::vector<int> text_only = vocabulary().SotSequence();
+  text_only.push_back(vocabulary().special().no_timestamps);
+  auto pool = DecoderStatePool::Create(late, 8);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  auto encoder = late.NewEncoderBuffers(1);
+  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  GreedyOptions one_step;
+  one_step.reduce_on_device = GraphUse::kAlways;
+  one_step.pipeline = GraphUse::kNever;
+  GreedyOptions pipelined = one_step;
+  pipelined.pipeline = GraphUse::kAlways;
+  int unread = 0;
+  for (const auto& [first, rows] : {std::pair{0, 6}, std::pair{0, 3}, std::pair{4, 2}}) {
+    SCOPED_TRACE(::testing::Message() << rows << " rows from clip " << first);
+    for (int b = 0; b < rows; ++b) {
+      ASSERT_TRUE(late.WriteMel(Window(clips_[static_cast<size_t>(first + b)]), 0, **encoder).ok());
+      ASSERT_TRUE(late.EncodeOnDevice(**encoder, &(*pool)->Row(b)).ok());
+    }
+    const std::vector<std::vector<int>> prompts(static_cast<size_t>(rows), text_only);
+    GreedyBatchTimings timings;
+    auto got = DecodeGreedyBatch(late, (*transcriber)->vocabulary(), prompts, pipelined, **pool,
+                                 nullptr, &timings);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_GT(timings.pipelined_steps, 0);
+    EXPECT_LE(deferred.pending(), 1u) << "only the unread step's download may be left";
+    unread += timings.unread_steps;
+    auto want = DecodeGreedyBatch(late, (*transcriber)->vocabulary(), prompts, one_step, **pool);
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_EQ(got->size(), want->size());
+    for (size_t b = 0; b < want->size(); ++b) {
+      ExpectSame((*got)[b], (*want)[b], "row " + std::to_string(b));
+    }
+  }
+  EXPECT_GT(unread, 0) << "rows ending with <|endoftext|> leave a step ahead unread";
+  EXPECT_EQ(deferred.violations(), 0) << "a download's source was written before its wait";
+  auto again =
+      DecodeGreedyBatch(late, (*transcriber)->vocabulary(), {text_only}, pipelined, **pool);
+  ASSERT_TRUE(again.ok()) << again.status();
+  pool->reset();
+  EXPECT_EQ(deferred.pending(), 0u) << "the pool must wait for a download into its buffers";
+  EXPECT_EQ(deferred.violations(), 0);
 }
 
 // The device choice's token masks are kept with the pool (DecoderStatePool::Constant) while the

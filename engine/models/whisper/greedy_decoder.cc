@@ -370,11 +370,12 @@ void SampleRows(const std::vector<int>& live, bool parallel,
   for (std::thread& helper : helpers) helper.join();
 }
 
-// Device buffers of the on-device greedy choice for one DecodeGreedyBatch call.
+// Device buffers of the on-device greedy choice for one DecodeGreedyBatch call (the pool's).
 struct DeviceChoice {
   Tensor masks;       // i32 [kNumFixedMasks, words]
   Tensor mask_index;  // i32 [max_batch]
   Tensor out;         // f32 [max_batch, 5]
+  Tensor out_b;       // the same, the pipelined steps' second
   std::vector<int32_t> index;
   std::vector<float> chosen;
 
@@ -391,14 +392,39 @@ struct DeviceChoice {
   const float* row(int b) const { return chosen.data() + static_cast<size_t>(b) * 5; }
 };
 
+// A step on `state` (its inputs already written) and the device's choice of rows [0, rows) into
+// `out` with mask indices `index` (both over the state's bucket; −1 past `rows`), then, with
+// `feed`, FeedChoices. In the prepared step's own launches where it makes the choice
+// (WhisperModel::ChoosesInStep: it always feeds, which a loop that uploads every step's inputs
+// may ignore); otherwise the step's graph, then the two ops on rows [0, rows).
+absl::Status StepAndChoose(const WhisperModel& model, DecoderState& state, const Tensor& masks,
+                           const Tensor& index, const Tensor& out, int rows, bool feed) {
+  if (model.ChoosesInStep(state)) return model.RunDecodeStepAndChoose(state, {masks, index, out});
+  RETURN_IF_ERROR(model.RunDecodeStep(state));
+  Backend& backend = model.backend();
+  ASSIGN_OR_RETURN(const Tensor row_index, index.Slice(0, rows));
+  ASSIGN_OR_RETURN(const Tensor row_out, out.Slice(0, rows));
+  ASSIGN_OR_RETURN(const Tensor logits, state.step_logits().Slice(0, rows));
+  RETURN_IF_ERROR(backend.ArgmaxLogSumExp(logits, masks, row_index, row_out));
+  if (!feed) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const Tensor tokens, state.step_tokens().Slice(0, rows));
+  ASSIGN_OR_RETURN(const Tensor positions, state.positions().Slice(0, rows));
+  ASSIGN_OR_RETURN(const Tensor lengths, state.lengths().Slice(0, rows));
+  return backend.FeedChoices(row_out, row_index, model.dims().n_text_ctx - 1, tokens, positions,
+                             lengths);
+}
+
 // DecodeGreedyBatch's steps with GreedyOptions::pipeline: each step is submitted before the last
 // one's choices are read. A step serves the rows still decoding as far as the host knows; when
-// submitted ahead, not those whose step in flight is their last (the length limit). After the
-// step, ArgmaxLogSumExp, FeedChoices (the served rows' next token and position, on the device)
-// and the choices' download into one half of the pool's host scratch, while the host reads the
-// other half. A served row's next input is its choice unless the row finishes, and a finished
-// row's results are never read, so the inputs fed on the device are the ones the host would
-// have uploaded. The device's mask indices are uploaded only when they change.
+// submitted ahead, not those whose step in flight is their last (the length limit). The step
+// comes with ArgmaxLogSumExp and FeedChoices (the served rows' next token and position, on the
+// device; WhisperModel::RunDecodeStepAndChoose, in the step's own launches where the backend's
+// prepared step chooses), then the choices' download into one half of the pool's host scratch,
+// while the host reads the other half. A served row's next input is its choice unless the row
+// finishes, and a finished row's results are never read, so the inputs fed on the device are
+// the ones the host would have uploaded. The device's mask indices are uploaded only when they
+// change. When every row has ended, a step still in flight is not waited for: the pool waits for
+// its download before its buffers are written again (DecoderStatePool::LeaveCopy).
 class PipelinedSteps {
  public:
   PipelinedSteps(const WhisperModel& model, const SpecialTokens& special, DecoderStatePool& pool,
@@ -416,14 +442,29 @@ class PipelinedSteps {
         device_masks_(static_cast<size_t>(pool.max_batch()), kUnknownMask) {}
 
   absl::Status Run() {
+    const absl::Status status = Loop();
+    if (!flight_.empty()) {
+      // Submitted ahead of rows that have all ended since (or left by an error): never read.
+      // The pool waits for the last download before its buffers are written again.
+      if (status.ok()) t_.unread_steps += static_cast<int>(flight_.size());
+      pool_.LeaveCopy(flight_.back().ticket);
+    }
+    return status;
+  }
+
+ private:
+  absl::Status Loop() {
     const size_t half = static_cast<size_t>(pool_.max_batch()) * 5 * sizeof(float);
     ASSIGN_OR_RETURN(host_, pool_.HostScratch(2 * half));
     outs_[0] = choice_.out;
-    ASSIGN_OR_RETURN(outs_[1], backend_.Allocate(choice_.out.shape(), DType::kF32));
+    outs_[1] = choice_.out_b;
     RETURN_IF_ERROR(Launch(/*ahead=*/false).status());
     while (!flight_.empty()) {
       if (flight_.size() == 1) RETURN_IF_ERROR(Launch(/*ahead=*/true).status());
       RETURN_IF_ERROR(Consume());
+      if (std::all_of(rows_.begin(), rows_.end(), [](const RowSampler& r) { return r.done(); })) {
+        break;
+      }
       // Nothing went ahead (every row left was at its last step, or a row's input was not on
       // the device): one step from the host's.
       if (flight_.empty()) RETURN_IF_ERROR(Launch(/*ahead=*/false).status());
@@ -431,7 +472,6 @@ class PipelinedSteps {
     return absl::OkStatus();
   }
 
- private:
   static constexpr int32_t kUnknownMask = -2;
   struct Step {
     int half = 0;
@@ -456,7 +496,9 @@ class PipelinedSteps {
     if (highest < 0 || (ahead && upload)) return false;
     DecoderState& state = pool_.ForRows(highest + 1);
     const int rows = highest + 1;
-    std::vector<int32_t> masks(static_cast<size_t>(rows), -1);
+    // Over the whole bucket, as the step's graph is captured (rows past `rows` left out).
+    const int batch = state.batch_size();
+    std::vector<int32_t> masks(static_cast<size_t>(batch), -1);
     for (int b : step.served) {
       const RowSampler& row = rows_[static_cast<size_t>(b)];
       masks[static_cast<size_t>(b)] = ahead ? row.FixedMaskAhead() : row.FixedMask();
@@ -464,35 +506,27 @@ class PipelinedSteps {
     if (upload) {
       // The host's inputs (only when nothing is in flight, so they are current): unused rows
       // and rows done get <|endoftext|> at position 0, as the one-step loop feeds them.
-      const int batch = state.batch_size();
       std::vector<int32_t> tokens(static_cast<size_t>(batch), special_.eot);
       std::vector<int32_t> positions(static_cast<size_t>(batch), 0);
       for (int b : step.served) {
         tokens[static_cast<size_t>(b)] = rows_[static_cast<size_t>(b)].input();
         positions[static_cast<size_t>(b)] = rows_[static_cast<size_t>(b)].position();
       }
-      RETURN_IF_ERROR(model_.DecodeStepAsync(tokens, positions, state));
-    } else {
-      RETURN_IF_ERROR(model_.RunDecodeStep(state));
+      RETURN_IF_ERROR(model_.WriteStepInputs(tokens, positions, state));
     }
-    ASSIGN_OR_RETURN(const Tensor index, choice_.mask_index.Slice(0, rows));
+    ASSIGN_OR_RETURN(const Tensor index, choice_.mask_index.Slice(0, batch));
     if (!std::equal(masks.begin(), masks.end(), device_masks_.begin())) {
       RETURN_IF_ERROR(backend_.CopyFromHost(masks.data(), masks.size() * 4, index));
       std::copy(masks.begin(), masks.end(), device_masks_.begin());
     }
     step.half = next_half_;
     next_half_ ^= 1;
-    ASSIGN_OR_RETURN(const Tensor out, outs_[step.half].Slice(0, rows));
-    ASSIGN_OR_RETURN(const Tensor logits, state.step_logits().Slice(0, rows));
-    ASSIGN_OR_RETURN(const Tensor tokens, state.step_tokens().Slice(0, rows));
-    ASSIGN_OR_RETURN(const Tensor positions, state.positions().Slice(0, rows));
-    ASSIGN_OR_RETURN(const Tensor lengths, state.lengths().Slice(0, rows));
-    RETURN_IF_ERROR(backend_.ArgmaxLogSumExp(logits, choice_.masks, index, out));
-    RETURN_IF_ERROR(
-        backend_.FeedChoices(out, index, model_.dims().n_text_ctx - 1, tokens, positions, lengths));
+    ASSIGN_OR_RETURN(const Tensor out, outs_[step.half].Slice(0, batch));
+    RETURN_IF_ERROR(StepAndChoose(model_, state, choice_.masks, index, out, rows, /*feed=*/true));
     const size_t offset =
         static_cast<size_t>(step.half) * static_cast<size_t>(pool_.max_batch()) * 5 * sizeof(float);
-    ASSIGN_OR_RETURN(step.ticket, backend_.CopyToHostAsync(out, *host_, offset));
+    ASSIGN_OR_RETURN(const Tensor chosen, out.Slice(0, rows));
+    ASSIGN_OR_RETURN(step.ticket, backend_.CopyToHostAsync(chosen, *host_, offset));
     std::fill(fed_.begin(), fed_.end(), false);
     for (int b : step.served) fed_[static_cast<size_t>(b)] = true;
     flight_.push_back(std::move(step));
@@ -609,6 +643,7 @@ absl::StatusOr<std::vector<GreedyResult>> DecodeGreedyBatch(
         absl::StrCat(n, " prompts for a decoder pool of ", pool.max_batch(), " slots"));
   }
   Backend& backend = model.backend();
+  RETURN_IF_ERROR(pool.WaitForLeftCopy());  // the last batch's unread step, if any
   const SpecialTokens& special = vocabulary.special();
   const bool on_device = options.on_step == nullptr && backend.supports(Op::kArgmaxLogSumExp) &&
                          Resolve(options.reduce_on_device, backend);
@@ -625,8 +660,10 @@ absl::StatusOr<std::vector<GreedyResult>> DecodeGreedyBatch(
       const int64_t words = static_cast<int64_t>(bits.size()) / LogitRules::kNumFixedMasks;
       return Upload(backend, {LogitRules::kNumFixedMasks, words}, DType::kI32, bits.data());
     }));
-    ASSIGN_OR_RETURN(choice.mask_index, backend.Allocate({pool.max_batch()}, DType::kI32));
-    ASSIGN_OR_RETURN(choice.out, backend.Allocate({pool.max_batch(), 5}, DType::kF32));
+    ASSIGN_OR_RETURN(const DecoderStatePool::ChoiceBuffers* buffers, pool.Choice());
+    choice.mask_index = buffers->mask_index;
+    choice.out = buffers->out[0];
+    choice.out_b = buffers->out[1];
   }
   std::vector<RowSampler> rows;
   std::vector<PromptPlan> plans;
@@ -746,7 +783,7 @@ absl::StatusOr<std::vector<GreedyResult>> DecodeGreedyBatch(
     tokens.assign(static_cast<size_t>(batch), special.eot);
     positions.assign(static_cast<size_t>(batch), 0);
     on_host.clear();
-    if (on_device) choice.index.assign(static_cast<size_t>(highest + 1), -1);
+    if (on_device) choice.index.assign(static_cast<size_t>(batch), -1);
     for (int b : live) {
       const RowSampler& row = rows[static_cast<size_t>(b)];
       tokens[static_cast<size_t>(b)] = row.input();
@@ -759,9 +796,19 @@ absl::StatusOr<std::vector<GreedyResult>> DecodeGreedyBatch(
       }
     }
     auto start = std::chrono::steady_clock::now();
-    RETURN_IF_ERROR(model.DecodeStepAsync(tokens, positions, state));
+    RETURN_IF_ERROR(model.WriteStepInputs(tokens, positions, state));
     if (on_host.size() < live.size()) {
-      RETURN_IF_ERROR(choice.Run(backend, state.step_logits(), highest + 1));
+      const int rows = highest + 1;
+      ASSIGN_OR_RETURN(const Tensor index, choice.mask_index.Slice(0, batch));
+      ASSIGN_OR_RETURN(const Tensor out, choice.out.Slice(0, batch));
+      RETURN_IF_ERROR(
+          backend.CopyFromHost(choice.index.data(), static_cast<size_t>(batch) * 4, index));
+      RETURN_IF_ERROR(StepAndChoose(model, state, choice.masks, index, out, rows, /*feed=*/false));
+      ASSIGN_OR_RETURN(const Tensor head, out.Slice(0, rows));
+      choice.chosen.resize(static_cast<size_t>(rows) * 5);
+      RETURN_IF_ERROR(backend.CopyToHost(head, choice.chosen.data(), head.size_bytes()));
+    } else {
+      RETURN_IF_ERROR(model.RunDecodeStep(state));
     }
     if (!on_host.empty()) {
       ASSIGN_OR_RETURN(const Tensor out, state.step_logits().Slice(0, highest + 1));

@@ -165,6 +165,7 @@ absl::StatusOr<std::unique_ptr<WhisperModel>> WhisperModel::FromModelFile(
       model->use_graphs_ = false;
       break;
   }
+  model->step_choice_ = options.step_choice != GraphUse::kNever;
   switch (options.batch_encoder) {
     case GraphUse::kAuto:
       model->batch_encoder_ = backend.device() != DeviceKind::kCpu;
@@ -725,9 +726,16 @@ absl::StatusOr<DecoderState::Prefill*> WhisperModel::PrefillBuffers(int tokens,
 absl::Status WhisperModel::DecodeStepAsync(absl::Span<const int32_t> tokens,
                                            absl::Span<const int32_t> positions,
                                            DecoderState& state) const {
+  RETURN_IF_ERROR(WriteStepInputs(tokens, positions, state));
+  return RunDecodeStep(state);
+}
+
+absl::Status WhisperModel::WriteStepInputs(absl::Span<const int32_t> tokens,
+                                           absl::Span<const int32_t> positions,
+                                           DecoderState& state) const {
   const int64_t b = state.batch_size();
   if (static_cast<int64_t>(tokens.size()) != b || static_cast<int64_t>(positions.size()) != b) {
-    return absl::InvalidArgumentError(absl::StrCat("DecodeStepAsync: ", tokens.size(),
+    return absl::InvalidArgumentError(absl::StrCat("WriteStepInputs: ", tokens.size(),
                                                    " tokens and ", positions.size(),
                                                    " positions for batch ", b));
   }
@@ -747,8 +755,7 @@ absl::Status WhisperModel::DecodeStepAsync(absl::Span<const int32_t> tokens,
   }
   RETURN_IF_ERROR(backend_.CopyFromHost(positions.data(), positions.size() * 4, state.positions_));
   RETURN_IF_ERROR(backend_.CopyFromHost(lengths.data(), lengths.size() * 4, state.lengths_));
-  RETURN_IF_ERROR(backend_.CopyFromHost(tokens.data(), tokens.size() * 4, state.step_.tokens));
-  return RunDecodeStep(state);
+  return backend_.CopyFromHost(tokens.data(), tokens.size() * 4, state.step_.tokens);
 }
 
 absl::Status WhisperModel::DecodeStepToHost(absl::Span<const int32_t> tokens,
@@ -765,19 +772,23 @@ absl::Status WhisperModel::DecodeStepToHost(absl::Span<const int32_t> tokens,
   return backend_.CopyToHost(out, logits.data(), out.size_bytes());
 }
 
+DecoderStepIo WhisperModel::PreparedStepIo(const DecoderState& state) const {
+  DecoderStepIo io;
+  io.tokens = state.step_.tokens;
+  io.positions = state.positions_;
+  io.lengths = state.lengths_;
+  io.self_k = state.self_k_;
+  io.self_v = state.self_v_;
+  io.cross_k = state.cross_k_;
+  io.cross_v = state.cross_v_;
+  io.logits = state.step_.logits;
+  return io;
+}
+
 absl::Status WhisperModel::DecodeStep(DecoderState& state) const {
   const DecoderState::StepBuffers& s = state.step_;
   if (prepared_step_ != nullptr && state.batch_size() <= prepared_step_->max_batch()) {
-    DecoderStepIo io;
-    io.tokens = s.tokens;
-    io.positions = state.positions_;
-    io.lengths = state.lengths_;
-    io.self_k = state.self_k_;
-    io.self_v = state.self_v_;
-    io.cross_k = state.cross_k_;
-    io.cross_v = state.cross_v_;
-    io.logits = s.logits;
-    return prepared_step_->Run(io);
+    return prepared_step_->Run(PreparedStepIo(state));
   }
   const Workspace ws{s.h, s.q, s.k, s.v, s.attended, s.hidden};
   // The residual additions in the projections' epilogues, and the FFN's normed input and hidden
@@ -813,6 +824,33 @@ absl::Status WhisperModel::DecodeStep(DecoderState& state) const {
 }
 
 absl::Status WhisperModel::RunDecodeStep(DecoderState& state) const {
+  return state.step_graph_.Run(backend_, use_graphs_, StepTensors(state),
+                               [&] { return DecodeStep(state); });
+}
+
+absl::Status WhisperModel::RunDecodeStepAndChoose(DecoderState& state,
+                                                  const StepChoice& choice) const {
+  std::vector<const Tensor*> tensors = StepTensors(state);
+  for (const Tensor* t : {&choice.masks, &choice.mask_index, &choice.out}) tensors.push_back(t);
+  const DecoderStepChoice made{choice.masks, choice.mask_index, choice.out, dims_.n_text_ctx - 1};
+  return state.choice_graphs_.Run(backend_, use_graphs_, tensors, [&]() -> absl::Status {
+    if (ChoosesInStep(state)) return prepared_step_->RunAndChoose(PreparedStepIo(state), made);
+    RETURN_IF_ERROR(DecodeStep(state));
+    RETURN_IF_ERROR(
+        backend_.ArgmaxLogSumExp(state.step_.logits, choice.masks, choice.mask_index, choice.out));
+    if (!backend_.supports(Op::kFeedChoices)) return absl::OkStatus();
+    return backend_.FeedChoices(choice.out, choice.mask_index, made.max_position,
+                                state.step_.tokens, state.positions_, state.lengths_);
+  });
+}
+
+bool WhisperModel::ChoosesInStep(const DecoderState& state) const {
+  return step_choice_ && prepared_step_ != nullptr &&
+         state.batch_size() <= prepared_step_->max_batch() &&
+         prepared_step_->ChoosesInStep(PreparedStepIo(state));
+}
+
+std::vector<const Tensor*> WhisperModel::StepTensors(const DecoderState& state) const {
   const DecoderState::StepBuffers& s = state.step_;
   std::vector<const Tensor*> tensors = {&s.tokens,
                                         &s.x,
@@ -838,7 +876,7 @@ absl::Status WhisperModel::RunDecodeStep(DecoderState& state) const {
       tensors.push_back(t);
     }
   }
-  return state.step_graph_.Run(backend_, use_graphs_, tensors, [&] { return DecodeStep(state); });
+  return tensors;
 }
 
 }  // namespace waav::whisper

@@ -101,6 +101,13 @@ struct WhisperModelOptions {
   // kNever: op by op everywhere (for comparisons). Its sums may run in another, varying, order:
   // logits equal the op-by-op ones to rounding, not bit for bit. Default: kAuto.
   GraphUse fused_decoder_step = GraphUse::kAuto;
+  // Whether DecodeGreedyBatch's device choice (Backend::ArgmaxLogSumExp, then FeedChoices) is
+  // made in the prepared step's own launches where it offers that for a batch
+  // (PreparedDecoderStep::RunAndChoose: on CUDA the cluster step's logits launch), so that a
+  // greedy token is one replay with no kernels after it. kAuto and kAlways: there; kNever: the
+  // ops after the step. The same tokens and maxima; log-sum-exps may differ in the last bits of
+  // a float. Default: kNever, until it has been measured on a GPU (docs/gpu.md).
+  GraphUse step_choice = GraphUse::kNever;
   // Where the backend supports Op::kLinearPlanes: every decoder layer's cross-attention K and V
   // projection stacked into one weight, so that an encoded window is projected into the caches
   // by one GEMM (Backend::LinearPlanes) instead of two per layer (the per-layer weights become
@@ -203,6 +210,7 @@ class DecoderState {
   // Graphs of WhisperModel::RunDecodeStep on this state (one per state: a pool's bucket or row
   // view), and of the cross-attention K/V projection of RunEncoder into it (per encoder buffers).
   GraphCache step_graph_{1};
+  GraphCache choice_graphs_{2};  // RunDecodeStepAndChoose's (one per choice output buffer)
   GraphCache cross_graphs_{2};
   // WhisperModel::PrefillRows' buffers for prompts padded to `tokens` a row, with the graph
   // captured on them; the kMaxPrefills lengths used last are kept.
@@ -377,6 +385,10 @@ class WhisperModel {
   // are left in state.step_logits() for the caller (asynchronous).
   absl::Status DecodeStepAsync(absl::Span<const int32_t> tokens,
                                absl::Span<const int32_t> positions, DecoderState& state) const;
+  // DecodeStepAsync's first half: checks the tokens and positions (one each per row of `state`)
+  // and copies them, with lengths = positions + 1, into the state's step inputs.
+  absl::Status WriteStepInputs(absl::Span<const int32_t> tokens,
+                               absl::Span<const int32_t> positions, DecoderState& state) const;
 
   // One decoder step on the device: reads state.step_tokens(), positions() and lengths() as they
   // are when the kernels run, appends each row's K/V to its self-attention cache and writes
@@ -394,6 +406,22 @@ class WhisperModel {
   // tensors at replay. Otherwise, or where the backend cannot capture, it calls DecodeStep.
   // Decode with one token per row runs through it; prompts of several tokens stay eager.
   absl::Status RunDecodeStep(DecoderState& state) const;
+
+  // A step and the greedy choice on the device (DecodeGreedyBatch): Backend::ArgmaxLogSumExp of
+  // every row of the step's logits with `masks` (i32 [M, words]) and `mask_index` (i32 [B]; −1
+  // leaves a row out) into `out` (f32 [B, 5]), then, where the backend has it, FeedChoices of
+  // `out` into the state's step inputs (positions at most n_text_ctx − 1). Where the backend's
+  // prepared step makes the choice itself (PreparedDecoderStep::ChoosesInStep), that one call:
+  // no kernels after the step's. Through a graph where uses_graphs() (captured per state and
+  // choice buffers, the last two kept: the buffers must keep their addresses, as a pool's do),
+  // otherwise eager. Asynchronous.
+  struct StepChoice {
+    Tensor masks, mask_index, out;
+  };
+  absl::Status RunDecodeStepAndChoose(DecoderState& state, const StepChoice& choice) const;
+  // Whether RunDecodeStepAndChoose on `state` makes the choice in the prepared step's launches
+  // (WhisperModelOptions::step_choice and the step's offer).
+  bool ChoosesInStep(const DecoderState& state) const;
 
   // A teacher-forced decoder pass over `tokens` (positions 0 .. T − 1) against the window encoded
   // into `encoded` (batch 1), returning the cross-attention scores before the softmax
@@ -420,6 +448,11 @@ class WhisperModel {
       const DecoderState& encoded, ScoresTimings* timings = nullptr) const;
 
  private:
+  // Every tensor a decoder step on `state` reads or writes (the key of its graphs).
+  std::vector<const Tensor*> StepTensors(const DecoderState& state) const;
+  // The state's tensors as the backend's prepared step takes them.
+  DecoderStepIo PreparedStepIo(const DecoderState& state) const;
+
   struct AttentionWeights {
     Tensor norm_gamma, norm_beta;
     Tensor q_w, q_b, k_w, k_b, v_w, v_b, out_w, out_b;
@@ -525,6 +558,7 @@ class WhisperModel {
   Backend& backend_;
   WhisperDims dims_;
   bool use_graphs_ = false;
+  bool step_choice_ = false;  // WhisperModelOptions::step_choice resolved
   bool batch_encoder_ = false;
   float attention_scale_ = 0.125f;
   Tensor conv1_w_, conv1_b_, conv2_w_, conv2_b_, encoder_positions_;
