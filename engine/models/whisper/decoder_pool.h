@@ -65,8 +65,11 @@ class DecoderStatePool {
   // A download into HostScratch from Choice()'s buffers that a batch left running when it
   // returned (Backend::CopyToHostAsync's ticket: a step submitted ahead whose rows had all
   // ended), waited for by WaitForLeftCopy (every DecodeGreedyBatch calls it first, before it
-  // writes those buffers again) or when the pool is destroyed.
-  void LeaveCopy(uint64_t ticket) { left_copy_ = ticket; }
+  // writes those buffers again) or when the pool is destroyed. Ticket 0 (a backend whose copies
+  // are done on return) leaves nothing.
+  void LeaveCopy(uint64_t ticket) {
+    if (ticket != 0) left_copy_ = ticket;
+  }
   absl::Status WaitForLeftCopy();
 
   ~DecoderStatePool();
