@@ -105,8 +105,9 @@ struct WhisperModelOptions {
   // made in the prepared step's own launches where it offers that for a batch
   // (PreparedDecoderStep::RunAndChoose: on CUDA the cluster step's logits launch), so that a
   // greedy token is one replay with no kernels after it. kAuto and kAlways: there; kNever: the
-  // ops after the step. The same tokens and maxima; log-sum-exps may differ in the last bits of
-  // a float. Default: kNever, until it has been measured on a GPU (docs/gpu.md).
+  // ops after the step. The same tokens and maxima; the sums behind the log-probabilities within
+  // a relative 1e-5 (PreparedDecoderStep::RunAndChoose). Default: kNever, until it has been
+  // measured on a GPU (docs/gpu.md).
   GraphUse step_choice = GraphUse::kNever;
   // Where the backend supports Op::kLinearPlanes: every decoder layer's cross-attention K and V
   // projection stacked into one weight, so that an encoded window is projected into the caches
