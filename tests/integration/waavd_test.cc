@@ -698,17 +698,22 @@ TEST_F(WaavdServing, MetricsCountStreamsAndPassPromtool) {
   }
 
   // The server counts a stream when its call is over on the server's side, which the client
-  // does not wait for: poll until both are counted, each by the last series its end updates
-  // (the refused stream's outcome; the served one's real-time factor, after its outcome and
-  // audio). The active gauge alone can reach 0 before the last stream's counters are added
-  // (seen once in CI).
+  // does not wait for: poll until every series checked below has been updated. Neither the
+  // active gauge (it can reach 0 before the last stream's counters are added) nor the last
+  // series a stream's end updates is enough: a scrape is not atomic, so it can see the served
+  // stream's real-time factor but not its audio seconds, added just before (each seen once in
+  // CI).
   WaavdProcess::HttpResponse metrics;
   const std::string failed = "waav_streams_finished_total{kind=\"stt\",outcome=\"error\"}";
+  const std::string ok = "waav_streams_finished_total{kind=\"stt\",outcome=\"ok\"}";
   const std::string served = "waav_stream_real_time_factor_count{kind=\"stt\"}";
+  const std::string audio = "waav_audio_processed_seconds_total{kind=\"stt\"}";
+  auto grew = [&](const std::string& series, double by) {
+    return SeriesValue(metrics.body, series) - SeriesValue(before, series) >= by;
+  };
   for (int i = 0; i < 250; ++i) {
     metrics = daemon_->HttpGet("/metrics");
-    if (SeriesValue(metrics.body, failed) > SeriesValue(before, failed) &&
-        SeriesValue(metrics.body, served) > SeriesValue(before, served) &&
+    if (grew(failed, 1) && grew(ok, 1) && grew(served, 1) && grew(audio, 3.0) &&
         absl::StrContains(metrics.body, "waav_streams_active{kind=\"stt\"} 0\n")) {
       break;
     }
