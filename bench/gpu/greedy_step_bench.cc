@@ -24,10 +24,11 @@
 //
 // Usage: greedy_step_bench --tokenizer PATH/tokenizer.json [--rows 1,2,4,8] [--reps 9]
 //                          [--pipeline never|auto|always] [--argmax-blocks 8|16|0]
-//                          [--step-choice 0|1] [--out results.tsv]
+//                          [--step-choice never|auto|always] [--out results.tsv]
 // --argmax-blocks: CudaBackendOptions::argmax_cluster_blocks (0: one block a row).
-// --step-choice: WhisperModelOptions::step_choice (1: kAlways, the choice in the prepared step's
-// launches where it offers that; 0: kNever, the default, the choice's ops after the step).
+// --step-choice: WhisperModelOptions::step_choice (always: the choice in the prepared step's
+// launches wherever it offers that; auto, the default: there up to kStepChoiceAutoRows rows;
+// never: the choice's ops after the step).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -36,8 +37,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -66,6 +69,17 @@ Spread Summarize(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   if (v.empty()) return {};
   return {v[v.size() / 2], v.front(), v.back()};
+}
+
+std::optional<GraphUse> ParseGraphUse(std::string_view text) {
+  if (text == "never") return GraphUse::kNever;
+  if (text == "auto") return GraphUse::kAuto;
+  if (text == "always") return GraphUse::kAlways;
+  return std::nullopt;
+}
+
+const char* GraphUseName(GraphUse use) {
+  return use == GraphUse::kNever ? "never" : (use == GraphUse::kAuto ? "auto" : "always");
 }
 
 std::vector<int> ParseList(const char* text) {
@@ -220,7 +234,7 @@ int Run(int argc, char** argv) {
   int reps = 9;
   GraphUse pipeline = GraphUse::kAuto;
   int argmax_blocks = CudaBackendOptions{}.argmax_cluster_blocks;
-  bool step_choice = false;
+  GraphUse step_choice = GraphUse::kAuto;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
@@ -230,25 +244,21 @@ int Run(int argc, char** argv) {
       row_counts = ParseList(argv[++i]);
     } else if (arg == "--reps" && has_value) {
       reps = std::atoi(argv[++i]);
-    } else if (arg == "--pipeline" && has_value) {
-      const std::string value = argv[++i];
-      if (value == "never" || value == "auto" || value == "always") {
-        pipeline = value == "never" ? GraphUse::kNever
-                                    : (value == "auto" ? GraphUse::kAuto : GraphUse::kAlways);
-      } else {
-        std::cerr << "greedy_step_bench: --pipeline takes never, auto or always\n";
+    } else if ((arg == "--pipeline" || arg == "--step-choice") && has_value) {
+      const std::optional<GraphUse> use = ParseGraphUse(argv[++i]);
+      if (!use.has_value()) {
+        std::cerr << "greedy_step_bench: " << arg << " takes never, auto or always\n";
         return 2;
       }
+      (arg == "--pipeline" ? pipeline : step_choice) = *use;
     } else if (arg == "--argmax-blocks" && has_value) {
       argmax_blocks = std::atoi(argv[++i]);
-    } else if (arg == "--step-choice" && has_value) {
-      step_choice = std::atoi(argv[++i]) != 0;
     } else if (arg == "--out" && has_value) {
       out = argv[++i];
     } else {
       std::cerr << "usage: greedy_step_bench --tokenizer PATH/tokenizer.json [--rows 1,2,4,8] "
                    "[--reps 9] [--pipeline never|auto|always] [--argmax-blocks 8] "
-                   "[--step-choice 0|1] [--out results.tsv]\n";
+                   "[--step-choice never|auto|always] [--out results.tsv]\n";
       return 2;
     }
   }
@@ -275,8 +285,7 @@ int Run(int argc, char** argv) {
     std::cerr << "greedy_step_bench: " << backend.status() << "\n";
     return 1;
   }
-  auto transcriber = whisper::Transcriber::Load(
-      dir, **backend, {.step_choice = step_choice ? GraphUse::kAlways : GraphUse::kNever});
+  auto transcriber = whisper::Transcriber::Load(dir, **backend, {.step_choice = step_choice});
   if (!transcriber.ok()) {
     std::cerr << "greedy_step_bench: " << transcriber.status() << "\n";
     return 1;
@@ -303,9 +312,8 @@ int Run(int argc, char** argv) {
       "# greedy_step_bench: DecodeGreedyBatch on %s, tiny.en shapes, random weights, fused "
       "step up to %d rows, pipeline %s, argmax clusters of %d, choice in the step %s; %d calls a "
       "row count (median [min-max], us per token step)\n",
-      (*backend)->name(), model.fused_step_max_batch(),
-      pipeline == GraphUse::kNever ? "never" : (pipeline == GraphUse::kAuto ? "auto" : "always"),
-      argmax_blocks, step_choice ? "where it can" : "off", reps);
+      (*backend)->name(), model.fused_step_max_batch(), GraphUseName(pipeline), argmax_blocks,
+      GraphUseName(step_choice), reps);
   std::cout << absl::StrFormat("%-5s %6s %8s %24s %24s %22s | %22s %22s %22s\n", "rows", "steps",
                                "device", "loop (wall / steps)", "step (up, run, down)",
                                "sample (host rules)", "replay + sync", "inputs up + replay",

@@ -7,13 +7,13 @@
 #     WAAV_STAGE_SCRIPTS=tests/gpu/step_choice_device.sh tests/gpu/stage_device.sh build/ci .device/g
 #   cp models/whisper-tiny.en/tokenizer.json .device/g/tok.json
 # device tool: carry [".device/g"], command: bash .device/g/step_choice_device.sh
-# First the new test alone, then the A/B on an idle GPU: greedy_step_bench with --step-choice 1
-# and 0 alternated (CHOICE_ROUNDS rounds, default 2; rows CHOICE_ROWS, default 1,2,4,8: the
+# First the new test alone, then the A/B on an idle GPU: greedy_step_bench with --step-choice always
+# and never alternated (CHOICE_VARIANTS: the values in turn; CHOICE_ROUNDS rounds, default 2; rows CHOICE_ROWS, default 1,2,4,8: the
 # cluster step's buckets; 7 calls a row count), then the tests (all within CHOICE_BUDGET_S,
 # default 540): the fused step's (the new choice against the ops, eager and graphs) and the
 # engine's graph tests, the persistent step against the CPU, the choice's and copies' kernels of
 # cuda_backend_test, and compute-sanitizer memcheck over the choice test.
-# Results under $OUT: choice-test.log, greedy-<round>-<on|off>.log, tests.log, summary.txt.
+# Results under $OUT: choice-test.log, greedy-<round>-<variant>.log, tests.log, summary.txt.
 set -uo pipefail
 scripts=$(cd "$(dirname "$0")" && pwd)
 here=/tmp/waav-choice
@@ -28,12 +28,10 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader >
 timeout 60 "$here/bin/whisper_fused_step_cuda_test" --gtest_filter='*Choice*' > "$out/choice-test.log" 2>&1
 echo "choice test rc=$?" >> "$out/choice-test.log"
 for round in $(seq 1 "${CHOICE_ROUNDS:-2}"); do
-  for choice in 1 0; do
-    name=$([ "$choice" = 1 ] && echo on || echo off)
+  for choice in ${CHOICE_VARIANTS:-always never}; do
     timeout "$(left 90)" "$here/bin/greedy_step_bench" --tokenizer "$scripts/tok.json" --reps 7 \
-      --rows "${CHOICE_ROWS:-1,2,4,8}" --step-choice "$choice" \
-      > "$out/greedy-$round-$name.log" 2>&1
-    echo "greedy_step_bench rc=$?" >> "$out/greedy-$round-$name.log"
+      --rows "${CHOICE_ROWS:-1,2,4,8}" --step-choice "$choice" > "$out/greedy-$round-$choice.log" 2>&1
+    echo "greedy_step_bench rc=$?" >> "$out/greedy-$round-$choice.log"
   done
 done
 {

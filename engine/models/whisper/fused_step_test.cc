@@ -54,16 +54,20 @@ TEST_P(FusedStepTest, RandomWeightsGreedyEqualsUnfused) {
   std::mt19937 rng(seed);
   const std::string dir = testing::TempModelDir("fused_step_test", seed);
   ASSERT_TRUE(testing::WriteRandomWhisperModel(dir, seed));
-  // f32 weights in one (the default: the step converts them to f16, exactly for an f16 file), f16
-  // in the other (used as they are).
-  auto fused = WhisperModel::Load(
-      dir, *backend_, {.graphs = GetParam().graphs, .fused_decoder_step = GraphUse::kAlways});
+  // f32 weights in one (the step converts them to f16, exactly for an f16 file), f16 in the other
+  // (used as they are). f32 named: a GPU's default is f16 (WhisperModelOptions::weight_dtype).
+  auto fused = WhisperModel::Load(dir, *backend_,
+                                  {.weight_dtype = DType::kF32,
+                                   .graphs = GetParam().graphs,
+                                   .fused_decoder_step = GraphUse::kAlways});
   auto fused16 = WhisperModel::Load(dir, *backend_,
                                     {.weight_dtype = DType::kF16,
                                      .graphs = GetParam().graphs,
                                      .fused_decoder_step = GraphUse::kAlways});
-  auto unfused = WhisperModel::Load(
-      dir, *backend_, {.graphs = GetParam().graphs, .fused_decoder_step = GraphUse::kNever});
+  auto unfused = WhisperModel::Load(dir, *backend_,
+                                    {.weight_dtype = DType::kF32,
+                                     .graphs = GetParam().graphs,
+                                     .fused_decoder_step = GraphUse::kNever});
   std::filesystem::remove_all(dir);
   ASSERT_TRUE(fused.ok()) << fused.status();
   ASSERT_TRUE(fused16.ok()) << fused16.status();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "engine/models/ct2/model_file.h"
@@ -165,7 +166,7 @@ absl::StatusOr<std::unique_ptr<WhisperModel>> WhisperModel::FromModelFile(
       model->use_graphs_ = false;
       break;
   }
-  model->step_choice_ = options.step_choice != GraphUse::kNever;
+  model->step_choice_ = options.step_choice;
   switch (options.batch_encoder) {
     case GraphUse::kAuto:
       model->batch_encoder_ = backend.device() != DeviceKind::kCpu;
@@ -845,8 +846,10 @@ absl::Status WhisperModel::RunDecodeStepAndChoose(DecoderState& state,
 }
 
 bool WhisperModel::ChoosesInStep(const DecoderState& state) const {
-  return step_choice_ && prepared_step_ != nullptr &&
-         state.batch_size() <= prepared_step_->max_batch() &&
+  const int rows_limit =
+      step_choice_ == GraphUse::kAuto ? kStepChoiceAutoRows : std::numeric_limits<int>::max();
+  return step_choice_ != GraphUse::kNever && prepared_step_ != nullptr &&
+         state.batch_size() <= std::min(rows_limit, prepared_step_->max_batch()) &&
          prepared_step_->ChoosesInStep(PreparedStepIo(state));
 }
 

@@ -75,6 +75,11 @@ struct ScoresTimings {
 // (e.g. a ThreadPool's ParallelFor); for host work that is independent per row.
 using ForEachFn = std::function<void(size_t n, const std::function<void(size_t)>& fn)>;
 
+// The largest batch that WhisperModelOptions::step_choice's kAuto chooses in the step for: at 8
+// rows the choice in the logits launch (its last block merging 8 rows) measured 0.7-1.2 us a
+// token slower than the ops after it on an H100 (docs/benchmarks.md, "Summary: H100, session 26").
+inline constexpr int kStepChoiceAutoRows = 4;
+
 struct WhisperModelOptions {
   // Element type the large projection weights are kept in on the device. f32 doubles the memory
   // of the f16 file but lets the CPU backend use BLAS; f16 halves weight traffic and takes the
@@ -104,11 +109,12 @@ struct WhisperModelOptions {
   // Whether DecodeGreedyBatch's device choice (Backend::ArgmaxLogSumExp, then FeedChoices) is
   // made in the prepared step's own launches where it offers that for a batch
   // (PreparedDecoderStep::RunAndChoose: on CUDA the cluster step's logits launch), so that a
-  // greedy token is one replay with no kernels after it. kAuto and kAlways: there; kNever: the
-  // ops after the step. The same tokens and maxima; the sums behind the log-probabilities within
-  // a relative 1e-5 (PreparedDecoderStep::RunAndChoose). Default: kNever, until it has been
-  // measured on a GPU (docs/gpu.md).
-  GraphUse step_choice = GraphUse::kNever;
+  // greedy token is one replay with no kernels after it. kAlways: wherever the step offers it;
+  // kAuto: there, for batches of up to kStepChoiceAutoRows rows (where it was measured faster);
+  // kNever: the ops after the step. The same tokens and maxima; the sums behind the
+  // log-probabilities within a relative 1e-5 (PreparedDecoderStep::RunAndChoose). Default: kAuto
+  // (H100: a greedy token 3.1-3.3 us cheaper at one row, 1.6-2.1 at four; docs/gpu.md).
+  GraphUse step_choice = GraphUse::kAuto;
   // Where the backend supports Op::kLinearPlanes: every decoder layer's cross-attention K and V
   // projection stacked into one weight, so that an encoded window is projected into the caches
   // by one GEMM (Backend::LinearPlanes) instead of two per layer (the per-layer weights become
@@ -559,7 +565,7 @@ class WhisperModel {
   Backend& backend_;
   WhisperDims dims_;
   bool use_graphs_ = false;
-  bool step_choice_ = false;  // WhisperModelOptions::step_choice resolved
+  GraphUse step_choice_ = GraphUse::kNever;  // WhisperModelOptions::step_choice
   bool batch_encoder_ = false;
   float attention_scale_ = 0.125f;
   Tensor conv1_w_, conv1_b_, conv2_w_, conv2_b_, encoder_positions_;
