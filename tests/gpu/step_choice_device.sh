@@ -7,9 +7,10 @@
 #     WAAV_STAGE_SCRIPTS=tests/gpu/step_choice_device.sh tests/gpu/stage_device.sh build/ci .device/g
 #   cp models/whisper-tiny.en/tokenizer.json .device/g/tok.json
 # device tool: carry [".device/g"], command: bash .device/g/step_choice_device.sh
-# First the new test alone, then the A/B on an idle GPU: greedy_step_bench with --step-choice always
-# and never alternated (CHOICE_VARIANTS: the values in turn; CHOICE_ROUNDS rounds, default 2; rows CHOICE_ROWS, default 1,2,4,8: the
-# cluster step's buckets; 7 calls a row count), then the tests (all within CHOICE_BUDGET_S,
+# First the new test alone, then the A/B on an idle GPU: greedy_step_bench with --step-choice
+# always and never alternated (CHOICE_VARIANTS: the values in turn; CHOICE_ROUNDS rounds, default
+# 2; rows CHOICE_ROWS, default 1,2,4,8: the cluster step's buckets; 7 calls a row count), then
+# the tests (all within CHOICE_BUDGET_S,
 # default 540): the fused step's (the new choice against the ops, eager and graphs) and the
 # engine's graph tests, the persistent step against the CPU, the choice's and copies' kernels of
 # cuda_backend_test, and compute-sanitizer memcheck over the choice test.

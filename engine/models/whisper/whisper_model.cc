@@ -846,11 +846,15 @@ absl::Status WhisperModel::RunDecodeStepAndChoose(DecoderState& state,
 }
 
 bool WhisperModel::ChoosesInStep(const DecoderState& state) const {
-  const int rows_limit =
-      step_choice_ == GraphUse::kAuto ? kStepChoiceAutoRows : std::numeric_limits<int>::max();
-  return step_choice_ != GraphUse::kNever && prepared_step_ != nullptr &&
-         state.batch_size() <= std::min(rows_limit, prepared_step_->max_batch()) &&
-         prepared_step_->ChoosesInStep(PreparedStepIo(state));
+  if (!state.chooses_in_step_.has_value()) {
+    const int rows_limit =
+        step_choice_ == GraphUse::kAuto ? kStepChoiceAutoRows : std::numeric_limits<int>::max();
+    state.chooses_in_step_ =
+        step_choice_ != GraphUse::kNever && prepared_step_ != nullptr &&
+        state.batch_size() <= std::min(rows_limit, prepared_step_->max_batch()) &&
+        prepared_step_->ChoosesInStep(PreparedStepIo(state));
+  }
+  return *state.chooses_in_step_;
 }
 
 std::vector<const Tensor*> WhisperModel::StepTensors(const DecoderState& state) const {

@@ -218,6 +218,9 @@ class DecoderState {
   // view), and of the cross-attention K/V projection of RunEncoder into it (per encoder buffers).
   GraphCache step_graph_{1};
   GraphCache choice_graphs_{2};  // RunDecodeStepAndChoose's (one per choice output buffer)
+  // WhisperModel::ChoosesInStep's answer for this state, asked once (its tensors, and so the
+  // answer, do not change; asking builds the step's whole DecoderStepIo).
+  mutable std::optional<bool> chooses_in_step_;
   GraphCache cross_graphs_{2};
   // WhisperModel::PrefillRows' buffers for prompts padded to `tokens` a row, with the graph
   // captured on them; the kMaxPrefills lengths used last are kept.
