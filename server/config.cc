@@ -95,6 +95,7 @@ absl::Status ServerConfig::Validate() const {
   if (backend.empty()) return absl::InvalidArgumentError("backend must be set (auto, cpu, ...)");
   RETURN_IF_ERROR(IntInRange("threads", threads, 0, 1024));
   RETURN_IF_ERROR(IntInRange("gpu_device", gpu_device, 0, 1023));
+  RETURN_IF_ERROR(IntInRange("gpu_l2_encoder_mb", gpu_l2_encoder_mb, 0, 1024));
   RETURN_IF_ERROR(IntInRange("offline_workers", offline_workers, 1, 64));
   RETURN_IF_ERROR(IntInRange("max_queued_recognize", max_queued_recognize, 0, 10000));
   RETURN_IF_ERROR(IntInRange("max_streams", max_streams, 1, 100000));

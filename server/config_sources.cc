@@ -96,6 +96,10 @@ std::vector<ConfigField> MakeFields() {
       "gpu_device", "GPU ordinal for cuda and hip (and auto, which falls back to the CPU)",
       [](auto& c) -> auto& { return c.gpu_device; }));
   f.push_back(Field(
+      "gpu_l2_encoder_mb",
+      "MiB of GPU L2 kept for the encoder output decoder steps reread; 0: none",
+      [](auto& c) -> auto& { return c.gpu_l2_encoder_mb; }));
+  f.push_back(Field(
       "offline_workers", "workers for whole-file Recognize, each with its own model copy",
       [](auto& c) -> auto& { return c.offline_workers; }));
   f.push_back(Field(

@@ -63,6 +63,9 @@ TEST(ServerConfigTest, ValidateNamesTheSettingAndValue) {
       {[](ServerConfig& c) { c.vad_threads = 17; }, "vad_threads"},
       {[](ServerConfig& c) { c.gpu_device = -1; }, "gpu_device must be in [0, 1023]; got -1"},
       {[](ServerConfig& c) { c.gpu_device = 1024; }, "gpu_device"},
+      {[](ServerConfig& c) { c.gpu_l2_encoder_mb = -1; },
+       "gpu_l2_encoder_mb must be in [0, 1024]; got -1"},
+      {[](ServerConfig& c) { c.gpu_l2_encoder_mb = 1025; }, "gpu_l2_encoder_mb"},
       {[](ServerConfig& c) { c.max_message_bytes = 10; }, "max_message_bytes"},
       {[](ServerConfig& c) { c.idle_timeout_s = 0; }, "idle_timeout_s"},
       {[](ServerConfig& c) { c.max_stream_duration_s = -1; }, "max_stream_duration_s"},
@@ -224,6 +227,15 @@ TEST(ServerConfigTest, PrecedenceIsDefaultsThenFileThenEnvironmentThenFlags) {
   EXPECT_EQ(config->gpu_device, 3);
   EXPECT_FALSE(Resolve({"--gpu-device", "-2"}, {}).ok());
   EXPECT_FALSE(Resolve({}, {{"WAAV_GPU_DEVICE", "first"}}).ok());
+  EXPECT_EQ(config->gpu_l2_encoder_mb, 0);
+  config = Resolve({"--gpu-l2-encoder-mb", "16"}, {{"WAAV_GPU_L2_ENCODER_MB", "24"}});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->gpu_l2_encoder_mb, 16);
+  config = Resolve({}, {{"WAAV_GPU_L2_ENCODER_MB", "24"}});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->gpu_l2_encoder_mb, 24);
+  EXPECT_FALSE(Resolve({"--gpu-l2-encoder-mb", "2048"}, {}).ok());
+  EXPECT_FALSE(Resolve({}, {{"WAAV_GPU_L2_ENCODER_MB", "lots"}}).ok());
 }
 
 // Auto VAD threads: one on small machines (the CPU Whisper backend needs the cores), a few on

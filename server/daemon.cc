@@ -116,6 +116,7 @@ class Daemon {
     BackendOptions backend_options;
     backend_options.num_threads = config_.threads;
     backend_options.device_index = config_.gpu_device;
+    backend_options.gpu_l2_encoder_bytes = int64_t{config_.gpu_l2_encoder_mb} << 20;
     ASSIGN_OR_RETURN(backend_, CreateBackend(config_.backend, backend_options));
     model_.name = EffectiveModelName(config_);
     model_.languages = LanguagesForModel(model_.name);

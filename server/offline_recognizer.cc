@@ -66,6 +66,7 @@ absl::StatusOr<std::unique_ptr<OfflineRecognizer>> OfflineRecognizer::Create(
   BackendOptions options;
   options.num_threads = config.threads;
   options.device_index = config.gpu_device;
+  options.gpu_l2_encoder_bytes = int64_t{config.gpu_l2_encoder_mb} << 20;
   pool->workers_.resize(static_cast<size_t>(config.offline_workers));
   for (Worker& worker : pool->workers_) {
     ASSIGN_OR_RETURN(worker.backend, CreateBackend(config.backend, options));

@@ -163,6 +163,12 @@ std::vector<BackendVariant> BenchVariants() {
     add_engine(absl::StrCat("SharedKvAttention in ", splits, " key ranges"),
                [splits](auto& o) { o.shared_kv_splits = splits; });
   }
+  // Session 27: SharedKvAttention's L2 hints: the encoder output's rows that fit in n MB loaded
+  // evict-last (the next layer and the next step read them again), the rest evict-first.
+  for (const int mb : {0, 8, 16, 24, 32}) {
+    add_engine(absl::StrCat("SharedKvAttention, ", mb, " MB of encoder output kept in L2"),
+               [mb](auto& o) { o.shared_kv_l2_retain_bytes = int64_t{mb} << 20; });
+  }
   // Session 17: the biases of cuBLAS GEMMs in cuBLASLt's epilogue (the default) against an
   // epilogue kernel after each GEMM.
   add_engine("bias after cuBLAS by a kernel (before session 17)",

@@ -4,6 +4,7 @@
 // unit; backend libraries are CMake OBJECT libraries so that initializer is always linked.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -20,6 +21,10 @@ struct BackendOptions {
   int num_threads = 0;
   // Device ordinal for GPU backends. Default: 0.
   int device_index = 0;
+  // L2 a GPU backend keeps for the encoder output that decoder steps read again at every layer
+  // and step (the CUDA backend's SharedKvAttention hints): bytes, 0 for none, -1 for the
+  // backend's default. Default: -1.
+  int64_t gpu_l2_encoder_bytes = -1;
 };
 
 using BackendFactory =

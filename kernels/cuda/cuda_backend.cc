@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "engine/runtime/backend_registry.h"
 #include "engine/runtime/op_checks.h"
 #include "engine/runtime/status.h"
@@ -537,9 +538,9 @@ class CudaBackend final : public Backend, public CudaExtensions {
                                   d.kv_len,
                                   static_cast<int>(d.width),
                                   scale};
-    const cuda::SharedKvPlan plan =
-        cuda::PlanSharedKvAttention(args, state_->ctx.sm_count, kAttentionCounters,
-                                    options_.shared_kv_splits, options_.shared_kv_deep_pipeline);
+    const cuda::SharedKvPlan plan = cuda::PlanSharedKvAttention(
+        args, state_->ctx.sm_count, kAttentionCounters, options_.shared_kv_splits,
+        options_.shared_kv_deep_pipeline, RetainBytes());
     if (!plan.supported) {
       return absl::InvalidArgumentError(absl::StrCat("SharedKvAttention: kv ", kv.Describe(),
                                                      " and out ", out.Describe(),
@@ -547,7 +548,7 @@ class CudaBackend final : public Backend, public CudaExtensions {
     }
     ASSIGN_OR_RETURN(Tensor scratch, Scratch(plan.partial_bytes));
     Sign({static_cast<int64_t>(SigOp::kSharedKvAttention), d.batch, d.q_len, d.kv_len, d.heads,
-          d.width, plan.splits, plan.stages, args.out_f16});
+          d.width, plan.splits, plan.stages, args.out_f16, plan.retain_rows});
     return Submit([state = state_, ctx = Ctx(), q, kv, out, args, plan, scratch]() {
       return GpuStatus("SharedKvAttention",
                        cuda::LaunchSharedKvAttention(
@@ -889,6 +890,13 @@ class CudaBackend final : public Backend, public CudaExtensions {
     return status;
   }
 
+  // SharedKvAttention's L2 hints: off (-1), or the bytes of rows to keep, within the L2 set
+  // aside for them (the device's maximum may be less than asked).
+  int64_t RetainBytes() const {
+    if (options_.shared_kv_l2_retain_bytes < 0) return -1;
+    return std::min(options_.shared_kv_l2_retain_bytes, static_cast<int64_t>(state_->l2_set_aside));
+  }
+
   // Adds a call's shape to the capture signature (graph.h).
   void Sign(std::initializer_list<int64_t> values) {
     if (!capturing_) return;
@@ -928,19 +936,33 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const CudaBackendOp
         absl::StrCat("skinny_max_rows ", options.skinny_max_rows, " must be >= 0"));
   }
 
+  if (options.shared_kv_l2_retain_bytes < -1) {
+    return absl::InvalidArgumentError(absl::StrCat("shared_kv_l2_retain_bytes ",
+                                                   options.shared_kv_l2_retain_bytes,
+                                                   " must be -1 (no L2 hints) or >= 0"));
+  }
+
   std::string gemm;
   ASSIGN_OR_RETURN(std::shared_ptr<DeviceState> state,
                    cuda::CreateDeviceState(options, props, &gemm));
   const bool pdl = state->ctx.pdl;
-  return std::unique_ptr<Backend>(new CudaBackend(
-      options, std::move(state),
-      cuda::DescribeDevice(props, gemm, options.math == CudaMath::kFast, options.use_graphs, pdl),
-      props.totalGlobalMem));
+  std::string description =
+      cuda::DescribeDevice(props, gemm, options.math == CudaMath::kFast, options.use_graphs, pdl);
+  if (state->l2_set_aside > 0) {
+    absl::StrAppendFormat(&description, "; L2 kept for the encoder output %.1f MiB",
+                          static_cast<double>(state->l2_set_aside) / (1 << 20));
+  }
+  return std::unique_ptr<Backend>(
+      new CudaBackend(options, std::move(state), std::move(description), props.totalGlobalMem));
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateRegistered(const BackendOptions& options) {
   CudaBackendOptions cuda_options;
   cuda_options.device_index = options.device_index;
+  if (options.gpu_l2_encoder_bytes >= 0) {
+    cuda_options.shared_kv_l2_retain_bytes =
+        options.gpu_l2_encoder_bytes > 0 ? options.gpu_l2_encoder_bytes : -1;
+  }
   return CreateCudaBackend(cuda_options);
 }
 

@@ -4,6 +4,7 @@
 // end inside a tile, several groups of 8 queries, rows whose queries do not fill a group. Also
 // Copy's f32 → f16 conversion (how the encoder output reaches such a cache) and the plan's rules,
 // which need no GPU.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -71,6 +72,19 @@ TEST(SharedKvAttentionPlan, SplitsKeysUntilTheGridFillsTheChipOnce) {
   EXPECT_EQ(plan(PlanArgs(16, 6, 1500, 384), kSms, 15).splits, 1);
   // 12 queries make two groups.
   EXPECT_EQ(plan(PlanArgs(4, 12, 1500, 384), kSms, 1 << 20).counters, 8);
+  // L2 hints: none by default; else the whole rows that fit in the bytes given (1500 keys of
+  // 384 f16: 1152000 bytes a row), at most the batch.
+  EXPECT_EQ(plan(PlanArgs(64, 6, 1500, 384), kSms, 1 << 20).retain_rows, -1);
+  const auto retain = [](int64_t batch, int64_t bytes) {
+    return cuda::PlanSharedKvAttention(PlanArgs(batch, 6, 1500, 384), kSms, 1 << 20, 0, false,
+                                       bytes)
+        .retain_rows;
+  };
+  EXPECT_EQ(retain(64, 0), 0);
+  EXPECT_EQ(retain(64, 1152000 - 1), 0);
+  EXPECT_EQ(retain(64, 1152000), 1);
+  EXPECT_EQ(retain(64, int64_t{32} << 20), 29);
+  EXPECT_EQ(retain(16, int64_t{32} << 20), 16);
   // Refused: widths off the 64 grid or above 512, one key short, misaligned kv or out.
   EXPECT_TRUE(plan(PlanArgs(2, 8, 10, 512), kSms, 1 << 20).supported);
   EXPECT_TRUE(plan(PlanArgs(2, 8, 10, 64), kSms, 1 << 20).supported);
@@ -117,17 +131,24 @@ TEST_P(CudaParityTest, SharedKvAttentionMatchesCpu) {
     SCOPED_TRACE(what);
     // Both pipelines into f32, and the default one into f16 (the engine's output buffer where it
     // has f16 activations).
+    // And with L2 hints (the first rows' keys evict-last, the others evict-first): the same
+    // results, since hints only move lines in L2.
     struct Run {
       bool deep, out_f16;
+      int64_t retain_bytes;
     };
-    for (const Run run : {Run{true, false}, Run{false, false}, Run{false, true}}) {
+    const int64_t half_rows_bytes = (c.batch / 2) * c.kv_len * c.width * 2;
+    for (const Run run : {Run{true, false, -1}, Run{false, false, -1}, Run{false, true, -1},
+                          Run{false, false, half_rows_bytes}}) {
       const bool deep = run.deep;
-      const std::string how = absl::StrCat(deep ? " deep" : " double-buffered",
-                                           run.out_f16 ? " into f16" : " into f32");
+      const std::string how =
+          absl::StrCat(deep ? " deep" : " double-buffered", run.out_f16 ? " into f16" : " into f32",
+                       " L2 retain bytes ", run.retain_bytes);
       SCOPED_TRACE(how);
       CudaBackendOptions options;
       options.shared_kv_splits = c.splits;
       options.shared_kv_deep_pipeline = deep;
+      options.shared_kv_l2_retain_bytes = run.retain_bytes;
       auto made = CreateCudaBackend(options);
       ASSERT_TRUE(made.ok()) << made.status();
       Backend* gpu = made->get();
@@ -238,6 +259,53 @@ TEST_P(CudaParityTest, CopyConvertsF32ToF16WithHalfActivations) {
   ASSERT_TRUE(t32.ok() && t16.ok());
   EXPECT_EQ((*plain)->Copy(*t32, *t16).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE((*plain)->supports(Op::kSharedKvAttention));
+}
+
+// shared_kv_l2_retain_bytes sets L2 aside for the retained rows while a backend that asked for it
+// lives (the largest ask of those alive, up to the device's maximum), and the last one to go puts
+// the limit back. (No other backend is alive in this test: it makes its own.)
+TEST(SharedKvL2SetAside, LastsWhileABackendThatAskedLives) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    GTEST_SKIP() << "no usable GPU, CUDA test skipped";
+  }
+  if (!cuda::SharedKvAttentionAvailable()) GTEST_SKIP() << "no tensor-core kernel in this build";
+  int max_bytes = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&max_bytes, cudaDevAttrMaxPersistingL2CacheSize, 0),
+            cudaSuccess);
+  if (max_bytes <= 0) GTEST_SKIP() << "this GPU sets no L2 aside for persisting accesses";
+  auto limit = [] {
+    size_t bytes = 0;
+    EXPECT_EQ(cudaDeviceGetLimit(&bytes, cudaLimitPersistingL2CacheSize), cudaSuccess);
+    return bytes;
+  };
+  auto make = [](int64_t retain_bytes) {
+    CudaBackendOptions options;
+    options.shared_kv_l2_retain_bytes = retain_bytes;
+    auto made = CreateCudaBackend(options);
+    EXPECT_TRUE(made.ok()) << made.status();
+    return made.ok() ? std::move(*made) : nullptr;
+  };
+  const size_t before = limit();
+  {
+    auto none = make(-1);  // no hints: no set-aside
+    EXPECT_EQ(limit(), before);
+  }
+  size_t small = 0;
+  {
+    auto first = make(int64_t{4} << 20);
+    small = limit();
+    EXPECT_GT(small, 0u);  // the driver rounds it to its granularity
+    EXPECT_LE(small, static_cast<size_t>(max_bytes));
+    {
+      auto larger = make(int64_t{24} << 20);
+      EXPECT_GE(limit(), small);
+      auto smaller = make(int64_t{2} << 20);
+      EXPECT_GE(limit(), small);  // a smaller ask does not lower it
+    }
+    EXPECT_GT(limit(), 0u);  // `first` still lives
+  }
+  EXPECT_EQ(limit(), before);
 }
 
 }  // namespace

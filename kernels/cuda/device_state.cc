@@ -1,18 +1,58 @@
 #include "kernels/cuda/device_state.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 
 #include "engine/runtime/status.h"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/backend_util.h"
 #include "kernels/cuda/half_gemm.cuh"
+#include "kernels/cuda/shared_kv_attention.cuh"
 
 namespace waav::cuda {
+namespace {
+
+// The L2 set aside for persisting lines is a limit of the process's context, shared by every
+// backend on the device: the first backend that asks sets it (the largest ask wins while they
+// live) and the last one to go puts the limit back.
+struct PersistingL2Users {
+  int users = 0;
+  size_t previous = 0, set = 0;
+};
+std::mutex persisting_l2_mutex;
+std::map<int, PersistingL2Users>& PersistingL2ByDevice() {
+  static auto* by_device = new std::map<int, PersistingL2Users>();
+  return *by_device;
+}
+
+absl::StatusOr<size_t> AcquirePersistingL2(int device, size_t bytes) {
+  const std::lock_guard<std::mutex> lock(persisting_l2_mutex);
+  PersistingL2Users& entry = PersistingL2ByDevice()[device];
+  if (entry.users == 0 || bytes > entry.set) {
+    size_t previous = 0, set = 0;
+    RETURN_IF_ERROR(GpuStatus("setting L2 aside for shared_kv_l2_retain_bytes",
+                              SetAsidePersistingL2(bytes, &previous, &set)));
+    if (entry.users == 0) entry.previous = previous;
+    entry.set = set;
+  }
+  ++entry.users;
+  return entry.set;
+}
+
+void ReleasePersistingL2(int device) {
+  const std::lock_guard<std::mutex> lock(persisting_l2_mutex);
+  PersistingL2Users& entry = PersistingL2ByDevice()[device];
+  if (--entry.users == 0) RestorePersistingL2(entry.previous);
+}
+
+}  // namespace
 
 DeviceState::~DeviceState() {
   // Teardown: errors here have no one to go to.
   (void)cudaSetDevice(device);
   if (graphs != nullptr) (void)cudaStreamSynchronize(graphs->stream);
+  if (l2_lease) ReleasePersistingL2(device);
   if (error_host != nullptr) (void)cudaFreeHost(error_host);
 }
 
@@ -49,6 +89,12 @@ absl::StatusOr<std::shared_ptr<DeviceState>> CreateDeviceState(const CudaBackend
                  props.multiProcessorCount,
                  state->counters.data_as<int>() + kAttentionCounters,
                  options.blas_bias_epilogue};
+  if (options.shared_kv_l2_retain_bytes > 0) {
+    ASSIGN_OR_RETURN(state->l2_set_aside,
+                     AcquirePersistingL2(options.device_index,
+                                         static_cast<size_t>(options.shared_kv_l2_retain_bytes)));
+    state->l2_lease = true;
+  }
   const bool pdl = options.use_pdl && WAAV_GPU_HAS_PDL && props.major >= 9;
   state->ctx = {state->graphs->stream, pdl, state->error_device, props.multiProcessorCount,
                 std::max(0, options.pdl_max_blocks_per_sm)};

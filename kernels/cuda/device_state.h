@@ -36,6 +36,10 @@ struct DeviceState {
   std::unique_ptr<Blas> blas;
   GemmConfig gemm;
   LaunchContext ctx;
+  // L2 set aside for SharedKvAttention's retained rows (CudaBackendOptions::
+  // shared_kv_l2_retain_bytes > 0), shared with the device's other backends (device_state.cc).
+  size_t l2_set_aside = 0;
+  bool l2_lease = false;
 };
 
 // The state of a backend with `options` on the device `props` describes (already opened): its

@@ -57,9 +57,10 @@ struct Params {
   bool out_f16;
   int64_t queries, kv_len, keys_per_split;
   int groups, splits;
-  float scale_log2;  // scale · log2(e): the softmax runs on exp2
-  float* partials;   // per (row, group, split): o [8][width], then m [8] and l [8]
-  int* counters;     // per (row, group)
+  int64_t retain_rows;  // SharedKvPlan::retain_rows
+  float scale_log2;     // scale · log2(e): the softmax runs on exp2
+  float* partials;      // per (row, group, split): o [8][width], then m [8] and l [8]
+  int* counters;        // per (row, group)
 };
 
 __device__ __forceinline__ uint32_t HalfBits(__half2 h) { return *reinterpret_cast<uint32_t*>(&h); }
@@ -89,6 +90,13 @@ __global__ void __launch_bounds__(32 * kWarps) SharedKvKernel(Params p) {
       key_begin + p.keys_per_split < p.kv_len ? key_begin + p.keys_per_split : p.kv_len;
   const int tiles = static_cast<int>((key_end - key_begin + kTileKeys - 1) / kTileKeys);
   const __half* kv = p.kv + b * p.kv_len * kWidth;
+  const bool hinted = p.retain_rows >= 0;
+  uint64_t policy = 0;
+  if (hinted && b < p.retain_rows) {
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+  } else if (hinted) {
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  }
 
   WaitForPreviousKernel();
   // One commit group per tile index, empty past the last tile, so that waiting for all but the
@@ -102,7 +110,11 @@ __global__ void __launch_bounds__(32 * kWarps) SharedKvKernel(Params p) {
       const bool valid = first + key < key_end;
       // Keys past the range are zero-filled from a valid address (their scores are masked).
       const __half* src = kv + (valid ? first + key : key_begin) * kWidth + chunk * 8;
-      mma::CopyAsync16(dst + key * kRow + chunk * 8, src, valid ? 16 : 0);
+      if (hinted) {
+        mma::CopyAsync16Hinted(dst + key * kRow + chunk * 8, src, valid ? 16 : 0, policy);
+      } else {
+        mma::CopyAsync16(dst + key * kRow + chunk * 8, src, valid ? 16 : 0);
+      }
     }
     mma::CommitAsync();
   };
@@ -317,6 +329,7 @@ cudaError_t LaunchWarps(const LaunchContext& ctx, const SharedKvArgs& a, const S
                       plan.keys_per_split,
                       groups,
                       plan.splits,
+                      plan.retain_rows,
                       a.scale * 1.4426950408889634f,
                       partials,
                       counters};
@@ -345,7 +358,7 @@ cudaError_t LaunchFor(int warps, const LaunchContext& ctx, const SharedKvArgs& a
 bool SharedKvAttentionAvailable() { return WAAV_GPU_HAS_MMA != 0; }
 
 SharedKvPlan PlanSharedKvAttention(const SharedKvArgs& a, int sm_count, int64_t max_counters,
-                                   int force_splits, bool deep_pipeline) {
+                                   int force_splits, bool deep_pipeline, int64_t l2_retain_bytes) {
   SharedKvPlan plan;
 #if WAAV_GPU_HAS_MMA
   auto aligned = [](const void* ptr, uintptr_t bytes) {
@@ -375,14 +388,49 @@ SharedKvPlan PlanSharedKvAttention(const SharedKvArgs& a, int sm_count, int64_t 
     plan.counters = items;
     plan.partial_bytes = static_cast<size_t>(items * plan.splits) * kGroup * (a.width + 2) * 4;
   }
+  if (l2_retain_bytes >= 0) {
+    const int64_t row_bytes = a.kv_len * a.width * 2;
+    plan.retain_rows = std::min<int64_t>(a.batch, l2_retain_bytes / row_bytes);
+  }
 #else
   (void)a;
   (void)sm_count;
   (void)max_counters;
   (void)force_splits;
   (void)deep_pipeline;
+  (void)l2_retain_bytes;
 #endif
   return plan;
+}
+
+cudaError_t SetAsidePersistingL2(size_t bytes, size_t* previous, size_t* set) {
+#if defined(WAAV_HIP)
+  (void)bytes;
+  (void)previous;
+  (void)set;
+  return cudaErrorNotSupported;
+#else
+  int device = 0, max_bytes = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e == cudaSuccess) {
+    e = cudaDeviceGetAttribute(&max_bytes, cudaDevAttrMaxPersistingL2CacheSize, device);
+  }
+  if (e != cudaSuccess) return e;
+  if (max_bytes <= 0) return cudaErrorNotSupported;
+  if ((e = cudaDeviceGetLimit(previous, cudaLimitPersistingL2CacheSize)) != cudaSuccess) return e;
+  *set = std::min(bytes, static_cast<size_t>(max_bytes));
+  return cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, *set);
+#endif
+}
+
+void RestorePersistingL2(size_t previous) {
+#if !defined(WAAV_HIP)
+  // Teardown: errors here have no one to go to.
+  (void)cudaCtxResetPersistingL2Cache();
+  (void)cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, previous);
+#else
+  (void)previous;
+#endif
 }
 
 cudaError_t LaunchSharedKvAttention(const LaunchContext& ctx, const SharedKvArgs& a,

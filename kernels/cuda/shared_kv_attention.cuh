@@ -45,6 +45,10 @@ struct SharedKvPlan {
   size_t partial_bytes = 0;  // scratch for partial results (0 when splits == 1)
   int64_t counters = 0;      // zeroed i32 arrival counters needed (0 when splits == 1)
   int stages = 2;            // tiles in shared memory (2: double-buffered)
+  // L2 hints for kv: -1 none; else rows [0, retain_rows) are loaded evict-last (kept in L2 for
+  // the next layer's and the next step's read of the same encoder output) and the other rows
+  // evict-first (streamed, so that they do not push the kept rows out).
+  int64_t retain_rows = -1;
 };
 
 // Whether this build has the kernel (tensor cores: the CUDA build, not HIP's).
@@ -54,9 +58,17 @@ bool SharedKvAttentionAvailable();
 // one per tile (`force_splits` > 0: that many, within the same bounds; for tests), one range
 // when the counters would not do. `deep_pipeline`: one block per multiprocessor with as many
 // tiles as fit (5 at width 384, 3 at 512; 4 or 2 of them in flight) instead of two
-// double-buffered blocks (91 KB each at 384).
+// double-buffered blocks (91 KB each at 384). `l2_retain_bytes` >= 0: the L2 hints above, with
+// as many whole rows kept as fit in that many bytes; -1: no hints.
 SharedKvPlan PlanSharedKvAttention(const SharedKvArgs& args, int sm_count, int64_t max_counters,
-                                   int force_splits = 0, bool deep_pipeline = false);
+                                   int force_splits = 0, bool deep_pipeline = false,
+                                   int64_t l2_retain_bytes = -1);
+// The part of L2 kept for lines loaded evict-last (the retained rows above; without a set-aside
+// the hint keeps nothing): `bytes` clamped to the device's maximum, the limit before into
+// `previous`, the bytes set into `set`. RestorePersistingL2 puts the limit back and returns the
+// kept lines to normal. (cudaErrorNotSupported where the device or build has no set-aside.)
+cudaError_t SetAsidePersistingL2(size_t bytes, size_t* previous, size_t* set);
+void RestorePersistingL2(size_t previous);
 // `partials` and `counters` as the plan says; counters must be zero and are left zero.
 cudaError_t LaunchSharedKvAttention(const LaunchContext& ctx, const SharedKvArgs& args,
                                     const SharedKvPlan& plan, float* partials, int* counters);

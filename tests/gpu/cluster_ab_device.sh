@@ -8,7 +8,9 @@
 # folder), each binary's run of the first variant too, as "a.xz: NAME". Then the timeline once and the
 # cluster step's parity tests (the timeline of each binary). Results under $OUT: ab.log (one line per round, variant and
 # batch), ab-summary.txt (per variant and batch: the rounds' medians, their median and spread),
-# timeline.log, tests.log.
+# timeline.log, tests.log. Every run is a process of its own (the first variant a process times
+# can differ from later ones: session 27 saw 15-20 us at 64-256 rows); AB_ROTATE=1 starts each
+# round one variant later than the last.
 #   bash .device/cluster/cluster_ab_device.sh
 set -uo pipefail
 scripts=$(cd "$(dirname "$0")" && pwd)
@@ -30,7 +32,12 @@ run() {  # binary, variant, label
 }
 IFS=';' read -r -a names <<< "$variants"
 for round in $(seq "${AB_ROUNDS:-4}"); do
-  for v in "${names[@]}"; do run "$here/bin/whisper_gpu_bench" "$v" "$v"; done
+  order=("${names[@]}")
+  if [ "${AB_ROTATE:-0}" = 1 ]; then
+    shift_by=$(( (round - 1) % ${#names[@]} ))
+    order=("${names[@]:shift_by}" "${names[@]:0:shift_by}")
+  fi
+  for v in "${order[@]}"; do run "$here/bin/whisper_gpu_bench" "$v" "$v"; done
   for o in "${olds[@]}"; do run "$here/$o.bin" "${names[0]}" "$o: ${names[0]}"; done
 done > "$out/ab.log"
 # Per variant and batch: the rounds' figures, their median and spread (max - min).
