@@ -890,10 +890,12 @@ class CudaBackend final : public Backend, public CudaExtensions {
     return status;
   }
 
-  // SharedKvAttention's L2 hints: off (-1), or the bytes of rows to keep, within the L2 set
-  // aside for them (the device's maximum may be less than asked).
+  // SharedKvAttention's L2 hints: off (-1: asked for none, or the device sets no L2 aside), or
+  // the bytes of rows to keep, within the L2 set aside for them (the device's maximum may be less
+  // than asked; 0 asked: every row evict-first).
   int64_t RetainBytes() const {
     if (options_.shared_kv_l2_retain_bytes < 0) return -1;
+    if (options_.shared_kv_l2_retain_bytes > 0 && state_->l2_set_aside == 0) return -1;
     return std::min(options_.shared_kv_l2_retain_bytes, static_cast<int64_t>(state_->l2_set_aside));
   }
 

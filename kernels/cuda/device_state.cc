@@ -15,7 +15,8 @@ namespace {
 
 // The L2 set aside for persisting lines is a limit of the process's context, shared by every
 // backend on the device: the first backend that asks sets it (the largest ask wins while they
-// live) and the last one to go puts the limit back.
+// live) and the last one to go puts the limit back. 0 where the device sets none aside (before
+// compute capability 8.0; HIP): the backend then gives no hints.
 struct PersistingL2Users {
   int users = 0;
   size_t previous = 0, set = 0;
@@ -31,8 +32,9 @@ absl::StatusOr<size_t> AcquirePersistingL2(int device, size_t bytes) {
   PersistingL2Users& entry = PersistingL2ByDevice()[device];
   if (entry.users == 0 || bytes > entry.set) {
     size_t previous = 0, set = 0;
-    RETURN_IF_ERROR(GpuStatus("setting L2 aside for shared_kv_l2_retain_bytes",
-                              SetAsidePersistingL2(bytes, &previous, &set)));
+    const cudaError_t e = SetAsidePersistingL2(bytes, &previous, &set);
+    if (e == cudaErrorNotSupported && entry.users == 0) return 0;
+    RETURN_IF_ERROR(GpuStatus("setting L2 aside for shared_kv_l2_retain_bytes", e));
     if (entry.users == 0) entry.previous = previous;
     entry.set = set;
   }
@@ -93,7 +95,7 @@ absl::StatusOr<std::shared_ptr<DeviceState>> CreateDeviceState(const CudaBackend
     ASSIGN_OR_RETURN(state->l2_set_aside,
                      AcquirePersistingL2(options.device_index,
                                          static_cast<size_t>(options.shared_kv_l2_retain_bytes)));
-    state->l2_lease = true;
+    state->l2_lease = state->l2_set_aside > 0;
   }
   const bool pdl = options.use_pdl && WAAV_GPU_HAS_PDL && props.major >= 9;
   state->ctx = {state->graphs->stream, pdl, state->error_device, props.multiProcessorCount,
