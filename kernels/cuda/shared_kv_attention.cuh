@@ -63,10 +63,11 @@ bool SharedKvAttentionAvailable();
 SharedKvPlan PlanSharedKvAttention(const SharedKvArgs& args, int sm_count, int64_t max_counters,
                                    int force_splits = 0, bool deep_pipeline = false,
                                    int64_t l2_retain_bytes = -1);
-// The part of L2 kept for lines loaded evict-last (the retained rows above; without a set-aside
-// the hint keeps nothing): `bytes` clamped to the device's maximum, the limit before into
-// `previous`, the bytes set into `set`. RestorePersistingL2 puts the limit back and returns the
-// kept lines to normal. (cudaErrorNotSupported where the device or build has no set-aside.)
+// The part of L2 kept for lines loaded evict-last (the retained rows above: the CUDA programming
+// guide's set-aside for persisting accesses): `bytes` clamped to the device's maximum, the limit
+// before into `previous`, the bytes set into `set`. RestorePersistingL2 puts the limit back and
+// returns the kept lines to normal. (cudaErrorNotSupported where the device or build has no
+// set-aside.)
 cudaError_t SetAsidePersistingL2(size_t bytes, size_t* previous, size_t* set);
 void RestorePersistingL2(size_t previous);
 // `partials` and `counters` as the plan says; counters must be zero and are left zero.
