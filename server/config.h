@@ -65,8 +65,8 @@ struct ServerConfig {
   int gpu_device = 0;
   // L2 cache (MiB) a GPU backend keeps for the encoder output that decoder steps of more than 8
   // rows read at every layer and step (the CUDA backend sets it aside while it runs); 0: none.
-  // Default: 0 (on an H100, 16 made such steps ~5% faster but the encoder passes beside the kept
-  // lines 5-6% slower: docs/gpu.md); 0..1024.
+  // Default: 0 (on an H100, 16 made such steps 1-5.5% faster but the encoder passes beside the
+  // kept lines 5-6% slower: docs/gpu.md); 0..1024.
   int gpu_l2_encoder_mb = 0;
   // Workers (each with its own copy of the model) running whole-file Recognize requests, apart
   // from the streaming engine. Default: 1; 1..64.
