@@ -409,6 +409,9 @@ class Backend {
   // and kv = the encoder output, its output then projected through each head's value and
   // output projections (WhisperModelOptions::absorbed_cross_attention).
   static constexpr int kMaxSharedKvWidth = 512;
+  // The widest D this backend's device takes (at most kMaxSharedKvWidth; less on a GPU whose
+  // shared memory holds no block of the wider kernel: Ada at 512).
+  virtual int shared_kv_max_width() const { return kMaxSharedKvWidth; }
   virtual absl::Status SharedKvAttention(const Tensor& q, const Tensor& kv, int num_heads,
                                          float scale, const Tensor& out);
   // Scaled dot products of chosen heads' queries and keys (pre-softmax attention scores):

@@ -6,7 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/runtime/op_checks.h"
 #include "engine/runtime/status.h"
-#include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/device_caps.cuh"
 #include "kernels/cuda/fused_linear.cuh"
 #include "kernels/cuda/shared_kv_attention.cuh"
 
@@ -242,12 +242,12 @@ absl::Status AllocateErrorWord(unsigned long long** host, unsigned long long** d
 
 std::string DescribeDevice(const cudaDeviceProp& props, const std::string& gemm, bool fast_math,
                            bool graphs, bool pdl) {
-  return absl::StrFormat("%s: %s (compute %d.%d, %d SMs, %.1f GiB); GEMM: %s; math %s; %s; PDL %s",
-                         WAAV_GPU_NAME, props.name, props.major, props.minor,
-                         props.multiProcessorCount,
-                         static_cast<double>(props.totalGlobalMem) / (1 << 30), gemm,
-                         fast_math ? "fast (f16/TF32 tensor cores)" : "accurate (f32)",
-                         graphs ? "CUDA graphs" : "eager graphs", pdl ? "on" : "off");
+  return absl::StrFormat(
+      "%s: %s (compute %d.%d, %d SMs, %.1f GiB, %s code); GEMM: %s; math %s; %s; PDL %s",
+      WAAV_GPU_NAME, props.name, props.major, props.minor, props.multiProcessorCount,
+      static_cast<double>(props.totalGlobalMem) / (1 << 30), GpuCodeName(), gemm,
+      fast_math ? "fast (f16/TF32 tensor cores)" : "accurate (f32)",
+      graphs ? "CUDA graphs" : "eager graphs", pdl ? "on" : "off");
 }
 
 }  // namespace waav::cuda

@@ -1,6 +1,7 @@
 // ClusterCrossAttentionCheck (cluster_cross_check.h): the cross-attention device functions of the
 // cluster step in a one-block kernel, for tests.
 #include "kernels/cuda/cluster_cross_check.h"
+#include "kernels/cuda/device_caps.cuh"
 
 #if !defined(WAAV_HIP)
 #include "kernels/cuda/cluster_cross_mma.cuh"
@@ -29,6 +30,7 @@ constexpr size_t kCheckFloats = (size_t{kD} + kWarps * kH * kRec + kH * kRec + 1
 __global__ void __launch_bounds__(kThreads, 1)
     CrossCheckKernel(const __half* k, const __half* v, int n_keys, const float* q, float scale,
                      bool use_mma, float* out) {
+#if WAAV_GPU_SM90_CODE
   extern __shared__ float4 smem_raw[];
   float* q_s = reinterpret_cast<float*>(smem_raw);
   float* wpart = q_s + kD;
@@ -57,6 +59,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     MergeBlock(wpart, mine, weights);
   }
   for (int i = threadIdx.x; i < kH * kRec; i += kThreads) out[i] = mine[i];
+#else
+  __trap();  // never launched before sm_90 (ClusterCrossAttentionCheck)
+#endif
 }
 
 }  // namespace
@@ -64,16 +69,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 cudaError_t ClusterCrossAttentionCheck(const void* k, const void* v, int n_keys, const float* q,
                                        float scale, bool mma, float* out) {
   if (n_keys < 0 || n_keys > kClusterCrossCheckMaxKeys) return cudaErrorInvalidValue;
-  int device = 0, major = 0;
-  cudaError_t e = cudaGetDevice(&device);
-  if (e == cudaSuccess)
-    e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  if (e != cudaSuccess) return e;
-  if (major < 9) return cudaErrorNotSupported;
+  if (!Sm90CodeRuns()) return cudaErrorNotSupported;
   const size_t smem =
       kCheckFloats * sizeof(float) + size_t{2} * kH * ((n_keys + 7) / 8 * 8) * kDh * sizeof(__half);
-  e = cudaFuncSetAttribute(CrossCheckKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(smem));
+  cudaError_t e = cudaFuncSetAttribute(
+      CrossCheckKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(1);

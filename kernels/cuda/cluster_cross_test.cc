@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda/cluster_cross_check.h"
 #include "kernels/cuda/cluster_cross_stage.cuh"
+#include "kernels/cuda/device_caps.cuh"
 #include "kernels/cuda/gpu.h"
 
 namespace waav::cuda {
@@ -91,9 +92,9 @@ TEST(ClusterCrossAttention, MatchesCpuSoftmaxAtEveryKeyCount) {
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     GTEST_SKIP() << "no usable GPU, CUDA test skipped";
   }
-  int major = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
-  if (major < 9) GTEST_SKIP() << "the cluster step's kernels need compute capability 9.0";
+  if (!Sm90CodeRuns()) {
+    GTEST_SKIP() << "the cluster step's kernels need compute capability 9.0 and sm_90 code";
+  }
   const int n_max = kClusterCrossCheckMaxKeys;
   Device dev;
   ASSERT_EQ(cudaMalloc(&dev.k, size_t{2} * n_max * kD), cudaSuccess);

@@ -35,6 +35,7 @@
 
 #include "kernels/cuda/cluster_decoder.cuh"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/device_caps.cuh"
 #include "kernels/cuda/persistent_decoder_common.cuh"
 #if !defined(WAAV_HIP)
 #include "kernels/cuda/cluster_cross_mma.cuh"
@@ -114,6 +115,7 @@ template <PartialsMerge kMerge, int kStaged, bool kMmaCross = false>
 __global__ void __launch_bounds__(kThreads, 1)
     ClusterLayersKernel(const __grid_constant__ PersistentDecoderParams p,
                         const __grid_constant__ CrossStageMaps maps, float* x_out) {
+#if WAAV_GPU_SM90_CODE
   extern __shared__ float4 smem_raw[];
   float* x_s = reinterpret_cast<float*>(smem_raw);  // the residual stream
   float* xn = x_s + kD;                             // LayerNorm'ed row / merged attention
@@ -492,6 +494,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (rank == 0) {
     for (int c = threadIdx.x; c < kD; c += kThreads) x_out[row * kD + c] = x_s[c];
   }
+#else
+  __trap();  // never launched before sm_90 (ClusterDecoderAvailable)
+#endif
 }
 
 // ---- The logits' kernel -------------------------------------------------------------------
@@ -500,6 +505,7 @@ constexpr int kLogitsFragmentBytes = (kD / 16) * kWarp * 16;
 // ... and of the wide tiles' B fragments (LogitsMmaWide): 24 k-steps x 32 lanes x 2 registers.
 constexpr int kLogitsWideFragmentBytes = (kD / 16) * kWarp * 8;
 
+#if WAAV_GPU_SM90_CODE  // (the logits kernel's parts: sm_90 passes only)
 // Logits of staged columns [c0, staged_end) (rows swizzled, SwizzledOffset) on tensor cores:
 // D (16 x 8 columns) += A (16 x 16) · B (16 x 8) per k-step, A's row r the batch row r's
 // LayerNorm'ed input rounded to f16 and row r + 8 its rounding error (so each logit is the sum
@@ -636,6 +642,7 @@ __device__ __forceinline__ void LogitsMmaWide(const PersistentDecoderParams& p,
     }
   }
 }
+#endif  // WAAV_GPU_SM90_CODE
 
 // Block b: columns [b · per_block, (b + 1) · per_block) of the tied embedding; the first `staged`
 // of them copied into shared memory and the next LogitsRegPasses() passes loaded into registers
@@ -644,6 +651,7 @@ template <int MaxB>
 __global__ void __launch_bounds__(kThreads, 1)
     ClusterLogitsKernel(const __grid_constant__ PersistentDecoderParams p, float* x_final,
                         float* stats, int per_block, int staged) {
+#if WAAV_GPU_SM90_CODE
   using G = Geom<kD>;
   AllowNextKernel();  // the next step's layers may start their prologue
   long long* const stamps = TimelineStamps(p);
@@ -794,16 +802,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int o = MaxB; o < kWarp / 2; o *= 2) best = Merge(best, ShuffleXor(best, o));
   }
   if (reduce) FinishLogits<MaxB>(p, p.batch, best, stats, warp_best, &last_block);
-}
-
-int OptInSharedBytes() {
-  int device = 0, bytes = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
-          cudaSuccess) {
-    return 0;
-  }
-  return bytes;
+#else
+  __trap();  // never launched before sm_90 (ClusterDecoderAvailable)
+#endif
 }
 
 // The logits launch's grid: the multiprocessors the layers leave idle when that is at least three
@@ -910,6 +911,7 @@ bool ClusterDecoderAvailable(const PersistentDecoderParams& p) {
       StageKeys(p.audio_ctx) > kCrossStageRows) {
     return false;
   }
+  if (!Sm90CodeRuns()) return false;  // (the kernels trap in sm_80 code)
   // Once per device: the kernel's attributes (the non-portable cluster size, its dynamic shared
   // memory) and whether one cluster of it fits on the device.
   static std::atomic<int> cached_device{-1}, cached_clusters{0};
@@ -917,7 +919,7 @@ bool ClusterDecoderAvailable(const PersistentDecoderParams& p) {
   if (cudaGetDevice(&device) != cudaSuccess) return false;
   if (cached_device.load() != device) {
     int clusters = 0;
-    const int optin = OptInSharedBytes();
+    const int optin = MaxSharedBytesPerBlock();
     const struct {
       LayersKernelFn kernel;
       int staged;
@@ -987,7 +989,7 @@ cudaError_t LaunchClusterDecoder(const LaunchContext& ctx, const PersistentDecod
       LayersKernel(p.cluster_scatter_merge, p.cluster_half_partials, staged, mma_cross);
   cudaError_t err = cudaLaunchKernelEx(&config, kernel, params, maps, x_final);
   if (err != cudaSuccess || p.profile_mode == kProfileNoLogits) return err;
-  const int optin = OptInSharedBytes();
+  const int optin = MaxSharedBytesPerBlock();
   if (p.batch == 1) return LaunchLogits<1>(ctx, params, x_final, stats, optin);
   if (p.batch == 2) return LaunchLogits<2>(ctx, params, x_final, stats, optin);
   if (p.batch <= 4) return LaunchLogits<4>(ctx, params, x_final, stats, optin);

@@ -28,8 +28,17 @@ static_assert(kD % kC == 0 && kFf % kC == 0, "columns split evenly over the clus
 // Barrier halves: arrive releases this thread's prior writes (shared, distributed shared and
 // global) to the cluster; wait acquires every other thread's. Every thread of the cluster calls
 // both, alternately.
-__device__ __forceinline__ void ClusterArrive() { __cluster_barrier_arrive(); }
-__device__ __forceinline__ void ClusterWait() { __cluster_barrier_wait(); }
+// (Nothing in a device pass before sm_90, where these kernels trap: WAAV_GPU_SM90_CODE.)
+__device__ __forceinline__ void ClusterArrive() {
+#if WAAV_GPU_SM90_CODE
+  __cluster_barrier_arrive();
+#endif
+}
+__device__ __forceinline__ void ClusterWait() {
+#if WAAV_GPU_SM90_CODE
+  __cluster_barrier_wait();
+#endif
+}
 // An arrival that orders nothing (no GPU-scope fence: the release form compiles to
 // MEMBAR.ALL.GPU, a round trip to L2 on every arrival).
 __device__ __forceinline__ void ClusterArriveRelaxed() {

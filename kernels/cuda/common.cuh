@@ -10,6 +10,18 @@
 
 namespace waav::cuda {
 
+// ---- Architectures --------------------------------------------------------------------------
+// 0 in a device pass for an architecture before sm_90 (Ampere, Ada), 1 in every other pass:
+// Hopper's clusters, distributed shared memory, bulk copies and mbarrier transactions are
+// compiled only where 1. The kernels made of them keep their names in every pass (the host
+// registers one set) and trap where 0; the host never launches them there
+// (GpuCodeArchitecture in arch.h).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define WAAV_GPU_SM90_CODE 0
+#else
+#define WAAV_GPU_SM90_CODE 1
+#endif
+
 // ---- Programmatic dependent launch ----------------------------------------------------------
 // Every kernel starts with WaitForPreviousKernel() before it touches global memory, and calls
 // AllowNextKernel() once it no longer needs to delay the next one. Both are no-ops when the launch

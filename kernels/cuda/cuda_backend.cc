@@ -518,6 +518,10 @@ class CudaBackend final : public Backend, public CudaExtensions {
     });
   }
 
+  int shared_kv_max_width() const override {
+    return std::min(Backend::kMaxSharedKvWidth, cuda::SharedKvMaxWidth(state_->gpu_shape));
+  }
+
   absl::Status SharedKvAttention(const Tensor& q, const Tensor& kv, int num_heads, float scale,
                                  const Tensor& out) override {
     static_assert(cuda::kSharedKvMaxWidth == Backend::kMaxSharedKvWidth);
@@ -539,12 +543,14 @@ class CudaBackend final : public Backend, public CudaExtensions {
                                   static_cast<int>(d.width),
                                   scale};
     const cuda::SharedKvPlan plan = cuda::PlanSharedKvAttention(
-        args, state_->ctx.sm_count, kAttentionCounters, options_.shared_kv_splits,
+        args, state_->gpu_shape, kAttentionCounters, options_.shared_kv_splits,
         options_.shared_kv_deep_pipeline, RetainBytes());
     if (!plan.supported) {
-      return absl::InvalidArgumentError(absl::StrCat("SharedKvAttention: kv ", kv.Describe(),
-                                                     " and out ", out.Describe(),
-                                                     " must be 16-byte aligned"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("SharedKvAttention: kv ", kv.Describe(), " and out ", out.Describe(),
+                       " must be 16-byte aligned, and a block's tiles of width ", d.width,
+                       " must fit the GPU's shared memory (",
+                       state_->gpu_shape.shared_bytes_per_block, " bytes a block)"));
     }
     ASSIGN_OR_RETURN(Tensor scratch, Scratch(plan.partial_bytes));
     Sign({static_cast<int64_t>(SigOp::kSharedKvAttention), d.batch, d.q_len, d.kv_len, d.heads,

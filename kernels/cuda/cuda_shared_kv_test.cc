@@ -6,6 +6,7 @@
 // which need no GPU.
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -31,24 +32,25 @@ cuda::SharedKvArgs PlanArgs(int64_t batch, int64_t queries, int64_t kv_len, int 
 
 TEST(SharedKvAttentionPlan, SplitsKeysUntilTheGridFillsTheChipOnce) {
   if (!cuda::SharedKvAttentionAvailable()) GTEST_SKIP() << "no tensor-core kernel in this build";
-  constexpr int kSms = 132;
   // The deep pipeline: one block per SM with 5 tiles of 48 keys at width 384 (3 of 64 at 512, 6
   // of 16 at 64), so 8 ranges at 16 rows.
   const auto deep = [](const cuda::SharedKvArgs& a) {
-    return cuda::PlanSharedKvAttention(a, kSms, 1 << 20, 0, /*deep_pipeline=*/true);
+    return cuda::PlanSharedKvAttention(a, cuda::kH100Shape, 1 << 20, 0, /*deep_pipeline=*/true);
   };
   cuda::SharedKvPlan p = deep(PlanArgs(16, 6, 1500, 384));
   EXPECT_EQ(p.stages, 5);
-  EXPECT_EQ(p.splits, kSms / 16);
+  EXPECT_EQ(p.splits, cuda::kH100Shape.sm_count / 16);
   EXPECT_EQ(deep(PlanArgs(2, 8, 10, 512)).stages, 3);
   EXPECT_EQ(deep(PlanArgs(2, 8, 10, 64)).stages, 6);
   // Double-buffered (the default; the rest of this test): 91 KB a block at width 384, 2
   // resident per SM.
-  EXPECT_EQ(cuda::PlanSharedKvAttention(PlanArgs(16, 6, 1500, 384), kSms, 1 << 20).stages, 2);
-  const auto plan = [](const cuda::SharedKvArgs& a, int sms, int64_t counters, int splits = 0) {
-    return cuda::PlanSharedKvAttention(a, sms, counters, splits, /*deep_pipeline=*/false);
+  EXPECT_EQ(
+      cuda::PlanSharedKvAttention(PlanArgs(16, 6, 1500, 384), cuda::kH100Shape, 1 << 20).stages, 2);
+  const auto plan = [](const cuda::SharedKvArgs& a, const cuda::GpuShape& gpu, int64_t counters,
+                       int splits = 0) {
+    return cuda::PlanSharedKvAttention(a, gpu, counters, splits, /*deep_pipeline=*/false);
   };
-  p = plan(PlanArgs(16, 6, 1500, 384), kSms, 1 << 20);
+  p = plan(PlanArgs(16, 6, 1500, 384), cuda::kH100Shape, 1 << 20);
   EXPECT_EQ(p.stages, 2);
   ASSERT_TRUE(p.supported);
   EXPECT_EQ(p.splits, 16);  // 264 resident blocks / 16 rows: ranges of 2 tiles of 48 keys
@@ -58,26 +60,26 @@ TEST(SharedKvAttentionPlan, SplitsKeysUntilTheGridFillsTheChipOnce) {
   EXPECT_EQ(p.counters, 16);
   EXPECT_EQ(p.partial_bytes, size_t{16} * p.splits * 8 * (384 + 2) * sizeof(float));
   // Enough rows fill the chip unsplit.
-  p = plan(PlanArgs(256, 6, 1500, 384), kSms, 1 << 20);
+  p = plan(PlanArgs(256, 6, 1500, 384), cuda::kH100Shape, 1 << 20);
   EXPECT_EQ(p.splits, 1);
   EXPECT_EQ(p.partial_bytes, 0u);
   EXPECT_EQ(p.counters, 0);
   // One row: at most 16 ranges (the merge's bound), and never more than tiles.
-  p = plan(PlanArgs(1, 6, 1500, 384), kSms, 1 << 20);
+  p = plan(PlanArgs(1, 6, 1500, 384), cuda::kH100Shape, 1 << 20);
   EXPECT_EQ(p.splits, 16);
-  EXPECT_EQ(plan(PlanArgs(1, 6, 100, 384), kSms, 1 << 20).splits, 3);
-  EXPECT_EQ(plan(PlanArgs(1, 6, 1500, 384), kSms, 1 << 20, 40).splits, 16);
+  EXPECT_EQ(plan(PlanArgs(1, 6, 100, 384), cuda::kH100Shape, 1 << 20).splits, 3);
+  EXPECT_EQ(plan(PlanArgs(1, 6, 1500, 384), cuda::kH100Shape, 1 << 20, 40).splits, 16);
   // Forced ranges; fewer counters than (row, group) items: unsplit.
-  EXPECT_EQ(plan(PlanArgs(16, 6, 1500, 384), kSms, 1 << 20, 3).splits, 3);
-  EXPECT_EQ(plan(PlanArgs(16, 6, 1500, 384), kSms, 15).splits, 1);
+  EXPECT_EQ(plan(PlanArgs(16, 6, 1500, 384), cuda::kH100Shape, 1 << 20, 3).splits, 3);
+  EXPECT_EQ(plan(PlanArgs(16, 6, 1500, 384), cuda::kH100Shape, 15).splits, 1);
   // 12 queries make two groups.
-  EXPECT_EQ(plan(PlanArgs(4, 12, 1500, 384), kSms, 1 << 20).counters, 8);
+  EXPECT_EQ(plan(PlanArgs(4, 12, 1500, 384), cuda::kH100Shape, 1 << 20).counters, 8);
   // L2 hints: none by default; else the whole rows that fit in the bytes given (1500 keys of
   // 384 f16: 1152000 bytes a row), at most the batch.
-  EXPECT_EQ(plan(PlanArgs(64, 6, 1500, 384), kSms, 1 << 20).retain_rows, -1);
+  EXPECT_EQ(plan(PlanArgs(64, 6, 1500, 384), cuda::kH100Shape, 1 << 20).retain_rows, -1);
   const auto retain = [](int64_t batch, int64_t bytes) {
-    return cuda::PlanSharedKvAttention(PlanArgs(batch, 6, 1500, 384), kSms, 1 << 20, 0, false,
-                                       bytes)
+    return cuda::PlanSharedKvAttention(PlanArgs(batch, 6, 1500, 384), cuda::kH100Shape, 1 << 20, 0,
+                                       false, bytes)
         .retain_rows;
   };
   EXPECT_EQ(retain(64, 0), 0);
@@ -86,19 +88,50 @@ TEST(SharedKvAttentionPlan, SplitsKeysUntilTheGridFillsTheChipOnce) {
   EXPECT_EQ(retain(64, int64_t{32} << 20), 29);
   EXPECT_EQ(retain(16, int64_t{32} << 20), 16);
   // Refused: widths off the 64 grid or above 512, one key short, misaligned kv or out.
-  EXPECT_TRUE(plan(PlanArgs(2, 8, 10, 512), kSms, 1 << 20).supported);
-  EXPECT_TRUE(plan(PlanArgs(2, 8, 10, 64), kSms, 1 << 20).supported);
-  EXPECT_FALSE(plan(PlanArgs(2, 8, 10, 576), kSms, 1 << 20).supported);
-  EXPECT_FALSE(plan(PlanArgs(2, 8, 10, 96), kSms, 1 << 20).supported);
-  EXPECT_FALSE(plan(PlanArgs(2, 8, 0, 384), kSms, 1 << 20).supported);
+  EXPECT_TRUE(plan(PlanArgs(2, 8, 10, 512), cuda::kH100Shape, 1 << 20).supported);
+  EXPECT_TRUE(plan(PlanArgs(2, 8, 10, 64), cuda::kH100Shape, 1 << 20).supported);
+  EXPECT_FALSE(plan(PlanArgs(2, 8, 10, 576), cuda::kH100Shape, 1 << 20).supported);
+  EXPECT_FALSE(plan(PlanArgs(2, 8, 10, 96), cuda::kH100Shape, 1 << 20).supported);
+  EXPECT_FALSE(plan(PlanArgs(2, 8, 0, 384), cuda::kH100Shape, 1 << 20).supported);
   cuda::SharedKvArgs a = PlanArgs(2, 8, 10, 384);
   a.kv = reinterpret_cast<const char*>(a.kv) + 8;
-  EXPECT_FALSE(plan(a, kSms, 1 << 20).supported);
+  EXPECT_FALSE(plan(a, cuda::kH100Shape, 1 << 20).supported);
   for (const int offset : {1, 2}) {  // 4 or 8 bytes off
     a = PlanArgs(2, 8, 10, 384);
     a.out = static_cast<float*>(a.out) + offset;
-    EXPECT_FALSE(plan(a, kSms, 1 << 20).supported);
+    EXPECT_FALSE(plan(a, cuda::kH100Shape, 1 << 20).supported);
   }
+}
+
+// Smaller GPUs (shapes as their drivers report them): an A100 (108 multiprocessors, 163 KB a
+// block) and an Ada part such as an L4 (58, 99 KB) take two tiles where the deep pipeline is
+// asked for, fewer blocks per multiprocessor, and Ada no kernel at width 512 (148 KB a block).
+TEST(SharedKvAttentionPlan, FitsTheDevicesSharedMemory) {
+  if (!cuda::SharedKvAttentionAvailable()) GTEST_SKIP() << "no tensor-core kernel in this build";
+  constexpr cuda::GpuShape kA100{108, 166912, 167936};
+  constexpr cuda::GpuShape kAda{58, 101376, 102400};
+  const auto deep = [](const cuda::SharedKvArgs& a, const cuda::GpuShape& gpu) {
+    return cuda::PlanSharedKvAttention(a, gpu, 1 << 20, 0, /*deep_pipeline=*/true);
+  };
+  cuda::SharedKvPlan p = deep(PlanArgs(16, 6, 1500, 384), kA100);
+  ASSERT_TRUE(p.supported);
+  EXPECT_EQ(p.stages, 2);
+  EXPECT_EQ(p.splits, 108 / 16);  // one 87 KB block per multiprocessor
+  EXPECT_TRUE(deep(PlanArgs(2, 8, 10, 512), kA100).supported);
+  p = deep(PlanArgs(16, 6, 1500, 384), kAda);
+  ASSERT_TRUE(p.supported);
+  EXPECT_EQ(p.stages, 2);
+  EXPECT_EQ(p.splits, 58 / 16);
+  EXPECT_FALSE(deep(PlanArgs(2, 8, 10, 512), kAda).supported);
+  EXPECT_FALSE(cuda::PlanSharedKvAttention(PlanArgs(2, 8, 10, 512), kAda, 1 << 20).supported);
+  // The widest width each takes (the engine's absorbed cross-attention up to it).
+  EXPECT_EQ(cuda::SharedKvMaxWidth(cuda::kH100Shape), 512);
+  EXPECT_EQ(cuda::SharedKvMaxWidth(kA100), 512);
+  EXPECT_EQ(cuda::SharedKvMaxWidth(kAda), 384);
+  EXPECT_EQ(cuda::SharedKvMaxWidth(cuda::GpuShape{}), 0);
+  // No device (a failed query): no kernel.
+  EXPECT_FALSE(
+      cuda::PlanSharedKvAttention(PlanArgs(2, 6, 1500, 384), cuda::GpuShape{}, 1 << 20).supported);
 }
 
 // Runs once, on the default options ("Fast"), where the backend offers the op.
@@ -129,6 +162,11 @@ TEST_P(CudaParityTest, SharedKvAttentionMatchesCpu) {
         absl::StrCat("SharedKvAttention B=", c.batch, " Tq=", c.q_len, " Tk=", c.kv_len,
                      " H=", c.heads, " D=", c.width, " splits=", c.splits);
     SCOPED_TRACE(what);
+    if (c.width > gpu_->shared_kv_max_width()) {  // (Ada's 99 KB a block: up to 384)
+      std::cout << what << ": wider than this GPU's kernel (" << gpu_->shared_kv_max_width()
+                << "), not run\n";
+      continue;
+    }
     // Both pipelines into f32, and the default one into f16 (the engine's output buffer where it
     // has f16 activations).
     // And with L2 hints (the first rows' keys evict-last, the others evict-first): the same

@@ -7,6 +7,7 @@
 #include "engine/runtime/status.h"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/backend_util.h"
+#include "kernels/cuda/device_caps.cuh"
 #include "kernels/cuda/half_gemm.cuh"
 #include "kernels/cuda/shared_kv_attention.cuh"
 
@@ -97,9 +98,12 @@ absl::StatusOr<std::shared_ptr<DeviceState>> CreateDeviceState(const CudaBackend
                                          static_cast<size_t>(options.shared_kv_l2_retain_bytes)));
     state->l2_lease = state->l2_set_aside > 0;
   }
-  const bool pdl = options.use_pdl && WAAV_GPU_HAS_PDL && props.major >= 9;
+  // (Sm90CodeRuns: an sm_80 build's kernels have no griddepcontrol.wait, so a Hopper running
+  // them must not overlap their launches.)
+  const bool pdl = options.use_pdl && WAAV_GPU_HAS_PDL && props.major >= 9 && Sm90CodeRuns();
   state->ctx = {state->graphs->stream, pdl, state->error_device, props.multiProcessorCount,
                 std::max(0, options.pdl_max_blocks_per_sm)};
+  state->gpu_shape = CurrentGpuShape(props.multiProcessorCount);
   RETURN_IF_ERROR(GpuStatus("cudaStreamSynchronize", cudaStreamSynchronize(state->graphs->stream)));
   return state;
 }

@@ -11,6 +11,7 @@
 #include "engine/runtime/tensor.h"
 #include "kernels/cuda/blas.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/device_caps.cuh"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gpu.h"
 #include "kernels/cuda/graph.h"
@@ -36,6 +37,8 @@ struct DeviceState {
   std::unique_ptr<Blas> blas;
   GemmConfig gemm;
   LaunchContext ctx;
+  // Its multiprocessors and shared memory (device_caps.cuh), for the kernels' plans.
+  GpuShape gpu_shape;
   // L2 set aside for SharedKvAttention's retained rows (CudaBackendOptions::
   // shared_kv_l2_retain_bytes > 0), shared with the device's other backends (device_state.cc).
   size_t l2_set_aside = 0;

@@ -81,12 +81,3 @@ cudaError_t LaunchGelu(const LaunchContext& ctx, const float* x, float* y, int64
 }
 
 }  // namespace waav::cuda
-
-namespace waav::cuda {
-
-cudaError_t ProbeKernelImage() {
-  cudaFuncAttributes attributes;
-  return cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(AddKernel<true>));
-}
-
-}  // namespace waav::cuda

@@ -13,11 +13,3 @@ cudaError_t LaunchAdd(const LaunchContext& ctx, const float* a, const float* b, 
 cudaError_t LaunchGelu(const LaunchContext& ctx, const float* x, float* y, int64_t n);
 
 }  // namespace waav::cuda
-
-namespace waav::cuda {
-
-// cudaSuccess when this binary holds kernels the current device can run (else typically
-// cudaErrorNoKernelImageForDevice).
-cudaError_t ProbeKernelImage();
-
-}  // namespace waav::cuda

@@ -26,6 +26,7 @@
 
 #include "kernels/cuda/cluster_decoder.cuh"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/device_caps.cuh"
 #include "kernels/cuda/persistent_decoder.cuh"
 #include "kernels/cuda/persistent_decoder_attention.cuh"
 #include "kernels/cuda/persistent_decoder_common.cuh"
@@ -377,10 +378,10 @@ cudaError_t LaunchTyped(const LaunchContext& ctx, const PersistentDecoderParams&
     return cudaErrorInvalidValue;
   }
   auto* kernel = PersistentDecoderKernel<MaxB, Cross>;
-  // The partials' stage also holds the fused self-attention's W_o slice (384 x 64 f16).
-  const size_t smem =
-      sizeof(float) * MaxB * kFf + kStageBytes +
-      std::max(sizeof(float) * kChunkPartial * MaxChunks(MaxB, ctx.sm_count), size_t{kD} * kDh * 2);
+  const size_t smem = PersistentDecoderSharedBytes(MaxB, ctx.sm_count);
+  // (Checked against the device's limit, lowered by WAAV_GPU_MAX_SHARED_BYTES, before the
+  // attribute: a device with less refuses the launch, not the whole step.)
+  if (smem > static_cast<size_t>(MaxSharedBytesPerBlock())) return cudaErrorNotSupported;
   cudaError_t err =
       cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
@@ -414,6 +415,20 @@ size_t PersistentWorkspaceFloats(int batch, int audio_ctx, int text_ctx, int cro
 bool PersistentDecoderSupported(int batch, int n_layers, int d_model, int n_heads, int ffn) {
   return batch >= 1 && batch <= kPersistentMaxBatch && n_layers >= 1 &&
          n_layers <= kPersistentMaxLayers && d_model == kD && n_heads == kH && ffn == kFf;
+}
+
+size_t PersistentDecoderSharedBytes(int batch, int sm_count) {
+  // The kernel's row bucket (its MaxB instance); the FFN's hidden units, the K/V stage and the
+  // partials' stage (which also holds the fused self-attention's W_o slice, 384 x 64 f16).
+  const int max_b = batch <= 2 ? batch : batch <= 4 ? 4 : 8;
+  return sizeof(float) * max_b * kFf + kStageBytes +
+         std::max(sizeof(float) * kChunkPartial * MaxChunks(max_b, sm_count), size_t{kD} * kDh * 2);
+}
+
+bool PersistentDecoderFits(int batch, int sm_count) {
+  return batch >= 1 && batch <= kPersistentMaxBatch && sm_count >= 1 &&
+         PersistentDecoderSharedBytes(batch, sm_count) <=
+             static_cast<size_t>(MaxSharedBytesPerBlock());
 }
 
 cudaError_t LaunchPersistentDecoder(const LaunchContext& ctx, const PersistentDecoderParams& p) {

@@ -205,6 +205,14 @@ size_t PersistentWorkspaceFloats(int batch, int audio_ctx, int text_ctx, int cro
 // Whether the kernel takes these shapes (else callers use the fused or unfused step).
 bool PersistentDecoderSupported(int batch, int n_layers, int d_model, int n_heads, int ffn);
 
+// The cooperative kernel's (the step where the cluster step does not run) shared memory for
+// `batch` rows (1 to kPersistentMaxBatch) on `sm_count` multiprocessors: 118 KB at one row, 160
+// KB at 5-8 on 108.
+size_t PersistentDecoderSharedBytes(int batch, int sm_count);
+// Whether that fits the current device's MaxSharedBytesPerBlock (device_caps.cuh): on an A100
+// yes, on Ada and Ampere's 99 KB parts no. Its launch refuses (NotSupported) where not.
+bool PersistentDecoderFits(int batch, int sm_count);
+
 // One decoder step: one cooperative launch on ctx.stream (capturable). Bad index values are
 // reported through ctx.error_word (tokens as Embed, positions as WriteRows, lengths as
 // Attention); such a row's outputs are not meaningful and its caches are not written.

@@ -6,6 +6,7 @@
 #include "engine/runtime/op_checks.h"
 #include "engine/runtime/status.h"
 #include "kernels/cuda/cluster_decoder.cuh"
+#include "kernels/cuda/device_caps.cuh"
 #include "kernels/cuda/gpu.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/persistent_decoder.cuh"
@@ -45,7 +46,7 @@ absl::Status CheckPersistentStepDims(const DecoderStepDims& d, int batch) {
       " heads, FFN ", d.ffn_dim, ", ", d.n_layers, " layers, ", batch, " rows"));
 }
 
-int PersistentDecoderStep::max_batch() const { return kPersistentMaxBatch; }
+int PersistentDecoderStep::max_batch() const { return max_batch_; }
 
 absl::StatusOr<std::unique_ptr<PersistentDecoderStep>> PersistentDecoderStep::Create(
     Backend& backend, CudaExtensions& ext, const DecoderStepWeights& w,
@@ -55,7 +56,20 @@ absl::StatusOr<std::unique_ptr<PersistentDecoderStep>> PersistentDecoderStep::Cr
   if (tuning.cross_split_keys < 1 || tuning.self_split_keys < 1) {
     return absl::InvalidArgumentError("persistent decoder step: split sizes must be >= 1");
   }
+  // The rows the device runs the step for: the cooperative kernel's shared memory grows with the
+  // rows' bucket (the cluster step runs only where all of them fit: a Hopper).
+  int rows = 0;
+  for (int b = 1; b <= kPersistentMaxBatch; ++b) {
+    if (PersistentDecoderFits(b, ext.multiprocessor_count())) rows = b;
+  }
+  if (rows == 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        "persistent decoder step: its cooperative kernel needs more shared memory per block than "
+        "this GPU allows (",
+        MaxSharedBytesPerBlock(), " bytes)"));
+  }
   auto step = std::unique_ptr<PersistentDecoderStep>(new PersistentDecoderStep(backend, ext));
+  step->max_batch_ = rows;
   step->dims_ = w.dims;
   step->tuning_ = tuning;
   if (step->tuning_.logits_prefetch_layer == -2) {

@@ -81,13 +81,15 @@ struct PersistentStepTuning {
   // wait).
   bool split_barrier = true;
   // LN3 + FFN1 + GELU + FFN2 as one phase, FFN2 shares summed atomically (one barrier fewer per
-  // layer; the summation order varies from run to run).
-  bool fuse_ffn = true;
+  // layer; the summation order varies from run to run). Off by default since session 28: the
+  // cooperative kernel is the engine's step on GPUs without the cluster step (Ampere, Ada), and
+  // a step must give the same logits every time it runs (docs/benchmarks.md, session 28).
+  bool fuse_ffn = false;
   // With block_attention: each (row, head) of the self-attention in one block, which also applies
   // its head's slice of the output projection and adds it atomically into the residual stream
   // (one phase and barrier fewer per layer; measured at position 64 only, see
-  // bench/gpu/persistent_notes.md).
-  bool fuse_self_out = true;
+  // bench/gpu/persistent_notes.md). Off by default, as fuse_ffn.
+  bool fuse_self_out = false;
   // L2 prefetch of the next layer's weights and cross K/V (sm_90).
   bool prefetch = true;
   // Prefetch the logits weights (40 MB) from the start of this layer; -1: never, -2: the last
@@ -113,6 +115,9 @@ class PersistentDecoderStep final : public PreparedDecoderStep {
  public:
   // `backend` must be the CUDA backend behind `ext` and outlive the step. Allocates the
   // workspace for up to max_batch() rows and n_source cross positions and waits for the copies.
+  // Unimplemented where the device runs the step for no batch (its shared memory per block too
+  // small for the cooperative kernel: Ada, Ampere's 99 KB parts), so that the engine stays op by
+  // op there.
   static absl::StatusOr<std::unique_ptr<PersistentDecoderStep>> Create(
       Backend& backend, CudaExtensions& ext, const DecoderStepWeights& weights,
       const PersistentStepTuning& tuning = {});
@@ -158,6 +163,9 @@ class PersistentDecoderStep final : public PreparedDecoderStep {
   CudaExtensions& ext_;
   DecoderStepDims dims_;
   PersistentStepTuning tuning_;
+  // The most rows the device runs the step for (PersistentDecoderFits: all 8 on a Hopper or an
+  // A100; set by Create).
+  int max_batch_ = 0;
   Tensor token_embedding_, positions_, final_g_, final_b_;
   std::vector<Layer> layers_;
   Tensor workspace_, sync_;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "kernels/cuda/persistent_decoder.cuh"
 
 namespace waav::cuda {
 namespace {
@@ -45,6 +46,25 @@ TEST(PersistentStepDims, RefusesOtherShapesNamingThem) {
   expect_refused(five, 1, "5 layers");
   expect_refused(TinyDims(), 9, "9 rows");
   expect_refused(TinyDims(), 0, "0 rows");
+}
+
+// The cooperative kernel's shared memory (PersistentDecoderSharedBytes), against the limits
+// drivers report per block: an A100's 163 KB takes every bucket (so the step runs up to 8 rows
+// there), an Ada part's 99 KB none (op by op there), a Hopper's 227 KB all.
+TEST(PersistentStepSharedMemory, FitsAnA100NotAda) {
+  constexpr size_t kA100 = 166912, kAda = 101376, kHopper = 232448;
+  EXPECT_EQ(PersistentDecoderSharedBytes(1, 108), size_t{120832});
+  EXPECT_EQ(PersistentDecoderSharedBytes(8, 108), size_t{163840});
+  for (int batch = 1; batch <= kPersistentMaxBatch; ++batch) {
+    SCOPED_TRACE(batch);
+    EXPECT_LE(PersistentDecoderSharedBytes(batch, 108), kA100);
+    EXPECT_GT(PersistentDecoderSharedBytes(batch, 58), kAda);
+    EXPECT_LE(PersistentDecoderSharedBytes(batch, 132), kHopper);
+  }
+  // Buckets: 3 and 4 rows alike, 5 to 8 alike, more rows never less.
+  EXPECT_EQ(PersistentDecoderSharedBytes(3, 132), PersistentDecoderSharedBytes(4, 132));
+  EXPECT_EQ(PersistentDecoderSharedBytes(5, 132), PersistentDecoderSharedBytes(8, 132));
+  EXPECT_LT(PersistentDecoderSharedBytes(2, 132), PersistentDecoderSharedBytes(4, 132));
 }
 
 }  // namespace

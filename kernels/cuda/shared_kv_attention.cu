@@ -357,7 +357,20 @@ cudaError_t LaunchFor(int warps, const LaunchContext& ctx, const SharedKvArgs& a
 
 bool SharedKvAttentionAvailable() { return WAAV_GPU_HAS_MMA != 0; }
 
-SharedKvPlan PlanSharedKvAttention(const SharedKvArgs& a, int sm_count, int64_t max_counters,
+int SharedKvMaxWidth(const GpuShape& gpu) {
+#if WAAV_GPU_HAS_MMA
+  for (int warps = kMaxWarps; warps >= 1; --warps) {
+    if (SmemBytes(warps, 2) <= static_cast<size_t>(std::max(0, gpu.shared_bytes_per_block))) {
+      return 64 * warps;
+    }
+  }
+#else
+  (void)gpu;
+#endif
+  return 0;
+}
+
+SharedKvPlan PlanSharedKvAttention(const SharedKvArgs& a, const GpuShape& gpu, int64_t max_counters,
                                    int force_splits, bool deep_pipeline, int64_t l2_retain_bytes) {
   SharedKvPlan plan;
 #if WAAV_GPU_HAS_MMA
@@ -368,17 +381,23 @@ SharedKvPlan PlanSharedKvAttention(const SharedKvArgs& a, int sm_count, int64_t 
       !aligned(a.kv, 16) || !aligned(a.out, 16)) {
     return plan;
   }
-  plan.supported = true;
   const int warps = a.width / 64;
+  // The device's shared memory: the deep pipeline only where its tiles fit (a Hopper), two tiles
+  // where those fit, else no kernel.
+  const size_t block_limit = static_cast<size_t>(std::max(0, gpu.shared_bytes_per_block));
+  plan.stages =
+      deep_pipeline && SmemBytes(warps, DeepStages(warps)) <= block_limit ? DeepStages(warps) : 2;
+  if (SmemBytes(warps, plan.stages) > block_limit) return plan;
+  plan.supported = true;
   const int64_t tile_keys = TileKeys(warps);
   const int64_t tiles = (a.kv_len + tile_keys - 1) / tile_keys;
   const int64_t groups = (a.queries + kGroup - 1) / kGroup;
   const int64_t items = a.batch * groups;
-  // Blocks resident per multiprocessor by shared memory (227 KB usable, 1 KB reserved a block).
-  plan.stages = deep_pipeline ? DeepStages(warps) : 2;
-  const int64_t resident =
-      std::max<int64_t>(1, (227 * 1024) / (SmemBytes(warps, plan.stages) + 2048));
-  int64_t splits = items > 0 ? resident * sm_count / items : 1;
+  // Blocks resident per multiprocessor by shared memory (1 KB reserved a block, and the merge's
+  // static arrays).
+  const int64_t resident = std::max<int64_t>(
+      1, gpu.shared_bytes_per_sm / static_cast<int64_t>(SmemBytes(warps, plan.stages) + 2048));
+  int64_t splits = items > 0 ? resident * gpu.sm_count / items : 1;
   if (force_splits > 0) splits = force_splits;
   splits = std::clamp<int64_t>(splits, 1, std::min<int64_t>(tiles, kMaxSplits));
   if (splits > 1 && items > max_counters) splits = 1;
@@ -394,7 +413,7 @@ SharedKvPlan PlanSharedKvAttention(const SharedKvArgs& a, int sm_count, int64_t 
   }
 #else
   (void)a;
-  (void)sm_count;
+  (void)gpu;
   (void)max_counters;
   (void)force_splits;
   (void)deep_pipeline;

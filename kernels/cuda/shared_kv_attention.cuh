@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/device_caps.cuh"
 #include "kernels/cuda/launch.h"
 
 namespace waav::cuda {
@@ -53,16 +54,21 @@ struct SharedKvPlan {
 
 // Whether this build has the kernel (tensor cores: the CUDA build, not HIP's).
 bool SharedKvAttentionAvailable();
-// The plan: supported for width a multiple of 64 in [64, 512], kv and out 16-byte aligned; key
-// ranges until the grid fills the resident blocks of every multiprocessor once, at most 16 and
-// one per tile (`force_splits` > 0: that many, within the same bounds; for tests), one range
-// when the counters would not do. `deep_pipeline`: one block per multiprocessor with as many
-// tiles as fit (5 at width 384, 3 at 512; 4 or 2 of them in flight) instead of two
-// double-buffered blocks (91 KB each at 384). `l2_retain_bytes` >= 0: the L2 hints above, with
-// as many whole rows kept as fit in that many bytes; -1: no hints.
-SharedKvPlan PlanSharedKvAttention(const SharedKvArgs& args, int sm_count, int64_t max_counters,
-                                   int force_splits = 0, bool deep_pipeline = false,
-                                   int64_t l2_retain_bytes = -1);
+// The plan for `gpu` (its multiprocessors and shared memory: CurrentGpuShape): supported for
+// width a multiple of 64 in [64, 512], kv and out 16-byte aligned, and the block's tiles within
+// the device's shared memory (87 KB at width 384: every GPU from sm_80 on; 148 KB at 512: not
+// Ada); key ranges until the grid fills the resident blocks of every multiprocessor once, at
+// most 16 and one per tile (`force_splits` > 0: that many, within the same bounds; for tests),
+// one range when the counters would not do. `deep_pipeline`: where the device has room (a
+// Hopper), one block per multiprocessor with as many tiles as fit (5 at width 384, 3 at 512; 4
+// or 2 of them in flight) instead of two double-buffered blocks. `l2_retain_bytes` >= 0: the L2
+// hints above, with as many whole rows kept as fit in that many bytes; -1: no hints.
+SharedKvPlan PlanSharedKvAttention(const SharedKvArgs& args, const GpuShape& gpu,
+                                   int64_t max_counters, int force_splits = 0,
+                                   bool deep_pipeline = false, int64_t l2_retain_bytes = -1);
+// The widest width (a multiple of 64, at most kSharedKvMaxWidth) whose two-tile block fits `gpu`'s
+// shared memory: 512 from an A100 up, 384 on Ada; 0 without the kernel or a device.
+int SharedKvMaxWidth(const GpuShape& gpu);
 // The part of L2 kept for lines loaded evict-last (the retained rows above: the CUDA programming
 // guide's set-aside for persisting accesses): `bytes` clamped to the device's maximum, the limit
 // before into `previous`, the bytes set into `set`. RestorePersistingL2 puts the limit back and

@@ -9,6 +9,7 @@
 #endif
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/device_caps.cuh"
 #include "kernels/cuda/softmax.cuh"
 
 namespace waav::cuda {
@@ -269,13 +270,9 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kArgmaxThread
 #endif
 }
 
-// Whether the current GPU runs thread-block clusters (compute capability 9.0 and up).
-bool ClustersAvailable() {
-  int device = 0, major = 0;
-  return cudaGetDevice(&device) == cudaSuccess &&
-         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-         major >= 9;
-}
+// Whether the current GPU runs thread-block clusters (compute capability 9.0 and up, and this
+// binary's sm_90 code: Sm90CodeRuns).
+bool ClustersAvailable() { return Sm90CodeRuns(); }
 
 template <int kCluster>
 cudaError_t LaunchClusterArgmax(const LaunchContext& ctx, const float* logits, int64_t rows,

@@ -53,9 +53,9 @@ absl::Status WhisperModel::PrepareAbsorbedCross(bool required) {
   std::string refusal;
   if (!backend_.supports(Op::kSharedKvAttention)) {
     refusal = absl::StrCat("backend '", std::string(backend_.name()), "' has no SharedKvAttention");
-  } else if (d % 64 != 0 || d > Backend::kMaxSharedKvWidth) {
-    refusal =
-        absl::StrCat("d_model ", d, " is not a multiple of 64 up to ", Backend::kMaxSharedKvWidth);
+  } else if (d % 64 != 0 || d > backend_.shared_kv_max_width()) {
+    refusal = absl::StrCat("d_model ", d, " is not a multiple of 64 up to ",
+                           backend_.shared_kv_max_width(), " (the backend's widest here)");
   }
   if (!refusal.empty()) {
     if (!required) return absl::OkStatus();

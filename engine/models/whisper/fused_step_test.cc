@@ -69,6 +69,12 @@ TEST_P(FusedStepTest, RandomWeightsGreedyEqualsUnfused) {
                                      .graphs = GetParam().graphs,
                                      .fused_decoder_step = GraphUse::kNever});
   std::filesystem::remove_all(dir);
+  if (!fused.ok() && absl::IsUnimplemented(fused.status()) &&
+      backend_->supports(Op::kDecoderStep)) {
+    // (A GPU whose shared memory is too small for the step: Ada, Ampere's 99 KB parts.)
+    GTEST_SKIP() << backend_->name()
+                 << " offers no prepared step on this device: " << fused.status().message();
+  }
   ASSERT_TRUE(fused.ok()) << fused.status();
   ASSERT_TRUE(fused16.ok()) << fused16.status();
   ASSERT_TRUE(unfused.ok()) << unfused.status();

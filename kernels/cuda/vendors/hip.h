@@ -46,6 +46,9 @@
 #define cudaEventDisableTiming hipEventDisableTiming
 #define cudaGraphExecUpdateSuccess hipGraphExecUpdateSuccess
 #define cudaDevAttrMultiProcessorCount hipDeviceAttributeMultiprocessorCount
+#define cudaDevAttrMaxSharedMemoryPerBlockOptin hipDeviceAttributeSharedMemPerBlockOptin
+#define cudaDevAttrMaxSharedMemoryPerMultiprocessor \
+  hipDeviceAttributeMaxSharedMemoryPerMultiprocessor
 
 // Functions.
 #define cudaGetDeviceCount hipGetDeviceCount
