@@ -781,6 +781,7 @@ class CudaBackend final : public Backend, public CudaExtensions {
   absl::StatusOr<std::unique_ptr<PreparedDecoderStep>> PrepareDecoderStep(
       const DecoderStepWeights& weights) override {
     RETURN_IF_ERROR(NotCapturing("PrepareDecoderStep"));
+    cuda::UseDevice(state_->device);  // (what fits is asked of the current device)
     ASSIGN_OR_RETURN(std::unique_ptr<cuda::PersistentDecoderStep> step,
                      cuda::PersistentDecoderStep::Create(*this, *this, weights));
     // Which kernel the steps will take (operators compare it with the benchmarks).
