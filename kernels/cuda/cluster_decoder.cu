@@ -908,10 +908,9 @@ int StagedLevel(const PersistentDecoderParams& p) {
 bool ClusterDecoderAvailable(const PersistentDecoderParams& p) {
   if (!p.cross_f16 || p.batch < 1 || p.batch > kPersistentMaxBatch || p.n_layers < 1 ||
       p.n_layers > kPersistentMaxLayers || p.audio_ctx < 1 || p.text_ctx < 1 ||
-      StageKeys(p.audio_ctx) > kCrossStageRows) {
+      StageKeys(p.audio_ctx) > kCrossStageRows || !Sm90CodeRuns()) {
     return false;
   }
-  if (!Sm90CodeRuns()) return false;  // (the kernels trap in sm_80 code)
   // Once per device: the kernel's attributes (the non-portable cluster size, its dynamic shared
   // memory) and whether one cluster of it fits on the device.
   static std::atomic<int> cached_device{-1}, cached_clusters{0};

@@ -37,8 +37,9 @@ namespace waav::cuda {
 inline constexpr int kClusterDecoderBlocks = 16;
 
 // Whether the cluster step runs p's shapes on the current device: f16 cross K/V, the block's
-// share of them fits in shared memory, and a cluster of kClusterDecoderBlocks blocks can be
-// resident. Host function (queries the device once per shape).
+// share of them fits in shared memory, a cluster of kClusterDecoderBlocks blocks can be
+// resident, and the device runs this binary's sm_90 code (Sm90CodeRuns: the kernels trap in the
+// sm_80 code). Host function (queries the device once per shape).
 bool ClusterDecoderAvailable(const PersistentDecoderParams& p);
 
 // Whether the cluster step also makes the greedy choice in its logits launch for p's shapes on a
