@@ -149,6 +149,18 @@ std::vector<BackendVariant> BenchVariants() {
              [](auto& o) { o.flash_half_kv_min_queries = 0; });
   add_engine("K/V-cache cross-attention (before session 16)", [](auto&) {});
   variants.back().absorbed_cross = whisper::GraphUse::kNever;
+  // Session 29: the absorbed cross-attention over the encoder output in i8 with a scale per
+  // channel (quantized_cross_source; off by default) against f16.
+  add_engine("i8 encoder output", [](auto&) {});
+  variants.back().quantized_cross = whisper::GraphUse::kAuto;
+  add_engine("i8 encoder output, SharedKvAttention deep pipeline",
+             [](auto& o) { o.shared_kv_deep_pipeline = true; });
+  variants.back().quantized_cross = whisper::GraphUse::kAuto;
+  for (const int stages : {2, 3}) {
+    add_engine(absl::StrCat("i8 encoder output, SharedKvAttention in ", stages, " stages"),
+               [stages](auto& o) { o.shared_kv_i8_stages = stages; });
+    variants.back().quantized_cross = whisper::GraphUse::kAuto;
+  }
   // Its knobs: every GEMM of up to 16 or 32 rows by HalfGemm (the folded [384, 2304] and
   // [2304, 384] projections otherwise take cuBLAS with conversion and epilogue kernels), and
   // SharedKvAttention's key ranges forced (the plan fills the chip once: 16 ranges at 16 rows,

@@ -28,6 +28,8 @@ struct BackendVariant {
   bool half_cross = true;
   // WhisperModelOptions::absorbed_cross_attention (kNever: the K/V caches, the rows before it).
   whisper::GraphUse absorbed_cross = whisper::GraphUse::kAuto;
+  // WhisperModelOptions::quantized_cross_source (kAuto: the encoder output in i8; off by default).
+  whisper::GraphUse quantized_cross = whisper::GraphUse::kNever;
   // WhisperModelOptions::half_encoder_attention_output (false: f32, the rows before it).
   bool half_encoder_attention = true;
 };

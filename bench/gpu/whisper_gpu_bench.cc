@@ -220,6 +220,7 @@ absl::Status BenchVariant(const std::string& model_dir, const BackendVariant& va
   // The persistent bench variants keep f32 caches (their f16 copies are RefreshCross()'s).
   model_options.half_cross_cache = variant.half_cross && !variant.persistent;
   model_options.absorbed_cross_attention = variant.absorbed_cross;
+  model_options.quantized_cross_source = variant.quantized_cross;
   model_options.half_encoder_attention_output = variant.half_encoder_attention;
   ASSIGN_OR_RETURN(std::unique_ptr<whisper::WhisperModel> model,
                    whisper::WhisperModel::Load(model_dir, *backend, model_options));

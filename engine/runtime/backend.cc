@@ -55,8 +55,12 @@ absl::Status Backend::LinearPlanesAppend(const Tensor&, const Tensor&, const Ten
   return NotImplemented(name(), "LinearPlanesAppend");
 }
 
-absl::Status Backend::SharedKvAttention(const Tensor&, const Tensor&, int, float, const Tensor&) {
+absl::Status Backend::SharedKvAttention(const Tensor&, const Tensor&, const Tensor*, int, float,
+                                        const Tensor&) {
   return NotImplemented(name(), "SharedKvAttention");
+}
+absl::Status Backend::QuantizeChannels(const Tensor&, const Tensor&, const Tensor&) {
+  return NotImplemented(name(), "QuantizeChannels");
 }
 
 absl::Status Backend::HeadScores(const Tensor&, const Tensor&, int, float,

@@ -95,6 +95,10 @@ enum class Op : uint8_t {
   // Optional kernel (greedy decoding: the next step's inputs written from the choices where
   // they are, so that the loop need not upload them).
   kFeedChoices,
+  // Optional kernel (int8 with a scale per row and channel: QuantizeChannels). With
+  // kSharedKvAttention, kv may then be i8 with its scales (the encoder output that a large
+  // batch's decoder steps read, in half the bytes of f16).
+  kQuantizeChannels,
 };
 
 // A captured sequence of kernel calls. Replay() re-runs them on the tensors they were captured
@@ -412,8 +416,19 @@ class Backend {
   // The widest D this backend's device takes (at most kMaxSharedKvWidth; less on a GPU whose
   // shared memory holds no block of the wider kernel: Ada at 512).
   virtual int shared_kv_max_width() const { return kMaxSharedKvWidth; }
-  virtual absl::Status SharedKvAttention(const Tensor& q, const Tensor& kv, int num_heads,
-                                         float scale, const Tensor& out);
+  // With Op::kQuantizeChannels kv may be i8 with `kv_scales` f32 [B, D] (QuantizeChannels'
+  // output): the attention is then over kv[b, j, c] · kv_scales[b, c]. kv_scales must be null
+  // for a float kv.
+  virtual absl::Status SharedKvAttention(const Tensor& q, const Tensor& kv, const Tensor* kv_scales,
+                                         int num_heads, float scale, const Tensor& out);
+  // Symmetric int8 quantization with a scale per batch row and channel:
+  //   x f32 [B, T, C] -> q i8 [B, T, C] and scales f32 [B, C], where
+  //   scales[b, c] = max_t |x[b, t, c]| / 127 and
+  //   q[b, t, c] = x[b, t, c] / scales[b, c] rounded to nearest even (0 where the scale is 0),
+  // each division IEEE's: the same integers and scales on every backend. The error of a value is
+  // at most half its channel's step (1/254 of the channel's largest magnitude). x must be finite
+  // (a NaN or infinity gives unspecified values, not an error: checking would cost a pass).
+  virtual absl::Status QuantizeChannels(const Tensor& x, const Tensor& q, const Tensor& scales);
   // Scaled dot products of chosen heads' queries and keys (pre-softmax attention scores):
   //   q f32 [B, Tq, C], k [B, Tk, C] (f32, or f16 widened exactly), heads of width head_dim at
   //   columns [h·head_dim, (h + 1)·head_dim) of C; out f32 of any shape, flat. For each item:

@@ -11,6 +11,7 @@ enum class DType : uint8_t {
   kF32,  // IEEE binary32
   kF16,  // IEEE binary16 (weights; converted exactly to f32 on load or in the kernel)
   kI32,  // token ids, positions, lengths
+  kI8,   // signed 8-bit integers with scales beside them (Backend::QuantizeChannels)
 };
 
 constexpr size_t SizeOf(DType dtype) {
@@ -18,6 +19,7 @@ constexpr size_t SizeOf(DType dtype) {
     case DType::kF32: return 4;
     case DType::kF16: return 2;
     case DType::kI32: return 4;
+    case DType::kI8: return 1;
   }
   return 0;
 }
@@ -27,6 +29,7 @@ constexpr std::string_view DTypeName(DType dtype) {
     case DType::kF32: return "f32";
     case DType::kF16: return "f16";
     case DType::kI32: return "i32";
+    case DType::kI8: return "i8";
   }
   return "?";
 }

@@ -24,7 +24,8 @@ Shape WithLastDim(const Shape& shape, int64_t last) {
   return Shape(std::move(dims));
 }
 
-constexpr std::initializer_list<DType> kAnyDType = {DType::kF32, DType::kF16, DType::kI32};
+constexpr std::initializer_list<DType> kAnyDType = {DType::kF32, DType::kF16, DType::kI32,
+                                                    DType::kI8};
 
 }  // namespace
 
@@ -456,15 +457,30 @@ absl::StatusOr<AttentionDims> ValidateAttention(DeviceKind device, const Tensor&
   return AttentionDims{batch, tq, tk, num_heads, width / num_heads};
 }
 
-absl::StatusOr<SharedKvAttentionDims> ValidateSharedKvAttention(DeviceKind device, const Tensor& q,
-                                                                const Tensor& kv, int num_heads,
-                                                                float scale, const Tensor& out,
-                                                                bool half_activations) {
+absl::StatusOr<SharedKvAttentionDims> ValidateSharedKvAttention(
+    DeviceKind device, const Tensor& q, const Tensor& kv, const Tensor* kv_scales, int num_heads,
+    float scale, const Tensor& out, bool half_activations, bool quantized) {
   constexpr const char* kOp = "SharedKvAttention";
   RETURN_IF_ERROR(CheckTensor(device, kOp, "q", q, {DType::kF32}, 3));
   const std::initializer_list<DType> f32_or_f16 = {DType::kF32, DType::kF16};
   const std::initializer_list<DType> f32 = {DType::kF32};
-  RETURN_IF_ERROR(CheckTensor(device, kOp, "kv", kv, half_activations ? f32_or_f16 : f32, 3));
+  const std::initializer_list<DType> f32_f16_or_i8 = {DType::kF32, DType::kF16, DType::kI8};
+  const std::initializer_list<DType> f32_or_i8 = {DType::kF32, DType::kI8};
+  const std::initializer_list<DType> kv_types = quantized
+                                                    ? (half_activations ? f32_f16_or_i8 : f32_or_i8)
+                                                    : (half_activations ? f32_or_f16 : f32);
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "kv", kv, kv_types, 3));
+  if ((kv.dtype() == DType::kI8) != (kv_scales != nullptr)) {
+    return Invalid(kOp, absl::StrCat("kv ", kv.Describe(),
+                                     kv_scales != nullptr ? " is not i8 but has kv_scales"
+                                                          : " is i8 without kv_scales"));
+  }
+  if (kv_scales != nullptr) {
+    RETURN_IF_ERROR(CheckTensor(device, kOp, "kv_scales", *kv_scales, {DType::kF32}, 2));
+    RETURN_IF_ERROR(CheckShape(kOp, "kv_scales", *kv_scales, Shape{kv.dim(0), kv.dim(2)},
+                               "one per kv row and channel"));
+    RETURN_IF_ERROR(CheckDisjoint(kOp, "out", out, "kv_scales", *kv_scales));
+  }
   RETURN_IF_ERROR(CheckTensor(device, kOp, "out", out, half_activations ? f32_or_f16 : f32, 3));
   const int64_t batch = q.dim(0), tq = q.dim(1), width = kv.dim(2), tk = kv.dim(1);
   if (num_heads < 1 || q.dim(2) != num_heads * width) {
@@ -484,6 +500,23 @@ absl::StatusOr<SharedKvAttentionDims> ValidateSharedKvAttention(DeviceKind devic
   RETURN_IF_ERROR(CheckDisjoint(kOp, "out", out, "q", q));
   RETURN_IF_ERROR(CheckDisjoint(kOp, "out", out, "kv", kv));
   return SharedKvAttentionDims{batch, tq, tk, num_heads, width};
+}
+
+absl::StatusOr<QuantizeChannelsDims> ValidateQuantizeChannels(DeviceKind device, const Tensor& x,
+                                                              const Tensor& q,
+                                                              const Tensor& scales) {
+  constexpr const char* kOp = "QuantizeChannels";
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "x", x, {DType::kF32}, 3));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "q", q, {DType::kI8}, 3));
+  RETURN_IF_ERROR(CheckTensor(device, kOp, "scales", scales, {DType::kF32}, 2));
+  RETURN_IF_ERROR(CheckShape(kOp, "q", q, x.shape(), "same as x"));
+  const int64_t batch = x.dim(0), rows = x.dim(1), channels = x.dim(2);
+  RETURN_IF_ERROR(
+      CheckShape(kOp, "scales", scales, Shape{batch, channels}, "one per batch row and channel"));
+  RETURN_IF_ERROR(CheckDisjoint(kOp, "q", q, "x", x));
+  RETURN_IF_ERROR(CheckDisjoint(kOp, "scales", scales, "x", x));
+  RETURN_IF_ERROR(CheckDisjoint(kOp, "scales", scales, "q", q));
+  return QuantizeChannelsDims{batch, rows, channels};
 }
 
 absl::StatusOr<HeadScoresDims> ValidateHeadScores(DeviceKind device, const Tensor& q,

@@ -114,11 +114,19 @@ absl::StatusOr<AttentionDims> ValidateAttention(DeviceKind device, const Tensor&
 struct SharedKvAttentionDims {
   int64_t batch, q_len, kv_len, heads, width;
 };
-// Backend::SharedKvAttention's contract (`half_activations`: kv may be f16).
-absl::StatusOr<SharedKvAttentionDims> ValidateSharedKvAttention(DeviceKind device, const Tensor& q,
-                                                                const Tensor& kv, int num_heads,
-                                                                float scale, const Tensor& out,
-                                                                bool half_activations = false);
+// Backend::SharedKvAttention's contract (`half_activations`: kv may be f16; `quantized`: kv
+// may be i8 with kv_scales).
+absl::StatusOr<SharedKvAttentionDims> ValidateSharedKvAttention(
+    DeviceKind device, const Tensor& q, const Tensor& kv, const Tensor* kv_scales, int num_heads,
+    float scale, const Tensor& out, bool half_activations = false, bool quantized = false);
+
+struct QuantizeChannelsDims {
+  int64_t batch, rows, channels;
+};
+// Backend::QuantizeChannels' contract: x f32 [B, T, C], q i8 [B, T, C], scales f32 [B, C].
+absl::StatusOr<QuantizeChannelsDims> ValidateQuantizeChannels(DeviceKind device, const Tensor& x,
+                                                              const Tensor& q,
+                                                              const Tensor& scales);
 
 struct HeadScoresDims {
   int64_t batch, q_len, k_len, channels;

@@ -221,8 +221,8 @@ class CpuBackend final : public Backend {
 
   absl::Status CopyFromHost(const void* src, size_t bytes, const Tensor& dst) override {
     RETURN_IF_ERROR(NotCapturing("CopyFromHost"));
-    RETURN_IF_ERROR(
-        CheckTensor("CopyFromHost", "dst", dst, {DType::kF32, DType::kF16, DType::kI32}, -1));
+    RETURN_IF_ERROR(CheckTensor("CopyFromHost", "dst", dst,
+                                {DType::kF32, DType::kF16, DType::kI32, DType::kI8}, -1));
     if (bytes != dst.size_bytes()) {
       return Invalid("CopyFromHost", absl::StrCat(bytes, " bytes given for dst ", dst.Describe(),
                                                   " of ", dst.size_bytes(), " bytes"));
@@ -234,8 +234,8 @@ class CpuBackend final : public Backend {
 
   absl::Status CopyToHost(const Tensor& src, void* dst, size_t bytes) override {
     RETURN_IF_ERROR(NotCapturing("CopyToHost"));
-    RETURN_IF_ERROR(
-        CheckTensor("CopyToHost", "src", src, {DType::kF32, DType::kF16, DType::kI32}, -1));
+    RETURN_IF_ERROR(CheckTensor("CopyToHost", "src", src,
+                                {DType::kF32, DType::kF16, DType::kI32, DType::kI8}, -1));
     if (bytes != src.size_bytes()) {
       return Invalid("CopyToHost", absl::StrCat(bytes, " bytes given for src ", src.Describe(),
                                                 " of ", src.size_bytes(), " bytes"));
@@ -247,7 +247,8 @@ class CpuBackend final : public Backend {
 
   absl::Status Copy(const Tensor& src, const Tensor& dst) override {
     constexpr const char* kOp = "Copy";
-    RETURN_IF_ERROR(CheckTensor(kOp, "src", src, {DType::kF32, DType::kF16, DType::kI32}, -1));
+    RETURN_IF_ERROR(
+        CheckTensor(kOp, "src", src, {DType::kF32, DType::kF16, DType::kI32, DType::kI8}, -1));
     RETURN_IF_ERROR(CheckTensor(kOp, "dst", dst, {src.dtype()}, -1));
     if (src.numel() != dst.numel()) {
       return Invalid(kOp, absl::StrCat("src ", src.Describe(), " and dst ", dst.Describe(),
@@ -449,19 +450,40 @@ class CpuBackend final : public Backend {
     });
   }
 
-  absl::Status SharedKvAttention(const Tensor& q, const Tensor& kv, int num_heads, float scale,
-                                 const Tensor& out) override {
+  absl::Status SharedKvAttention(const Tensor& q, const Tensor& kv, const Tensor* kv_scales,
+                                 int num_heads, float scale, const Tensor& out) override {
     constexpr const char* kOp = "SharedKvAttention";
     ASSIGN_OR_RETURN(
         const checks::SharedKvAttentionDims d,
-        checks::ValidateSharedKvAttention(DeviceKind::kCpu, q, kv, num_heads, scale, out));
+        checks::ValidateSharedKvAttention(DeviceKind::kCpu, q, kv, kv_scales, num_heads, scale, out,
+                                          /*half_activations=*/false,
+                                          /*quantized=*/true));
     RETURN_IF_ERROR(CheckBlasSize(kOp, "Tk", d.kv_len));
     RETURN_IF_ERROR(CheckBlasSize(kOp, "Tq · num_heads", d.q_len * d.heads));
     const cpu::SharedKvAttentionShape s{d.batch, d.q_len, d.kv_len, d.heads, d.width};
-    return Submit([state = state_, q, kv, out, s, scale]() {
-      cpu::SharedKvAttentionKernel(state->context(), q.data_as<float>(), kv.data_as<float>(), s,
-                                   scale, out.data_as<float>());
+    const Tensor scales = kv_scales != nullptr ? *kv_scales : Tensor();
+    return Submit([state = state_, q, kv, scales, out, s, scale]() {
+      cpu::SharedKvSource source;
+      if (scales.defined()) {
+        source.i8 = kv.data_as<int8_t>();
+        source.scales = scales.data_as<float>();
+      } else {
+        source.f32 = kv.data_as<float>();
+      }
+      cpu::SharedKvAttentionKernel(state->context(), q.data_as<float>(), source, s, scale,
+                                   out.data_as<float>());
       return state->ScratchStatus(kOp);
+    });
+  }
+
+  absl::Status QuantizeChannels(const Tensor& x, const Tensor& q, const Tensor& scales) override {
+    ASSIGN_OR_RETURN(const checks::QuantizeChannelsDims d,
+                     checks::ValidateQuantizeChannels(DeviceKind::kCpu, x, q, scales));
+    const cpu::QuantizeChannelsShape s{d.batch, d.rows, d.channels};
+    return Submit([state = state_, x, q, scales, s]() {
+      cpu::QuantizeChannelsKernel(state->context(), x.data_as<float>(), s, q.data_as<int8_t>(),
+                                  scales.data_as<float>());
+      return absl::OkStatus();
     });
   }
 
@@ -481,7 +503,8 @@ class CpuBackend final : public Backend {
 
   absl::Status WriteRows(const Tensor& src, const Tensor& positions, const Tensor& dst) override {
     constexpr const char* kOp = "WriteRows";
-    RETURN_IF_ERROR(CheckTensor(kOp, "src", src, {DType::kF32, DType::kF16, DType::kI32}, 3));
+    RETURN_IF_ERROR(
+        CheckTensor(kOp, "src", src, {DType::kF32, DType::kF16, DType::kI32, DType::kI8}, 3));
     RETURN_IF_ERROR(CheckTensor(kOp, "positions", positions, {DType::kI32}, 1));
     RETURN_IF_ERROR(CheckTensor(kOp, "dst", dst, {src.dtype()}, 3));
     const int64_t batch = src.dim(0), rows = src.dim(1), channels = src.dim(2);

@@ -60,8 +60,21 @@ void AttentionKernel(const KernelContext& ctx, const float* q, const float* k, c
 struct SharedKvAttentionShape {
   int64_t batch, q_len, kv_len, heads, width;
 };
-void SharedKvAttentionKernel(const KernelContext& ctx, const float* q, const float* kv,
+// kv: f32 values, or i8 values with f32 scales [B, D] (QuantizeChannelsKernel's output).
+struct SharedKvSource {
+  const float* f32 = nullptr;
+  const int8_t* i8 = nullptr;
+  const float* scales = nullptr;
+};
+void SharedKvAttentionKernel(const KernelContext& ctx, const float* q, const SharedKvSource& kv,
                              const SharedKvAttentionShape& shape, float scale, float* out);
+
+// See Backend::QuantizeChannels: x[B, T, C] -> q[B, T, C], scales[B, C].
+struct QuantizeChannelsShape {
+  int64_t batch, rows, channels;
+};
+void QuantizeChannelsKernel(const KernelContext& ctx, const float* x,
+                            const QuantizeChannelsShape& shape, int8_t* q, float* scales);
 
 // y[b, t] = token_table[tokens[b, t]] + position_table[start_positions[b] + t]; indices
 // already checked.

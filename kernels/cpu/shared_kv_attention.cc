@@ -17,16 +17,26 @@
 
 namespace waav::cpu {
 
-void SharedKvAttentionKernel(const KernelContext& ctx, const float* q, const float* kv,
+void SharedKvAttentionKernel(const KernelContext& ctx, const float* q, const SharedKvSource& kv,
                              const SharedKvAttentionShape& s, float scale, float* out) {
   const int64_t queries = s.q_len * s.heads;  // rows of Q in one batch row
   if (s.batch == 0 || queries == 0) return;
   ctx.pool->ParallelForIndexed(s.batch, [&](int thread, int64_t begin, int64_t end) {
     float* scores = ctx.scratch->Get(thread, static_cast<size_t>(queries * s.kv_len));
     if (scores == nullptr) return;
+    std::vector<float> widened;  // an i8 row's values times their channels' scales
     for (int64_t b = begin; b < end; ++b) {
       const float* qb = q + b * queries * s.width;
-      const float* kvb = kv + b * s.kv_len * s.width;
+      const float* kvb = kv.f32 + b * s.kv_len * s.width;
+      if (kv.f32 == nullptr) {
+        widened.resize(static_cast<size_t>(s.kv_len * s.width));
+        const int8_t* row = kv.i8 + b * s.kv_len * s.width;
+        const float* scales = kv.scales + b * s.width;
+        for (int64_t i = 0; i < s.kv_len * s.width; ++i) {
+          widened[static_cast<size_t>(i)] = static_cast<float>(row[i]) * scales[i % s.width];
+        }
+        kvb = widened.data();
+      }
       float* ob = out + b * queries * s.width;
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(queries),
                   static_cast<int>(s.kv_len), static_cast<int>(s.width), scale, qb,
@@ -50,6 +60,32 @@ void SharedKvAttentionKernel(const KernelContext& ctx, const float* q, const flo
       for (int64_t r = 0; r < queries; ++r) {
         const float inverse = inverse_sums[static_cast<size_t>(r)];
         for (int64_t d = 0; d < s.width; ++d) ob[r * s.width + d] *= inverse;
+      }
+    }
+  });
+}
+
+void QuantizeChannelsKernel(const KernelContext& ctx, const float* x,
+                            const QuantizeChannelsShape& s, int8_t* q, float* scales) {
+  ctx.pool->ParallelFor(s.batch, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const float* xb = x + b * s.rows * s.channels;
+      float* scale = scales + b * s.channels;
+      std::fill(scale, scale + s.channels, 0.0f);
+      for (int64_t t = 0; t < s.rows; ++t) {
+        for (int64_t c = 0; c < s.channels; ++c) {
+          scale[c] = std::max(scale[c], std::fabs(xb[t * s.channels + c]));
+        }
+      }
+      for (int64_t c = 0; c < s.channels; ++c) scale[c] /= 127.0f;
+      int8_t* qb = q + b * s.rows * s.channels;
+      for (int64_t t = 0; t < s.rows; ++t) {
+        for (int64_t c = 0; c < s.channels; ++c) {
+          const int64_t i = t * s.channels + c;
+          // |x| <= 127 · scale up to the division's rounding; the clamp keeps it in range.
+          const float steps = scale[c] > 0.0f ? std::nearbyint(xb[i] / scale[c]) : 0.0f;
+          qb[i] = static_cast<int8_t>(std::clamp(steps, -127.0f, 127.0f));
+        }
       }
     }
   });

@@ -40,6 +40,8 @@ bool Supports(const CudaBackendOptions& options, Op op) {
       return options.half_activations && options.math == CudaMath::kFast;
     case Op::kSharedKvAttention:  // its kernel reads kv as f16 (an f16 cache: kHalfActivations)
       return cuda::SharedKvAttentionAvailable() && Supports(options, Op::kHalfActivations);
+    case Op::kQuantizeChannels:  // for SharedKvAttention's i8 kv
+      return Supports(options, Op::kSharedKvAttention);
     default:  // optional ops this backend does not implement
       return false;
   }

@@ -75,7 +75,8 @@ enum class SigOp : int64_t {
   kSharedKvAttention,
   kGatherRows,
   kHeadScores,
-  kFeedChoices
+  kFeedChoices,
+  kQuantizeChannels
 };
 
 }  // namespace waav::cuda

@@ -39,6 +39,7 @@
 #include "kernels/cuda/memory_pool.h"
 #include "kernels/cuda/norm.cuh"
 #include "kernels/cuda/persistent_step.h"
+#include "kernels/cuda/quantize.cuh"
 #include "kernels/cuda/shared_kv_attention.cuh"
 #include "kernels/cuda/softmax.cuh"
 #include "spdlog/spdlog.h"
@@ -522,19 +523,22 @@ class CudaBackend final : public Backend, public CudaExtensions {
     return std::min(Backend::kMaxSharedKvWidth, cuda::SharedKvMaxWidth(state_->gpu_shape));
   }
 
-  absl::Status SharedKvAttention(const Tensor& q, const Tensor& kv, int num_heads, float scale,
-                                 const Tensor& out) override {
+  absl::Status SharedKvAttention(const Tensor& q, const Tensor& kv, const Tensor* kv_scales,
+                                 int num_heads, float scale, const Tensor& out) override {
     static_assert(cuda::kSharedKvMaxWidth == Backend::kMaxSharedKvWidth);
     ASSIGN_OR_RETURN(const checks::SharedKvAttentionDims d,
-                     checks::ValidateSharedKvAttention(kGpuKind, q, kv, num_heads, scale, out,
-                                                       options_.half_activations));
-    if (!supports(Op::kSharedKvAttention) || kv.dtype() != DType::kF16) {
+                     checks::ValidateSharedKvAttention(kGpuKind, q, kv, kv_scales, num_heads, scale,
+                                                       out, options_.half_activations,
+                                                       /*quantized=*/true));
+    if (!supports(Op::kSharedKvAttention) || kv.dtype() == DType::kF32) {
       return absl::UnimplementedError(
-          "SharedKvAttention: the CUDA backend's kernel takes kv as f16 (half activations on, "
-          "CudaMath::kFast, a build with tensor cores)");
+          "SharedKvAttention: the CUDA backend's kernel takes kv as f16 or i8 (half activations "
+          "on, CudaMath::kFast, a build with tensor cores)");
     }
+    const Tensor scales = kv_scales != nullptr ? *kv_scales : Tensor();
     const cuda::SharedKvArgs args{q.data_as<float>(),
                                   kv.data(),
+                                  scales.defined() ? scales.data_as<float>() : nullptr,
                                   out.data(),
                                   out.dtype() == DType::kF16,
                                   d.batch,
@@ -544,7 +548,7 @@ class CudaBackend final : public Backend, public CudaExtensions {
                                   scale};
     const cuda::SharedKvPlan plan = cuda::PlanSharedKvAttention(
         args, state_->gpu_shape, kAttentionCounters, options_.shared_kv_splits,
-        options_.shared_kv_deep_pipeline, RetainBytes());
+        options_.shared_kv_deep_pipeline, RetainBytes(), options_.shared_kv_i8_stages);
     if (!plan.supported) {
       return absl::InvalidArgumentError(
           absl::StrCat("SharedKvAttention: kv ", kv.Describe(), " and out ", out.Describe(),
@@ -554,12 +558,24 @@ class CudaBackend final : public Backend, public CudaExtensions {
     }
     ASSIGN_OR_RETURN(Tensor scratch, Scratch(plan.partial_bytes));
     Sign({static_cast<int64_t>(SigOp::kSharedKvAttention), d.batch, d.q_len, d.kv_len, d.heads,
-          d.width, plan.splits, plan.stages, args.out_f16, plan.retain_rows});
-    return Submit([state = state_, ctx = Ctx(), q, kv, out, args, plan, scratch]() {
+          d.width, plan.splits, plan.stages, args.out_f16, plan.retain_rows,
+          static_cast<int64_t>(kv.dtype())});
+    return Submit([state = state_, ctx = Ctx(), q, kv, scales, out, args, plan, scratch]() {
       return GpuStatus("SharedKvAttention",
                        cuda::LaunchSharedKvAttention(
                            ctx, args, plan, scratch.defined() ? scratch.data_as<float>() : nullptr,
                            state->counters.data_as<int>()));
+    });
+  }
+
+  absl::Status QuantizeChannels(const Tensor& x, const Tensor& q, const Tensor& scales) override {
+    ASSIGN_OR_RETURN(const checks::QuantizeChannelsDims d,
+                     checks::ValidateQuantizeChannels(kGpuKind, x, q, scales));
+    Sign({static_cast<int64_t>(SigOp::kQuantizeChannels), d.batch, d.rows, d.channels});
+    return Submit([ctx = Ctx(), x, q, scales, d]() {
+      return GpuStatus("QuantizeChannels", cuda::LaunchQuantizeChannels(
+                                               ctx, x.data_as<float>(), d.batch, d.rows, d.channels,
+                                               q.data_as<int8_t>(), scales.data_as<float>()));
     });
   }
 

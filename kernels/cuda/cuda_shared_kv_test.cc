@@ -103,6 +103,45 @@ TEST(SharedKvAttentionPlan, SplitsKeysUntilTheGridFillsTheChipOnce) {
   }
 }
 
+// An i8 kv (kv_scales given): its tiles are half an f16 one's, so the ring takes three stages
+// where two blocks of them fit a multiprocessor (an H100), else two (an A100; Ada's 99 KB holds
+// one block either way); forced 2 or 3 where they fit; no L2 hints; the scales 8-byte aligned.
+TEST(SharedKvAttentionPlan, AnI8KvTakesDeeperRingsAtTheSameOccupancy) {
+  if (!cuda::SharedKvAttentionAvailable()) GTEST_SKIP() << "no tensor-core kernel in this build";
+  constexpr cuda::GpuShape kA100{108, 166912, 167936};
+  constexpr cuda::GpuShape kAda{58, 101376, 102400};
+  const auto i8 = [](int64_t batch, int width) {
+    cuda::SharedKvArgs a = PlanArgs(batch, 6, 1500, width);
+    alignas(16) static float scales[2] = {};
+    a.kv_scales = scales;
+    return a;
+  };
+  const auto plan = [](const cuda::SharedKvArgs& a, const cuda::GpuShape& gpu, bool deep = false,
+                       int64_t retain = -1, int stages = 0) {
+    return cuda::PlanSharedKvAttention(a, gpu, 1 << 20, 0, deep, retain, stages);
+  };
+  cuda::SharedKvPlan p = plan(i8(16, 384), cuda::kH100Shape);
+  ASSERT_TRUE(p.supported);
+  EXPECT_EQ(p.stages, 3);
+  EXPECT_EQ(p.splits, 16);  // 2 resident blocks a multiprocessor, as f16's
+  EXPECT_EQ(plan(i8(256, 384), cuda::kH100Shape).splits, 1);
+  EXPECT_EQ(plan(i8(16, 384), cuda::kH100Shape, /*deep=*/true).stages, 6);
+  p = plan(i8(16, 384), cuda::kH100Shape, false, -1, /*stages=*/2);
+  EXPECT_EQ(p.stages, 2);
+  EXPECT_EQ(p.splits, 16);  // 3 resident, 396 / 16 ranges, at most 16
+  EXPECT_EQ(plan(i8(16, 384), kA100).stages, 2);
+  p = plan(i8(16, 384), kAda);
+  ASSERT_TRUE(p.supported);
+  EXPECT_EQ(p.stages, 2);
+  EXPECT_EQ(plan(i8(16, 384), kAda, false, -1, /*stages=*/3).stages, 3);
+  EXPECT_FALSE(plan(i8(2, 512), kAda).supported);  // 104 KB a block
+  EXPECT_TRUE(plan(i8(2, 512), kA100).supported);
+  EXPECT_EQ(plan(i8(64, 384), cuda::kH100Shape, false, int64_t{32} << 20).retain_rows, -1);
+  cuda::SharedKvArgs a = i8(2, 384);
+  a.kv_scales = a.kv_scales + 1;  // 4 bytes off
+  EXPECT_FALSE(plan(a, cuda::kH100Shape).supported);
+}
+
 // Smaller GPUs (shapes as their drivers report them): an A100 (108 multiprocessors, 163 KB a
 // block) and an Ada part such as an L4 (58, 99 KB) take two tiles where the deep pipeline is
 // asked for, fewer blocks per multiprocessor, and Ada no kernel at width 512 (148 KB a block).
@@ -171,22 +210,28 @@ TEST_P(CudaParityTest, SharedKvAttentionMatchesCpu) {
     // has f16 activations).
     // And with L2 hints (the first rows' keys evict-last, the others evict-first): the same
     // results, since hints only move lines in L2.
+    // And over an i8 kv (QuantizeChannels' output on each side, the same integers and scales).
     struct Run {
       bool deep, out_f16;
       int64_t retain_bytes;
+      bool int8 = false;
+      int i8_stages = 0;  // CudaBackendOptions::shared_kv_i8_stages
     };
     const int64_t half_rows_bytes = (c.batch / 2) * c.kv_len * c.width * 2;
     for (const Run run : {Run{true, false, -1}, Run{false, false, -1}, Run{false, true, -1},
-                          Run{false, false, half_rows_bytes}}) {
+                          Run{false, false, half_rows_bytes}, Run{true, false, -1, true},
+                          Run{false, false, -1, true}, Run{false, true, -1, true, 2}}) {
       const bool deep = run.deep;
       const std::string how =
           absl::StrCat(deep ? " deep" : " double-buffered", run.out_f16 ? " into f16" : " into f32",
-                       " L2 retain bytes ", run.retain_bytes);
+                       " L2 retain bytes ", run.retain_bytes, run.int8 ? " i8 kv" : " f16 kv",
+                       run.i8_stages > 0 ? absl::StrCat(" in ", run.i8_stages, " stages") : "");
       SCOPED_TRACE(how);
       CudaBackendOptions options;
       options.shared_kv_splits = c.splits;
       options.shared_kv_deep_pipeline = deep;
       options.shared_kv_l2_retain_bytes = run.retain_bytes;
+      options.shared_kv_i8_stages = run.i8_stages;
       auto made = CreateCudaBackend(options);
       ASSERT_TRUE(made.ok()) << made.status();
       Backend* gpu = made->get();
@@ -194,11 +239,33 @@ TEST_P(CudaParityTest, SharedKvAttentionMatchesCpu) {
       std::vector<float> kv = Random(c.batch * c.kv_len * c.width, -2.0f, 2.0f);
       std::vector<uint16_t> bits(kv.size());
       for (size_t i = 0; i < kv.size(); ++i) {
+        if (run.int8 && i % static_cast<size_t>(c.width) % 7 == 0) kv[i] *= 20.0f;  // big channels
         bits[i] = FloatToHalf(kv[i]);
-        kv[i] = HalfToFloat(bits[i]);  // the CPU reads the same values
+        if (!run.int8) kv[i] = HalfToFloat(bits[i]);  // the CPU reads the same values
       }
       const std::vector<float> q = Random(c.batch * c.q_len * width, -0.2f, 0.2f);
       auto gkv = Upload(*gpu, {c.batch, c.kv_len, c.width}, DType::kF16, bits.data());
+      // The i8 form of kv and its scales on each side, from the same f32 values.
+      Tensor gkv8, gscales, ckv8, cscales;
+      if (run.int8) {
+        auto gsource = Upload(*gpu, {c.batch, c.kv_len, c.width}, DType::kF32, kv.data());
+        auto g8 = gpu->Allocate({c.batch, c.kv_len, c.width}, DType::kI8);
+        auto gs = gpu->Allocate({c.batch, c.width}, DType::kF32);
+        auto c8 = cpu_->Allocate({c.batch, c.kv_len, c.width}, DType::kI8);
+        auto cs = cpu_->Allocate({c.batch, c.width}, DType::kF32);
+        ASSERT_TRUE(gsource.ok() && g8.ok() && gs.ok() && c8.ok() && cs.ok());
+        gkv8 = *g8, gscales = *gs, ckv8 = *c8, cscales = *cs;
+        const Pair source = F32({c.batch, c.kv_len, c.width}, kv);
+        ASSERT_TRUE(gpu->QuantizeChannels(*gsource, gkv8, gscales).ok());
+        ASSERT_TRUE(cpu_->QuantizeChannels(source.cpu, ckv8, cscales).ok());
+        auto got8 = Download<int8_t>(*gpu, gkv8);
+        auto want8 = Download<int8_t>(*cpu_, ckv8);
+        auto got_scales = Download<float>(*gpu, gscales);
+        auto want_scales = Download<float>(*cpu_, cscales);
+        ASSERT_TRUE(got8.ok() && want8.ok() && got_scales.ok() && want_scales.ok());
+        ASSERT_EQ(*got8, *want8) << "QuantizeChannels' integers";
+        ASSERT_EQ(*got_scales, *want_scales) << "QuantizeChannels' scales";
+      }
       auto gq = Upload(*gpu, {c.batch, c.q_len, width}, DType::kF32, q.data());
       const int64_t out_count = c.batch * c.q_len * width;
       std::vector<float> nan(static_cast<size_t>(out_count), kNaN);
@@ -211,11 +278,14 @@ TEST_P(CudaParityTest, SharedKvAttentionMatchesCpu) {
       const Pair keys = F32({c.batch, c.kv_len, c.width}, kv);
       const Pair out = Poisoned({c.batch, c.q_len, width});
       const float scale = 0.125f;
+      const int heads = static_cast<int>(c.heads);
       ASSERT_TRUE(
-          cpu_->SharedKvAttention(query.cpu, keys.cpu, static_cast<int>(c.heads), scale, out.cpu)
+          (run.int8 ? cpu_->SharedKvAttention(query.cpu, ckv8, &cscales, heads, scale, out.cpu)
+                    : cpu_->SharedKvAttention(query.cpu, keys.cpu, nullptr, heads, scale, out.cpu))
               .ok());
       const absl::Status status =
-          gpu->SharedKvAttention(*gq, *gkv, static_cast<int>(c.heads), scale, *gout);
+          run.int8 ? gpu->SharedKvAttention(*gq, gkv8, &gscales, heads, scale, *gout)
+                   : gpu->SharedKvAttention(*gq, *gkv, nullptr, heads, scale, *gout);
       ASSERT_TRUE(status.ok()) << status;
       // The queries and probabilities enter the tensor cores as f16 parts and rounding errors,
       // the keys are f16 on both sides: f32 arithmetic to the tensor cores' accumulation.
@@ -248,21 +318,41 @@ TEST_P(CudaParityTest, SharedKvAttentionRefusals) {
   std::vector<float> kv_values = Random(2 * 10 * 64);
   const Tensor kv = HalfGpu({2, 10, 64}, kv_values);
   const Pair out = Poisoned({2, 1, 6 * 64});
-  ASSERT_TRUE(gpu_->SharedKvAttention(q.gpu, kv, 6, 0.125f, out.gpu).ok());
+  ASSERT_TRUE(gpu_->SharedKvAttention(q.gpu, kv, nullptr, 6, 0.125f, out.gpu).ok());
   // f32 keys: the contract allows them, this backend's kernel does not take them.
-  EXPECT_EQ(gpu_->SharedKvAttention(q.gpu, kv32.gpu, 6, 0.125f, out.gpu).code(),
+  EXPECT_EQ(gpu_->SharedKvAttention(q.gpu, kv32.gpu, nullptr, 6, 0.125f, out.gpu).code(),
             absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(gpu_->SharedKvAttention(q.gpu, kv, 5, 0.125f, out.gpu).code(),
+  EXPECT_EQ(gpu_->SharedKvAttention(q.gpu, kv, nullptr, 5, 0.125f, out.gpu).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(gpu_->SharedKvAttention(q.gpu, kv, 6, NAN, out.gpu).code(),
+  EXPECT_EQ(gpu_->SharedKvAttention(q.gpu, kv, nullptr, 6, NAN, out.gpu).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(gpu_->SharedKvAttention(q.gpu, kv, 6, 0.125f, q.gpu).code(),
+  EXPECT_EQ(gpu_->SharedKvAttention(q.gpu, kv, nullptr, 6, 0.125f, q.gpu).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(gpu_->SharedKvAttention(q.cpu, kv, 6, 0.125f, out.gpu).code(),
+  EXPECT_EQ(gpu_->SharedKvAttention(q.cpu, kv, nullptr, 6, 0.125f, out.gpu).code(),
             absl::StatusCode::kInvalidArgument);  // a host tensor
   // An f16 q (an f16 out is taken: the parity test above).
-  EXPECT_EQ(gpu_->SharedKvAttention(PoisonedHalf({2, 1, 6 * 64}), kv, 6, 0.125f, out.gpu).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      gpu_->SharedKvAttention(PoisonedHalf({2, 1, 6 * 64}), kv, nullptr, 6, 0.125f, out.gpu).code(),
+      absl::StatusCode::kInvalidArgument);
+  // i8 keys: QuantizeChannels' output with its scales, and nothing else.
+  ASSERT_TRUE(gpu_->supports(Op::kQuantizeChannels));
+  auto kv8 = gpu_->Allocate({2, 10, 64}, DType::kI8);
+  ASSERT_TRUE(kv8.ok()) << kv8.status();
+  const Pair scales = Poisoned({2, 64});
+  ASSERT_TRUE(gpu_->QuantizeChannels(kv32.gpu, *kv8, scales.gpu).ok());
+  ASSERT_TRUE(gpu_->SharedKvAttention(q.gpu, *kv8, &scales.gpu, 6, 0.125f, out.gpu).ok());
+  EXPECT_EQ(gpu_->SharedKvAttention(q.gpu, *kv8, nullptr, 6, 0.125f, out.gpu).code(),
+            absl::StatusCode::kInvalidArgument);  // no scales
+  EXPECT_EQ(gpu_->SharedKvAttention(q.gpu, kv, &scales.gpu, 6, 0.125f, out.gpu).code(),
+            absl::StatusCode::kInvalidArgument);  // scales for f16 keys
+  EXPECT_EQ(gpu_->SharedKvAttention(q.gpu, *kv8, &scales.cpu, 6, 0.125f, out.gpu).code(),
+            absl::StatusCode::kInvalidArgument);  // host scales
+  EXPECT_EQ(gpu_->QuantizeChannels(kv, *kv8, scales.gpu).code(),
+            absl::StatusCode::kInvalidArgument);  // f16 x
+  EXPECT_EQ(gpu_->QuantizeChannels(kv32.cpu, *kv8, scales.gpu).code(),
+            absl::StatusCode::kInvalidArgument);  // host x
+  EXPECT_EQ(gpu_->QuantizeChannels(kv32.gpu, *kv8, Poisoned({2, 32}).gpu).code(),
+            absl::StatusCode::kInvalidArgument);  // scales of another width
   ASSERT_TRUE(gpu_->Synchronize().ok());
 }
 
@@ -297,6 +387,7 @@ TEST_P(CudaParityTest, CopyConvertsF32ToF16WithHalfActivations) {
   ASSERT_TRUE(t32.ok() && t16.ok());
   EXPECT_EQ((*plain)->Copy(*t32, *t16).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE((*plain)->supports(Op::kSharedKvAttention));
+  EXPECT_FALSE((*plain)->supports(Op::kQuantizeChannels));
 }
 
 // shared_kv_l2_retain_bytes sets L2 aside for the retained rows while a backend that asked for it

@@ -15,6 +15,15 @@
 // online softmax over them. Key ranges of one row are merged by the last block to finish
 // (flash-decoding), so one launch suffices; its loads of the ranges' partial sums are issued
 // together.
+//
+// An i8 kv (Backend::QuantizeChannels' output, kv_scales beside it) lands in a ring of i8 tiles,
+// half an f16 one's bytes, so more of them are in flight at the same occupancy (3 stages on a
+// Hopper). The queries are multiplied by their channels' scales (the outputs too, at the end)
+// and stored with each 16 dims reordered so that the scores' mma takes its keys four dims to a
+// word, widened in registers (exactly: the integers are f16 values); for the weighted sum each
+// warp widens its 64 dims of 16 keys at a time into a buffer of its own (ldmatrix.trans needs
+// 16-bit elements). No L2 hints for it (with them an i8 build of the kernel stopped on an
+// illegal instruction on an H100, session 29; the hints measured a loss in serving anyway).
 #pragma once
 
 #include <cstddef>
@@ -29,9 +38,10 @@ namespace waav::cuda {
 constexpr int kSharedKvMaxWidth = 512;
 
 struct SharedKvArgs {
-  const float* q = nullptr;  // [B, queries, width], queries = Tq · H
-  const void* kv = nullptr;  // f16 [B, kv_len, width]
-  void* out = nullptr;       // [B, queries, width], f32 or (out_f16) f16
+  const float* q = nullptr;          // [B, queries, width], queries = Tq · H
+  const void* kv = nullptr;          // f16 [B, kv_len, width], or i8 with kv_scales
+  const float* kv_scales = nullptr;  // null (f16 kv), or [B, width]: kv's scale per channel
+  void* out = nullptr;               // [B, queries, width], f32 or (out_f16) f16
   bool out_f16 = false;
   int64_t batch = 0, queries = 0, kv_len = 0;
   int width = 0;
@@ -45,7 +55,7 @@ struct SharedKvPlan {
   int64_t keys_per_split = 0;
   size_t partial_bytes = 0;  // scratch for partial results (0 when splits == 1)
   int64_t counters = 0;      // zeroed i32 arrival counters needed (0 when splits == 1)
-  int stages = 2;            // tiles in shared memory (2: double-buffered)
+  int stages = 2;            // tiles in shared memory (2: double-buffered; an i8 kv 2 or 3)
   // L2 hints for kv: -1 none; else rows [0, retain_rows) are loaded evict-last (kept in L2 for
   // the next layer's and the next step's read of the same encoder output) and the other rows
   // evict-first (streamed, so that they do not push the kept rows out).
@@ -57,15 +67,19 @@ bool SharedKvAttentionAvailable();
 // The plan for `gpu` (its multiprocessors and shared memory: CurrentGpuShape): supported for
 // width a multiple of 64 in [64, 512], kv and out 16-byte aligned, and the block's tiles within
 // the device's shared memory (87 KB at width 384: every GPU from sm_80 on; 148 KB at 512: not
-// Ada); key ranges until the grid fills the resident blocks of every multiprocessor once, at
-// most 16 and one per tile (`force_splits` > 0: that many, within the same bounds; for tests),
-// one range when the counters would not do. `deep_pipeline`: where the device has room (a
-// Hopper), one block per multiprocessor with as many tiles as fit (5 at width 384, 3 at 512; 4
-// or 2 of them in flight) instead of two double-buffered blocks. `l2_retain_bytes` >= 0: the L2
-// hints above, with as many whole rows kept as fit in that many bytes; -1: no hints.
+// Ada; an i8 kv's two stages 65 KB and 102 KB, kv_scales 8-byte aligned); key ranges until the
+// grid fills the resident blocks of every multiprocessor once, at most 16 and one per tile
+// (`force_splits` > 0: that many, within the same bounds; for tests), one range when the counters
+// would not do. `deep_pipeline`: where the device has room (a Hopper), one block per
+// multiprocessor with as many tiles as fit (5 at width 384, 3 at 512; 4 or 2 of them in flight)
+// instead of two double-buffered blocks. An i8 kv otherwise takes three stages where two blocks
+// of them fit a multiprocessor (an H100), else two; `i8_stages` 2 or 3 forces that many where
+// they fit. `l2_retain_bytes` >= 0 (f16 kv): the L2 hints above, with as many whole rows kept as
+// fit in that many bytes; -1: no hints.
 SharedKvPlan PlanSharedKvAttention(const SharedKvArgs& args, const GpuShape& gpu,
                                    int64_t max_counters, int force_splits = 0,
-                                   bool deep_pipeline = false, int64_t l2_retain_bytes = -1);
+                                   bool deep_pipeline = false, int64_t l2_retain_bytes = -1,
+                                   int i8_stages = 0);
 // The widest width (a multiple of 64, at most kSharedKvMaxWidth) whose two-tile block fits `gpu`'s
 // shared memory: 512 from an A100 up, 384 on Ada; 0 without the kernel or a device.
 int SharedKvMaxWidth(const GpuShape& gpu);

@@ -155,9 +155,12 @@ class DeferredCopyBackend final : public Backend {
                                   const Tensor& positions) override {
     return inner_->LinearPlanesAppend(x, weight, bias, planes, first_appended, positions);
   }
-  absl::Status SharedKvAttention(const Tensor& q, const Tensor& kv, int num_heads, float scale,
-                                 const Tensor& out) override {
-    return inner_->SharedKvAttention(q, kv, num_heads, scale, out);
+  absl::Status SharedKvAttention(const Tensor& q, const Tensor& kv, const Tensor* kv_scales,
+                                 int num_heads, float scale, const Tensor& out) override {
+    return inner_->SharedKvAttention(q, kv, kv_scales, num_heads, scale, out);
+  }
+  absl::Status QuantizeChannels(const Tensor& x, const Tensor& q, const Tensor& scales) override {
+    return inner_->QuantizeChannels(x, q, scales);
   }
   absl::Status HeadScores(const Tensor& q, const Tensor& k, int head_dim, float scale,
                           absl::Span<const HeadScoresItem> items, const Tensor& out) override {

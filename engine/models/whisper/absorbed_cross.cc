@@ -117,8 +117,10 @@ absl::Status WhisperModel::RunAbsorbedCross(int layer, const Tensor& x, DecoderS
   RETURN_IF_ERROR(backend_.LayerNorm(x, l.cross_attention.norm_gamma, l.cross_attention.norm_beta,
                                      1e-5f, normed));
   RETURN_IF_ERROR(backend_.Linear(normed, a.q_w, &a.q_b, Activation::kNone, s.absorbed_q));
-  RETURN_IF_ERROR(backend_.SharedKvAttention(s.absorbed_q, state.cross_source_, dims_.n_heads,
-                                             attention_scale_, s.absorbed_out));
+  const Tensor* scales =
+      state.cross_source_scales_.defined() ? &state.cross_source_scales_ : nullptr;
+  RETURN_IF_ERROR(backend_.SharedKvAttention(s.absorbed_q, state.cross_source_, scales,
+                                             dims_.n_heads, attention_scale_, s.absorbed_out));
   if (fuse_residual) {
     return backend_.LinearResidual(s.absorbed_out, a.out_w, &a.out_b, Activation::kNone, x, x);
   }

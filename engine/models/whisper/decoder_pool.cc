@@ -28,10 +28,10 @@ absl::StatusOr<std::unique_ptr<DecoderStatePool>> DecoderStatePool::Create(
       RETURN_IF_ERROR(backend.CopyFromHost(zeros.data(), t->size_bytes(), *t));
     }
   }
-  if (s.cross_source().defined()) {
-    zeros.resize(std::max(zeros.size(), s.cross_source().size_bytes()), 0);
-    RETURN_IF_ERROR(
-        backend.CopyFromHost(zeros.data(), s.cross_source().size_bytes(), s.cross_source()));
+  for (const Tensor* t : {&s.cross_source(), &s.cross_source_scales()}) {
+    if (!t->defined()) continue;
+    zeros.resize(std::max(zeros.size(), t->size_bytes()), 0);
+    RETURN_IF_ERROR(backend.CopyFromHost(zeros.data(), t->size_bytes(), *t));
   }
   for (int bucket = 1;; bucket *= 2) {
     const int size = std::min(bucket, max_batch);

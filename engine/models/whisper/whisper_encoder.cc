@@ -235,7 +235,7 @@ absl::Status WhisperModel::RunEncoder(EncoderBuffers& buffers, DecoderState* sta
   RETURN_IF_ERROR(
       buffers.graph_.Run(backend_, use_graphs_, pass, [&] { return EncoderPass(buffers); }));
   if (state == nullptr) return absl::OkStatus();
-  std::vector<const Tensor*> cross = {&b.x_, &state->cross_source_};
+  std::vector<const Tensor*> cross = {&b.x_, &state->cross_source_, &state->cross_source_scales_};
   for (int i = 0; i < dims_.n_decoder_layers; ++i) {
     cross.push_back(&state->cross_k_[static_cast<size_t>(i)]);
     cross.push_back(&state->cross_v_[static_cast<size_t>(i)]);
@@ -302,8 +302,14 @@ absl::Status WhisperModel::RunEncoderAttentionPlanes(const EncoderLayer& layer, 
 
 absl::Status WhisperModel::ProjectCross(const Tensor& encoded, DecoderState& state) const {
   const LargeKernels large_kernels(backend_);
-  // The encoder output itself for the absorbed cross-attention (f32 → f16 with an f16 cache).
-  if (state.cross_source_.defined()) RETURN_IF_ERROR(backend_.Copy(encoded, state.cross_source_));
+  // The encoder output itself for the absorbed cross-attention (f32 → f16 with an f16 cache, or
+  // i8 with its scales: WhisperModelOptions::quantized_cross_source).
+  if (state.cross_source_scales_.defined()) {
+    RETURN_IF_ERROR(
+        backend_.QuantizeChannels(encoded, state.cross_source_, state.cross_source_scales_));
+  } else if (state.cross_source_.defined()) {
+    RETURN_IF_ERROR(backend_.Copy(encoded, state.cross_source_));
+  }
   if (cross_kv_w_.defined()) {
     // Every layer's K and V from one GEMM, each written into its cache (state rows or a view).
     std::vector<Tensor> planes;

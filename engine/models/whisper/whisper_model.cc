@@ -284,6 +284,21 @@ absl::StatusOr<std::unique_ptr<WhisperModel>> WhisperModel::FromModelFile(
       (absorbed == GraphUse::kAuto && m.cross_dtype_ == DType::kF16)) {
     RETURN_IF_ERROR(m.PrepareAbsorbedCross(absorbed == GraphUse::kAlways));
   }
+  m.cross_source_dtype_ = m.cross_dtype_;
+  if (m.absorbed_cross_) {
+    // i8 pays where it halves an f16 read (kAuto); kAlways takes it wherever the op is.
+    const GraphUse quantized = options.quantized_cross_source;
+    const bool has_op = backend.supports(Op::kQuantizeChannels);
+    if (quantized == GraphUse::kAlways && !has_op) {
+      return absl::UnimplementedError(absl::StrCat("quantized cross source: backend '",
+                                                   std::string(backend.name()),
+                                                   "' has no QuantizeChannels"));
+    }
+    if (has_op && (quantized == GraphUse::kAlways ||
+                   (quantized == GraphUse::kAuto && m.cross_dtype_ == DType::kF16))) {
+      m.cross_source_dtype_ = DType::kI8;
+    }
+  }
   RETURN_IF_ERROR(backend.Synchronize());
   if (options.fused_decoder_step != GraphUse::kNever) {
     RETURN_IF_ERROR(m.PrepareFusedStep(options.fused_decoder_step == GraphUse::kAlways));
@@ -364,7 +379,10 @@ absl::StatusOr<std::unique_ptr<DecoderState>> WhisperModel::NewDecoderState(int 
   }
   if (absorbed_cross_) {
     ASSIGN_OR_RETURN(state->cross_source_,
-                     backend_.Allocate({b, dims_.n_audio_ctx, d}, cross_dtype_));
+                     backend_.Allocate({b, dims_.n_audio_ctx, d}, cross_source_dtype_));
+    if (cross_source_dtype_ == DType::kI8) {
+      ASSIGN_OR_RETURN(state->cross_source_scales_, backend_.Allocate({b, d}, DType::kF32));
+    }
   }
   ASSIGN_OR_RETURN(state->positions_, backend_.Allocate({b}, DType::kI32));
   ASSIGN_OR_RETURN(state->lengths_, backend_.Allocate({b}, DType::kI32));
@@ -429,6 +447,9 @@ absl::StatusOr<std::unique_ptr<DecoderState>> DecoderState::Rows(int begin, int 
   }
   if (cross_source_.defined()) {
     ASSIGN_OR_RETURN(view->cross_source_, rows(cross_source_));
+  }
+  if (cross_source_scales_.defined()) {
+    ASSIGN_OR_RETURN(view->cross_source_scales_, rows(cross_source_scales_));
   }
   ASSIGN_OR_RETURN(view->positions_, rows(positions_));
   ASSIGN_OR_RETURN(view->lengths_, rows(lengths_));
@@ -874,6 +895,7 @@ std::vector<const Tensor*> WhisperModel::StepTensors(const DecoderState& state) 
                                         &s.absorbed_q,
                                         &s.absorbed_out,
                                         &state.cross_source_,
+                                        &state.cross_source_scales_,
                                         &state.positions_,
                                         &state.lengths_};
   for (int i = 0; i < dims_.n_decoder_layers; ++i) {

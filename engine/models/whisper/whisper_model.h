@@ -142,6 +142,20 @@ struct WhisperModelOptions {
   // tests), else Load fails; kNever: the K/V caches everywhere. Logits equal the K/V form's to
   // rounding. Default: kAuto.
   GraphUse absorbed_cross_attention = GraphUse::kAuto;
+  // With the absorbed cross-attention: the kept encoder output E as i8 with a scale per row and
+  // channel (Backend::QuantizeChannels; the scale is the channel's largest magnitude in the
+  // window / 127) instead of f16: half the bytes of the read that bounds a large batch's step.
+  // A value is off by at most half its channel's step, ~0.4% of the channel's largest magnitude
+  // (f16: ~0.05% of the value); the logits of random weights of tiny's shapes moved by ~2e-4
+  // (relative L2) and real speech's transcripts stayed the same (absorbed_cross_test). The K/V
+  // caches (prompts, the fused step, word alignment) are unchanged. On an H100 (session 29,
+  // docs/benchmarks.md) the op-by-op step took 700.5 us at 256 rows against 765.7 over f16,
+  // 359.2 against 381.7 at 64, but 290.2 against 281.0 at 16; serving not measured: off by
+  // default. kAuto: where E
+  // would be f16 and the backend has Op::kQuantizeChannels; kAlways: wherever the absorbed
+  // cross-attention runs and the backend has the op (the CPU too: tests), else Load fails;
+  // kNever: E stays f16 (or f32). Default: kNever.
+  GraphUse quantized_cross_source = GraphUse::kNever;
   // Where the encoder runs its attention on f16 planes (Op::kHalfActivations and
   // Op::kLinearPlanes): the attention writes its output in f16 (into the block's normed-input
   // buffer, which the Q/K/V projection has read by then), and the output projection reads it as
@@ -187,6 +201,9 @@ class DecoderState {
   // absorbs the cross-attention projections (WhisperModelOptions::absorbed_cross_attention);
   // undefined otherwise.
   const Tensor& cross_source() const { return cross_source_; }
+  // cross_source()'s scales f32 [B, d_model] where it is i8 (quantized_cross_source), else
+  // undefined.
+  const Tensor& cross_source_scales() const { return cross_source_scales_; }
 
   // Rows [begin, end) of this state as a state of batch end − begin that shares its memory:
   // caches, step inputs, step activations and logits are views (Tensor::Slice), so creating one
@@ -211,6 +228,7 @@ class DecoderState {
   std::vector<Tensor> cross_k_, cross_v_;  // per layer [B, n_audio_ctx, d_model]
   std::vector<Tensor> self_k_, self_v_;    // per layer [B, n_text_ctx, d_model]
   Tensor cross_source_;                    // [B, n_audio_ctx, d_model] or undefined
+  Tensor cross_source_scales_;             // [B, d_model] where cross_source_ is i8
   Tensor positions_;                       // i32 [B]: where the next tokens are written
   Tensor lengths_;                         // i32 [B]: positions + tokens in this call
   StepBuffers step_;
@@ -588,6 +606,8 @@ class WhisperModel {
   std::unique_ptr<PreparedDecoderStep> prepared_step_;
   // Whether decoder states keep the encoder output and op-by-op steps use absorbed_cross.
   bool absorbed_cross_ = false;
+  // The kept encoder output's element type (quantized_cross_source: i8 with scales).
+  DType cross_source_dtype_ = DType::kF32;
   // WhisperModelOptions::half_encoder_attention_output (where the encoder runs on f16 planes).
   bool half_encoder_attention_ = true;
   // The word-alignment pass's host buffer for the scores it downloads (ScoresPass; from
