@@ -520,6 +520,7 @@ SharedKvPlan PlanSharedKvAttention(const SharedKvArgs& a, const GpuShape& gpu, i
   (void)force_splits;
   (void)deep_pipeline;
   (void)l2_retain_bytes;
+  (void)i8_stages;
 #endif
   return plan;
 }
