@@ -82,9 +82,10 @@ void QuantizeChannelsKernel(const KernelContext& ctx, const float* x,
       for (int64_t t = 0; t < s.rows; ++t) {
         for (int64_t c = 0; c < s.channels; ++c) {
           const int64_t i = t * s.channels + c;
-          // |x| <= 127 · scale up to the division's rounding; the clamp keeps it in range.
+          // |x| <= 127 · scale up to the division's rounding; the clamp keeps it in range (fmax
+          // first, so that a NaN becomes -127 as on the GPU rather than an undefined cast).
           const float steps = scale[c] > 0.0f ? std::nearbyint(xb[i] / scale[c]) : 0.0f;
-          qb[i] = static_cast<int8_t>(std::clamp(steps, -127.0f, 127.0f));
+          qb[i] = static_cast<int8_t>(std::fmin(std::fmax(steps, -127.0f), 127.0f));
         }
       }
     }
