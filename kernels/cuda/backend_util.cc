@@ -47,6 +47,24 @@ bool Supports(const CudaBackendOptions& options, Op op) {
   }
 }
 
+absl::Status ValidateOptions(const CudaBackendOptions& options) {
+  if (options.skinny_max_rows < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("skinny_max_rows ", options.skinny_max_rows, " must be >= 0"));
+  }
+  if (options.shared_kv_l2_retain_bytes < -1) {
+    return absl::InvalidArgumentError(absl::StrCat("shared_kv_l2_retain_bytes ",
+                                                   options.shared_kv_l2_retain_bytes,
+                                                   " must be -1 (no L2 hints) or >= 0"));
+  }
+  const int stages = options.shared_kv_i8_stages;
+  if (stages != 0 && stages != 2 && stages != 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared_kv_i8_stages ", stages, " must be 0 (the plan's choice), 2 or 3"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status GpuStatus(const char* what, cudaError_t err) {
   if (err == cudaSuccess) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));

@@ -20,6 +20,9 @@ namespace waav::cuda {
 
 // Backend::supports of a CUDA backend made with `options`.
 bool Supports(const CudaBackendOptions& options, Op op);
+// OK, or an invalid-argument error naming the first option out of its range (checked before a
+// device is opened).
+absl::Status ValidateOptions(const CudaBackendOptions& options);
 // OK, or an internal error naming `what` and CUDA's message.
 absl::Status GpuStatus(const char* what, cudaError_t err);
 // The kernels' epilogue for a Backend activation; an invalid-argument error for an unknown one.

@@ -955,18 +955,8 @@ class CudaBackend final : public Backend, public CudaExtensions {
 };
 
 absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const CudaBackendOptions& options) {
+  RETURN_IF_ERROR(cuda::ValidateOptions(options));
   ASSIGN_OR_RETURN(const cudaDeviceProp props, cuda::OpenDevice(options.device_index));
-  if (options.skinny_max_rows < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("skinny_max_rows ", options.skinny_max_rows, " must be >= 0"));
-  }
-
-  if (options.shared_kv_l2_retain_bytes < -1) {
-    return absl::InvalidArgumentError(absl::StrCat("shared_kv_l2_retain_bytes ",
-                                                   options.shared_kv_l2_retain_bytes,
-                                                   " must be -1 (no L2 hints) or >= 0"));
-  }
-
   std::string gemm;
   ASSIGN_OR_RETURN(std::shared_ptr<DeviceState> state,
                    cuda::CreateDeviceState(options, props, &gemm));

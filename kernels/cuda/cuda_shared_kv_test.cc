@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/backend_util.h"
 #include "kernels/cuda/cuda_parity_fixture.h"
 #include "kernels/cuda/shared_kv_attention.cuh"
 
@@ -140,6 +141,28 @@ TEST(SharedKvAttentionPlan, AnI8KvTakesDeeperRingsAtTheSameOccupancy) {
   cuda::SharedKvArgs a = i8(2, 384);
   a.kv_scales = a.kv_scales + 1;  // 4 bytes off
   EXPECT_FALSE(plan(a, cuda::kH100Shape).supported);
+}
+
+// The backend's options are checked before a device opens: shared_kv_i8_stages 0, 2 or 3.
+TEST(SharedKvAttentionPlan, BackendOptionsTakeOnlyTheStagesTheKernelHas) {
+  CudaBackendOptions options;
+  EXPECT_TRUE(cuda::ValidateOptions(options).ok());
+  for (const int stages : {2, 3}) {
+    options.shared_kv_i8_stages = stages;
+    EXPECT_TRUE(cuda::ValidateOptions(options).ok()) << stages;
+  }
+  for (const int stages : {-1, 1, 4, 6}) {
+    options.shared_kv_i8_stages = stages;
+    const absl::Status status = cuda::ValidateOptions(options);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << stages;
+    EXPECT_NE(status.message().find("shared_kv_i8_stages"), std::string::npos) << status;
+  }
+  options = CudaBackendOptions{};
+  options.shared_kv_l2_retain_bytes = -2;
+  EXPECT_EQ(cuda::ValidateOptions(options).code(), absl::StatusCode::kInvalidArgument);
+  options = CudaBackendOptions{};
+  options.skinny_max_rows = -1;
+  EXPECT_EQ(cuda::ValidateOptions(options).code(), absl::StatusCode::kInvalidArgument);
 }
 
 // Smaller GPUs (shapes as their drivers report them): an A100 (108 multiprocessors, 163 KB a
