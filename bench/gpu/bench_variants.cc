@@ -161,6 +161,11 @@ std::vector<BackendVariant> BenchVariants() {
                [stages](auto& o) { o.shared_kv_i8_stages = stages; });
     variants.back().quantized_cross = whisper::GraphUse::kAuto;
   }
+  // Session 30: three blocks of the i8 kernel fit a multiprocessor, but 256 rows make 256
+  // blocks (the plan's one key range a row): three ranges make two full waves of them.
+  add_engine("i8 encoder output, SharedKvAttention in 3 key ranges",
+             [](auto& o) { o.shared_kv_splits = 3; });
+  variants.back().quantized_cross = whisper::GraphUse::kAuto;
   // Its knobs: every GEMM of up to 16 or 32 rows by HalfGemm (the folded [384, 2304] and
   // [2304, 384] projections otherwise take cuBLAS with conversion and epilogue kernels), and
   // SharedKvAttention's key ranges forced (the plan fills the chip once: 16 ranges at 16 rows,

@@ -191,11 +191,10 @@ struct CudaBackendOptions {
   // "Summary: H100, session 16").
   bool shared_kv_deep_pipeline = false;
   // SharedKvAttention's stages for an i8 kv (an i8 encoder output: WhisperModelOptions::
-  // quantized_cross_source): 0 lets the plan choose (3 where two blocks of them fit a
-  // multiprocessor, else 2); 2 or 3 forces that many where they fit; others are refused. H100,
-  // session 29 (the engine's step, docs/benchmarks.md): 3 stages 700.5 us at 256 rows against 703.3
-  // with 2, 359.2 against 370.6 at 64, 312.6 against 321.7 at 32 (4 stages, no longer offered,
-  // 708.9 at 256 and 364.4 at 64 against 698.9 and 358.8 with 3 in another call).
+  // quantized_cross_source): 0 lets the plan choose (2); 2 or 3 forces that many where they fit;
+  // others are refused. H100, session 30 (the engine's step, docs/benchmarks.md): 2 stages
+  // 621.8 us at 256 rows against 637.1 with 3, 353.9 against 364.3 at 64, 290.8 against 295.8 at
+  // 16 (session 29's kernel was faster in 3; 4 stages, no longer offered, slower there).
   int shared_kv_i8_stages = 0;
   // SharedKvAttention's L2 hints (SharedKvPlan::retain_rows): -1 none; n >= 0: n bytes of L2 set
   // aside for persisting lines while the backend lives (cudaLimitPersistingL2CacheSize, up to

@@ -1,5 +1,6 @@
 // Tensor-core and async-copy primitives (sm_80+ PTX) shared by the f16 kernels: cp.async,
-// ldmatrix, mma.sync m16n8k16 (f16 in, f32 accumulate), f16 packing and the fast exp2.
+// ldmatrix, mma.sync m16n8k16 (f16 in, f32 accumulate) and m16n8k32 (i8 in, i32 accumulate), f16
+// packing and the fast exp2.
 // Only for builds with WAAV_GPU_HAS_MMA (the CUDA build).
 #pragma once
 
@@ -48,6 +49,16 @@ __device__ __forceinline__ void Mma16816(float* c, const uint32_t* a, uint32_t b
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// c[16×8] += a[16×32] · b[32×8], i8 operands, i32 accumulators (exact). Lane l (g = l / 4,
+// c = l % 4) holds a: rows g and g + 8 at k 4c .. 4c + 3, then the same rows at k 16 + 4c ..;
+// b: column g at k 4c .. 4c + 3 and 16 + 4c ..; c as in the f16 mma.
+__device__ __forceinline__ void Imma16832(int* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 __device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {

@@ -17,20 +17,22 @@ constexpr int kMaxWarps = kSharedKvMaxWidth / 64;
 constexpr int kMaxSplits = 16;  // key ranges a (row, group) is split into at most (the merge's)
 
 constexpr int kPadI8 = 16;  // bytes of padding per shared i8 row (keeps its chunks 16-byte aligned)
+constexpr int kQueryTerms = 3;  // an i8 kv's queries: three i8 terms each (see the prologue)
 
 // A block of `warps` warps: 8-key column tiles of the scores, one per warp (two for the last warp
 // of an odd count), so tiles of a multiple of 16 keys (the weighted sum's k-step); rows of the
 // width plus padding; the queries' 16 rows and the tile's scores beside `stages` tiles. An i8 kv
-// (`int8`) lands in a ring of i8 tiles; the scores widen their keys in registers, and each warp
-// widens its 64 dims of 16 keys at a time into a buffer of its own for the weighted sum.
+// (`int8`) lands in a ring of i8 tiles; the scores take its keys as they are (an i8 mma against
+// the queries' three i8 terms: 24 rows, then their scales), and the weighted sum widens the
+// values in registers.
 constexpr int TileKeys(int warps) { return 16 * ((warps + 1) / 2); }
 constexpr size_t RowBytes(int warps) { return static_cast<size_t>(64 * warps + kPad) * 2; }
 constexpr size_t RowBytesI8(int warps) { return static_cast<size_t>(64 * warps + kPadI8); }
-constexpr int kValueRow = 64 + kPad;  // halves per row of a warp's widened values
-constexpr size_t kWarpValueBytes = size_t{16} * kValueRow * 2;
+constexpr size_t QueryBytes(int warps, bool int8) {
+  return int8 ? kQueryTerms * kGroup * (RowBytesI8(warps) + 4) : 16 * RowBytes(warps);
+}
 constexpr size_t FixedBytes(int warps, bool int8) {
-  return 16 * RowBytes(warps) + static_cast<size_t>(kGroup) * TileKeys(warps) * 4 +
-         (int8 ? warps * kWarpValueBytes : 0);
+  return QueryBytes(warps, int8) + static_cast<size_t>(kGroup) * TileKeys(warps) * 4;
 }
 constexpr size_t StageBytes(int warps, bool int8) {
   return TileKeys(warps) * (int8 ? RowBytesI8(warps) : RowBytes(warps));
@@ -45,6 +47,18 @@ constexpr int DeepStages(int warps, bool int8) {
   return stages > 6 ? 6 : static_cast<int>(stages);
 }
 
+// Blocks of an i8 kernel a multiprocessor should hold: as many as an H100's shared memory takes
+// (1 KB reserved a block and the merge's arrays), as far as 96 registers a thread allow (at 80
+// the two-stage kernel spilled). The kernel is latency-bound (session 30's profile at 256 rows:
+// 0.44 instructions a cycle per scheduler, the largest share of stalls, 39%, waiting for shared
+// memory), so resident warps are what it runs on; the f16 kernel's two blocks need no bound.
+constexpr int MinBlocks(int warps, int stages, bool int8) {
+  const int by_shared = static_cast<int>(228 * 1024 / (SmemBytes(warps, stages, int8) + 2048));
+  const int by_registers = 65536 / (96 * 32 * warps);
+  const int blocks = by_shared < by_registers ? by_shared : by_registers;
+  return !int8 || blocks < 1 ? 1 : blocks;
+}
+
 template <int kWarps, int kStages, bool kInt8>
 struct Shape {
   static constexpr int kWidth = 64 * kWarps;
@@ -53,14 +67,14 @@ struct Shape {
   static constexpr int kKeyTiles = kTileKeys / 8;
   static constexpr int kRow = kWidth + kPad;      // halves per shared f16 row
   static constexpr int kRowI8 = kWidth + kPadI8;  // bytes per shared i8 row
-  static constexpr size_t kQueryBytes = size_t{16} * kRow * 2;
+  static constexpr size_t kQueryBytes = QueryBytes(kWarps, kInt8);
+  static_assert(kQueryBytes % 16 == 0);
   static constexpr size_t kStageBytes = StageBytes(kWarps, kInt8);
   static constexpr size_t kScoreBytes = size_t{kGroup} * kTileKeys * 4;
-  // kStages tiles in shared memory, kStages − 1 of them in flight while one is computed on (an
-  // i8 kv's per-warp widened values after them).
-  static constexpr size_t kSmemBytes =
-      kQueryBytes + kStages * kStageBytes + kScoreBytes + (kInt8 ? kWarps * kWarpValueBytes : 0);
+  // kStages tiles in shared memory, kStages − 1 of them in flight while one is computed on.
+  static constexpr size_t kSmemBytes = kQueryBytes + kStages * kStageBytes + kScoreBytes;
   static_assert(kSmemBytes == SmemBytes(kWarps, kStages, kInt8));
+  static constexpr int kMinBlocks = MinBlocks(kWarps, kStages, kInt8);
 };
 
 struct Params {
@@ -97,16 +111,24 @@ __device__ __forceinline__ void WidenI8x4(uint32_t word, uint32_t& low_pair, uin
   high_pair = HalfBits(__hsub2(*reinterpret_cast<__half2*>(&pair1), bias));
 }
 
-// An i8 kv's scores read each key's dims four at a time (one word): within each 16 dims, the
-// mma's k-slots 2c, 2c + 1, 2c + 8, 2c + 9 of lane quad c hold dims 4c .. 4c + 3, and the
-// queries are stored in that order (slot of dim d below) so that the products pair up.
-__device__ __forceinline__ int QuerySlot(int d) {
-  const int within = d % 16, quad = within / 4, r = within % 4;
-  return d - within + 2 * quad + (r < 2 ? r : 8 + r - 2);
+// An i8 kv's scores read 16 dims of a key at once (lane quad c: dims 16c .. 16c + 15 of each 64)
+// for two k-steps of the i8 mma: words 0 and 1 are the first step's k-slots 4c .. 4c + 3 and
+// 16 + 4c .., words 2 and 3 the second's. The queries' terms are stored in that order (the byte
+// of dim d below) so that the products pair up.
+__device__ __forceinline__ int QueryByteI8(int d) {
+  const int within = d % 64, quad = within / 16, r = within % 16;
+  const int step = r / 8, high = (r % 8) / 4, i = r % 4;
+  return d - within + 32 * step + 16 * high + 4 * quad + i;
+}
+
+// The larger of a and b, NaN if either is (fmaxf would drop it).
+__device__ __forceinline__ float MaxKeepingNan(float a, float b) {
+  return (a != a || b != b) ? __int_as_float(0x7fc00000) : fmaxf(a, b);
 }
 
 template <int kWarps, int kStages, bool kInt8>
-__global__ void __launch_bounds__(32 * kWarps) SharedKvKernel(Params p) {
+__global__ void __launch_bounds__(32 * kWarps, (Shape<kWarps, kStages, kInt8>::kMinBlocks))
+    SharedKvKernel(Params p) {
   static_assert(kStages >= 2);
   using S = Shape<kWarps, kStages, kInt8>;
   constexpr int kWidth = S::kWidth, kRow = S::kRow, kTileKeys = S::kTileKeys;
@@ -115,10 +137,6 @@ __global__ void __launch_bounds__(32 * kWarps) SharedKvKernel(Params p) {
   auto* queries_s = reinterpret_cast<__half*>(smem);
   unsigned char* stages_s = smem + S::kQueryBytes;
   auto* scores_s = reinterpret_cast<float*>(smem + S::kQueryBytes + kStages * S::kStageBytes);
-  // (kInt8) this warp's widened values: 16 keys of its 64 dims.
-  auto* values_s =
-      reinterpret_cast<__half*>(smem + S::kQueryBytes + kStages * S::kStageBytes + S::kScoreBytes) +
-      (threadIdx.x / kWarp) * (kWarpValueBytes / 2);
   const int split = static_cast<int>(blockIdx.x), group = static_cast<int>(blockIdx.y);
   const int64_t b = blockIdx.z;
   const int t = static_cast<int>(threadIdx.x), warp = t / kWarp, lane = t % kWarp;
@@ -141,37 +159,134 @@ __global__ void __launch_bounds__(32 * kWarps) SharedKvKernel(Params p) {
   // newest kStages − 2 groups always means the tile about to be computed on is in.
   constexpr int kChunks = kWidth * kKvBytes / 16;          // 16-byte chunks per key
   constexpr int kRowBytes = kInt8 ? S::kRowI8 : kRow * 2;  // a shared ring row's bytes
+  // The block copies whole keys a pass (8 of an i8 kv, 4 of f16): each thread the same chunk of
+  // one key of each pass, so its addresses are fixed but for the tile's offset.
+  constexpr int kKeysPerPass = S::kThreads / kChunks;
+  static_assert(S::kThreads % kChunks == 0 && kTileKeys % kKeysPerPass == 0);
+  const int copy_key = t / kChunks, copy_chunk = t % kChunks;
+  const int copy_dst = copy_key * kRowBytes + copy_chunk * 16;
+  const int64_t copy_keys = key_end - key_begin - copy_key;  // this thread's keys in the range
+  // Keys past the range: zero-filled (hinted: copied whole) from a valid address; their scores
+  // are masked.
+  const unsigned char* copy_fallback = kv + (key_begin * kChunks + copy_chunk) * 16;
   auto load_tile = [&](int tile) {
-    const int64_t first = key_begin + int64_t{tile} * kTileKeys;
-    unsigned char* dst = stages_s + (tile % kStages) * S::kStageBytes;
-    for (int i = t; tile < tiles && i < kTileKeys * kChunks; i += S::kThreads) {
-      const int key = i / kChunks, chunk = i % kChunks;
-      const bool valid = first + key < key_end;
-      // Keys past the range are zero-filled from a valid address (their scores are masked).
-      const unsigned char* src = kv + ((valid ? first + key : key_begin) * kChunks + chunk) * 16;
+    if (tile < tiles) {
+      const int64_t first = int64_t{tile} * kTileKeys;  // within the range
+      unsigned char* dst = stages_s + (tile % kStages) * S::kStageBytes + copy_dst;
+      const unsigned char* src = copy_fallback + (first + copy_key) * kChunks * 16;
+      const auto from = [&](int pass) {
+        return first + pass * kKeysPerPass < copy_keys ? src + pass * kKeysPerPass * kChunks * 16
+                                                       : nullptr;
+      };
       if (hinted) {
-        mma::CopyAsync16Hinted(dst + key * kRowBytes + chunk * 16, src, valid ? 16 : 0, policy);
+        // Session 27's loop, rolled, each chunk's key and validity computed: unrolled forms of
+        // the hinted copies (zero-filling or whole) stopped on an illegal instruction on an H100
+        // (sessions 29 and 30: ptxas predicated the policy's move into a uniform register on a
+        // condition that differed across a warp; bench/gpu/results/h100-session30-i8mma-call5-*).
+        unsigned char* ring_dst = stages_s + (tile % kStages) * S::kStageBytes;
+        for (int i = t; i < kTileKeys * kChunks; i += S::kThreads) {
+          const int key = i / kChunks, chunk = i % kChunks;
+          const bool valid = key_begin + first + key < key_end;
+          const unsigned char* at =
+              kv + ((valid ? key_begin + first + key : key_begin) * kChunks + chunk) * 16;
+          mma::CopyAsync16Hinted(ring_dst + key * kRowBytes + chunk * 16, at, valid ? 16 : 0,
+                                 policy);
+        }
       } else {
-        mma::CopyAsync16(dst + key * kRowBytes + chunk * 16, src, valid ? 16 : 0);
+#pragma unroll
+        for (int pass = 0; pass < kTileKeys / kKeysPerPass; ++pass) {
+          const unsigned char* at = from(pass);
+          mma::CopyAsync16(dst + pass * kKeysPerPass * kRowBytes,
+                           at != nullptr ? at : copy_fallback, at != nullptr ? 16 : 0);
+        }
       }
     }
     mma::CommitAsync();
   };
   for (int tile = 0; tile < kStages - 1; ++tile) load_tile(tile);
-  // The queries, scaled, as f16 parts (rows 0-7) and rounding errors (rows 8-15).
-  for (int i = t; i < kGroup * kWidth; i += S::kThreads) {
-    const int r = i / kWidth, d = i % kWidth;
-    const int64_t query = int64_t{group} * kGroup + r;
-    // (kInt8: times the channel's scale, so that the scores are those of the widened kv.)
-    const float channel_scale = kInt8 ? p.kv_scales[b * kWidth + d] : 1.0f;
-    const float x = query < p.queries
-                        ? p.q[(b * p.queries + query) * kWidth + d] * p.scale_log2 * channel_scale
-                        : 0;
-    const __half hi = __float2half_rn(x);
-    const int slot = kInt8 ? QuerySlot(d) : d;
-    queries_s[r * kRow + slot] = hi;
-    queries_s[(r + kGroup) * kRow + slot] = __float2half_rn(x - __half2float(hi));
+  // An i8 kv's queries: three i8 terms of each row (rows r, 8 + r, 16 + r) and their scales.
+  auto* query_terms_s = reinterpret_cast<signed char*>(smem);
+  auto* term_scales_s =
+      reinterpret_cast<float*>(smem + kQueryTerms * kGroup * static_cast<size_t>(S::kRowI8));
+  if constexpr (kInt8) {
+    // Each query times its channels' scales (so that its scores are those of the integers) and
+    // the softmax's scale, x ≈ s1·t1 + s2·t2 + s3·t3 with s1 = max|x| / 127, s2 = s1 / 254,
+    // s3 = s2 / 254 (each term rounds the last one's residual, within half its step): ~2e-7
+    // relative of the f32 queries' attention, where two terms would give ~4e-5. Every thread
+    // holds 16 of the 8 rows' x (width = 2 · threads: elements j and j + 1 of row j / 2), the
+    // rows' maxima go through shared memory (the scores' buffer, unused yet), and each thread
+    // writes its elements' terms. A NaN anywhere makes its row's scales NaN (and its output).
+    static_assert(kWidth == 2 * S::kThreads && kGroup * kWidth / S::kThreads == 16);
+    static_assert((kWarps + kQueryTerms) * kGroup * 4 <= S::kScoreBytes);
+    float x[16];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int r = j / 2, d = t + S::kThreads * (j % 2);
+      const int64_t query = int64_t{group} * kGroup + r;
+      x[j] = query < p.queries ? p.q[(b * p.queries + query) * kWidth + d] * p.scale_log2 *
+                                     p.kv_scales[b * kWidth + d]
+                               : 0.0f;
+    }
+    float* warp_peaks_s = scores_s;                  // [kWarps][kGroup]
+    float* inverses_s = scores_s + kWarps * kGroup;  // [kQueryTerms][kGroup]
+#pragma unroll
+    for (int r = 0; r < kGroup; ++r) {
+      float peak = MaxKeepingNan(fabsf(x[2 * r]), fabsf(x[2 * r + 1]));
+#pragma unroll
+      for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+        peak = MaxKeepingNan(peak, __shfl_xor_sync(kFullMask, peak, offset));
+      }
+      if (lane == 0) warp_peaks_s[warp * kGroup + r] = peak;
+    }
+    __syncthreads();
+    if (t < kGroup) {
+      float peak = 0;
+      for (int w = 0; w < kWarps; ++w) peak = MaxKeepingNan(peak, warp_peaks_s[w * kGroup + t]);
+      float step = peak / 127.0f;
+#pragma unroll
+      for (int term = 0; term < kQueryTerms; ++term) {
+        term_scales_s[term * kGroup + t] = step;
+        inverses_s[term * kGroup + t] = step > 0.0f && step < INFINITY ? 1.0f / step : 0.0f;
+        step /= 254.0f;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int r = j / 2, d = t + S::kThreads * (j % 2);
+      const int at = r * S::kRowI8 + QueryByteI8(d);
+#pragma unroll
+      for (int term = 0; term < kQueryTerms; ++term) {
+        const float level =
+            fminf(fmaxf(rintf(x[j] * inverses_s[term * kGroup + r]), -127.0f), 127.0f);
+        x[j] -= level * term_scales_s[term * kGroup + r];
+        query_terms_s[at + term * kGroup * S::kRowI8] = static_cast<signed char>(level);
+      }
+    }
+  } else {
+    // The queries, scaled, as f16 parts (rows 0-7) and rounding errors (rows 8-15).
+    for (int i = t; i < kGroup * kWidth; i += S::kThreads) {
+      const int r = i / kWidth, d = i % kWidth;
+      const int64_t query = int64_t{group} * kGroup + r;
+      const float x =
+          query < p.queries ? p.q[(b * p.queries + query) * kWidth + d] * p.scale_log2 : 0;
+      const __half hi = __float2half_rn(x);
+      queries_s[r * kRow + d] = hi;
+      queries_s[(r + kGroup) * kRow + d] = __float2half_rn(x - __half2float(hi));
+    }
   }
+  // (kInt8) this lane's row's term scales (written before the last barrier); the lanes'
+  // ldmatrix rows of terms 1-2 and of term 3.
+  float term_scale[kQueryTerms] = {};
+  if constexpr (kInt8) {
+#pragma unroll
+    for (int term = 0; term < kQueryTerms; ++term) {
+      term_scale[term] = term_scales_s[term * kGroup + row];
+    }
+  }
+  const signed char* terms12_lane =
+      query_terms_s + ((lane % 8) + 8 * ((lane / 8) % 2)) * S::kRowI8 + 16 * (lane / 16);
+  const signed char* term3_lane = query_terms_s + (16 + lane % 8) * S::kRowI8 + 16 * (lane / 8);
 
   float o[8][4] = {};  // dims [64·warp, 64·warp + 64): rows `row` (f16 parts) and `row` + 8
   float m = -INFINITY, l = 0;  // query `row`'s running max (log2 units) and this lane's sum part
@@ -184,32 +299,54 @@ __global__ void __launch_bounds__(32 * kWarps) SharedKvKernel(Params p) {
     const unsigned char* ring = stages_s + (tile % kStages) * S::kStageBytes;
     const auto* tile_s = reinterpret_cast<const __half*>(ring);  // (f16 kv)
 
-    // Scores of keys [8·n, 8·n + 8) over the whole width, two k-steps per ldmatrix of keys (an
-    // i8 kv: a word of four dims per k-step, widened in registers).
+    // Scores of keys [8·n, 8·n + 8) over the whole width: f16, two k-steps per ldmatrix of
+    // keys; i8, the keys' 16 dims a lane and 64 a warp per load, against the queries' terms.
     for (int n = warp; n < S::kKeyTiles; n += kWarps) {
-      float even[4] = {}, odd[4] = {};
-      const __half* b_lane = tile_s + (n * 8 + lane % 8) * kRow + (lane / 8) * 8;
-      const auto* words =
-          reinterpret_cast<const uint32_t*>(ring + (n * 8 + row) * S::kRowI8 + 4 * quad);
-#pragma unroll 4
-      for (int k = 0; k < kWidth; k += 32) {
-        uint32_t keys[4], q0[4], q1[4];
-        if constexpr (kInt8) {
-          WidenI8x4(words[k / 4], keys[0], keys[1]);
-          WidenI8x4(words[k / 4 + 4], keys[2], keys[3]);
-        } else {
-          mma::LdMatrix4(keys, b_lane + k);
+      float score0, score1;  // this lane's keys 2·quad and 2·quad + 1 of the 8, query `row`
+      if constexpr (kInt8) {
+        int terms12[2][4] = {}, term3[2][4] = {};  // (k-step of the 64 dims) two chains each
+        const unsigned char* keys_lane = ring + (n * 8 + row) * S::kRowI8 + 16 * quad;
+#pragma unroll 2
+        for (int k = 0; k < kWidth; k += 64) {
+          const uint4 keys = *reinterpret_cast<const uint4*>(keys_lane + k);
+          uint32_t first[4], second[4], third[4];
+          mma::LdMatrix4(first, terms12_lane + k);
+          mma::LdMatrix4(second, terms12_lane + k + 32);
+          mma::LdMatrix4(third, term3_lane + k);  // term 3's rows 0-7 of both k-steps
+          const uint32_t third_first[4] = {third[0], 0, third[1], 0};
+          const uint32_t third_second[4] = {third[2], 0, third[3], 0};
+          mma::Imma16832(terms12[0], first, keys.x, keys.y);
+          mma::Imma16832(terms12[1], second, keys.z, keys.w);
+          mma::Imma16832(term3[0], third_first, keys.x, keys.y);
+          mma::Imma16832(term3[1], third_second, keys.z, keys.w);
         }
-        mma::LdMatrix4(q0, a_lane + k);
-        mma::LdMatrix4(q1, a_lane + k + 16);
-        mma::Mma16816(even, q0, keys[0], keys[1]);
-        mma::Mma16816(odd, q1, keys[2], keys[3]);
+        const auto sum = [&](int c) {  // (exact in f32: |terms| < 2^24 up to width 1024)
+          return term_scale[0] * static_cast<float>(terms12[0][c] + terms12[1][c]) +
+                 term_scale[1] * static_cast<float>(terms12[0][c + 2] + terms12[1][c + 2]) +
+                 term_scale[2] * static_cast<float>(term3[0][c] + term3[1][c]);
+        };
+        score0 = sum(0);
+        score1 = sum(1);
+      } else {
+        float even[4] = {}, odd[4] = {};
+        const __half* b_lane = tile_s + (n * 8 + lane % 8) * kRow + (lane / 8) * 8;
+#pragma unroll 4
+        for (int k = 0; k < kWidth; k += 32) {
+          uint32_t keys[4], q0[4], q1[4];
+          mma::LdMatrix4(keys, b_lane + k);
+          mma::LdMatrix4(q0, a_lane + k);
+          mma::LdMatrix4(q1, a_lane + k + 16);
+          mma::Mma16816(even, q0, keys[0], keys[1]);
+          mma::Mma16816(odd, q1, keys[2], keys[3]);
+        }
+        score0 = even[0] + even[2] + odd[0] + odd[2];
+        score1 = even[1] + even[3] + odd[1] + odd[3];
       }
       const int tile_key = n * 8 + 2 * quad;
       const int64_t key = key_begin + int64_t{tile} * kTileKeys + tile_key;
       float2 s;
-      s.x = key < key_end ? even[0] + even[2] + odd[0] + odd[2] : -INFINITY;
-      s.y = key + 1 < key_end ? even[1] + even[3] + odd[1] + odd[3] : -INFINITY;
+      s.x = key < key_end ? score0 : -INFINITY;
+      s.y = key + 1 < key_end ? score1 : -INFINITY;
       *reinterpret_cast<float2*>(scores_s + row * kTileKeys + tile_key) = s;
     }
     __syncthreads();
@@ -242,29 +379,32 @@ __global__ void __launch_bounds__(32 * kWarps) SharedKvKernel(Params p) {
       for (int i = 0; i < 4; ++i) o[n][i] *= alpha;
     }
     const __half* v_lane =
-        kInt8 ? values_s + ((lane % 8) + 8 * ((lane / 8) % 2)) * kValueRow + (lane / 16) * 8
-              : tile_s + ((lane % 8) + 8 * ((lane / 8) % 2)) * kRow + warp * 64 + (lane / 16) * 8;
+        tile_s + ((lane % 8) + 8 * ((lane / 8) % 2)) * kRow + warp * 64 + (lane / 16) * 8;
+    // (kInt8) this lane's 8 dims of the tile's keys 2·quad, 2·quad + 1, 2·quad + 8, 2·quad + 9.
+    const unsigned char* i8_values_lane = ring + 2 * quad * S::kRowI8 + warp * 64 + 8 * row;
 #pragma unroll
     for (int k = 0; k < kSteps; ++k) {
+      uint32_t values_i8[8][2];  // (kInt8) the mma's b0 and b1 of each n-tile
       if constexpr (kInt8) {
-        // This warp's 64 dims of keys [16k, 16k + 16) widened into its buffer: 64 chunks of 16
-        // values, two a lane.
-        __syncwarp();  // the lanes are done with the last keys' values
-#pragma unroll
-        for (int c = lane; c < 64; c += kWarp) {
-          const int key = c / 4, part = c % 4;
-          const uint4 in = *reinterpret_cast<const uint4*>(ring + (16 * k + key) * S::kRowI8 +
-                                                           warp * 64 + 16 * part);
-          uint4 lo, hi;
-          WidenI8x4(in.x, lo.x, lo.y);
-          WidenI8x4(in.y, lo.z, lo.w);
-          WidenI8x4(in.z, hi.x, hi.y);
-          WidenI8x4(in.w, hi.z, hi.w);
-          uint4* to = reinterpret_cast<uint4*>(values_s + key * kValueRow + 16 * part);
-          to[0] = lo;
-          to[1] = hi;
-        }
-        __syncwarp();
+        // The mma's column c of n-tile j is dim 64·warp + 8c + j, so that a lane (column
+        // row = lane / 4) needs 8 consecutive dims of its 4 keys: two words each, whose bytes of
+        // keys 2·quad and 2·quad + 1 (b0), 2·quad + 8 and 2·quad + 9 (b1) are interleaved and
+        // widened in registers.
+        const unsigned char* at = i8_values_lane + 16 * k * S::kRowI8;
+        const uint2 key0 = *reinterpret_cast<const uint2*>(at);
+        const uint2 key1 = *reinterpret_cast<const uint2*>(at + S::kRowI8);
+        const uint2 key8 = *reinterpret_cast<const uint2*>(at + 8 * S::kRowI8);
+        const uint2 key9 = *reinterpret_cast<const uint2*>(at + 9 * S::kRowI8);
+        const auto widen_pair = [&](uint32_t first, uint32_t second, int b, int dim) {
+          // dims dim .. dim + 3 of two keys: bytes (first_d, second_d) side by side, widened
+          WidenI8x4(__byte_perm(first, second, 0x5140), values_i8[dim][b], values_i8[dim + 1][b]);
+          WidenI8x4(__byte_perm(first, second, 0x7362), values_i8[dim + 2][b],
+                    values_i8[dim + 3][b]);
+        };
+        widen_pair(key0.x, key1.x, 0, 0);
+        widen_pair(key0.y, key1.y, 0, 4);
+        widen_pair(key8.x, key9.x, 1, 0);
+        widen_pair(key8.y, key9.y, 1, 4);
       }
       float e[4];
 #pragma unroll
@@ -275,12 +415,17 @@ __global__ void __launch_bounds__(32 * kWarps) SharedKvKernel(Params p) {
       uint32_t a[4];  // rows `row`: f16 parts; rows `row` + 8: their errors
       SplitPair(e[0], e[1], a[0], a[1]);
       SplitPair(e[2], e[3], a[2], a[3]);
+      if constexpr (kInt8) {
 #pragma unroll
-      for (int n = 0; n < 8; n += 2) {
-        uint32_t values[4];
-        mma::LdMatrix4Trans(values, kInt8 ? v_lane + n * 8 : v_lane + 16 * k * kRow + n * 8);
-        mma::Mma16816(o[n], a, values[0], values[1]);
-        mma::Mma16816(o[n + 1], a, values[2], values[3]);
+        for (int n = 0; n < 8; ++n) mma::Mma16816(o[n], a, values_i8[n][0], values_i8[n][1]);
+      } else {
+#pragma unroll
+        for (int n = 0; n < 8; n += 2) {
+          uint32_t values[4];
+          mma::LdMatrix4Trans(values, v_lane + 16 * k * kRow + n * 8);
+          mma::Mma16816(o[n], a, values[0], values[1]);
+          mma::Mma16816(o[n + 1], a, values[2], values[3]);
+        }
       }
     }
   }
@@ -288,30 +433,58 @@ __global__ void __launch_bounds__(32 * kWarps) SharedKvKernel(Params p) {
   l += __shfl_xor_sync(kFullMask, l, 1);
   l += __shfl_xor_sync(kFullMask, l, 2);
   const int64_t query = int64_t{group} * kGroup + row;
-  const int dim0 = warp * 64 + 2 * quad;
-  if constexpr (kInt8) {  // the weighted sums of the integers, times their channels' scales
+  // This lane's 16 sums of query `row` (each the f16 parts' row plus the errors' row) as 8 pairs
+  // of adjacent dims: f16 kv, pair n is the mma's columns 2·quad, 2·quad + 1 of n-tile n (dims
+  // 64·warp + 8n + 2·quad); i8 kv, whose column c of n-tile j was dim 64·warp + 8c + j, the
+  // lane's dims are the 16 from 64·warp + 16·quad, pair n the n-th two of them.
+  float2 sums[8];
+  const auto pair_dim = [&](int n) {
+    return kInt8 ? warp * 64 + 16 * quad + 2 * n : warp * 64 + 8 * n + 2 * quad;
+  };
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
+  for (int n = 0; n < 8; ++n) {
+    if constexpr (kInt8) {
+      const int j = 2 * (n % 4), c = n / 4;
+      sums[n] = make_float2(o[j][c] + o[j][c + 2], o[j + 1][c] + o[j + 1][c + 2]);
+      // The weighted sums of the integers, times their channels' scales.
       const float2 channel =
-          *reinterpret_cast<const float2*>(p.kv_scales + b * kWidth + dim0 + n * 8);
-      o[n][0] *= channel.x;
-      o[n][2] *= channel.x;
-      o[n][1] *= channel.y;
-      o[n][3] *= channel.y;
+          *reinterpret_cast<const float2*>(p.kv_scales + b * kWidth + pair_dim(n));
+      sums[n].x *= channel.x;
+      sums[n].y *= channel.y;
+    } else {
+      sums[n] = make_float2(o[n][0] + o[n][2], o[n][1] + o[n][3]);
     }
   }
   if (p.splits == 1) {
     if (query < p.queries) {
-      const int64_t at = (b * p.queries + query) * kWidth + dim0;
+      const int64_t at = (b * p.queries + query) * kWidth;
       const float inverse = 1.0f / l;
+      if constexpr (kInt8) {
+        // 16 consecutive dims: 16-byte stores (f32) or 8-byte ones (f16), by intrinsics (plain
+        // vector stores through these pointers became 4-byte ones).
 #pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        const float2 v = make_float2((o[n][0] + o[n][2]) * inverse, (o[n][1] + o[n][3]) * inverse);
-        if (p.out_f16) {
-          *reinterpret_cast<__half2*>(static_cast<__half*>(p.out) + at + n * 8) =
-              __float22half2_rn(v);
-        } else {
-          *reinterpret_cast<float2*>(static_cast<float*>(p.out) + at + n * 8) = v;
+        for (int n = 0; n < 8; n += 2) {
+          const float4 v = make_float4(sums[n].x * inverse, sums[n].y * inverse,
+                                       sums[n + 1].x * inverse, sums[n + 1].y * inverse);
+          if (p.out_f16) {
+            const __half2 first = __floats2half2_rn(v.x, v.y);
+            const __half2 second = __floats2half2_rn(v.z, v.w);
+            __stwb(reinterpret_cast<uint2*>(static_cast<__half*>(p.out) + at + pair_dim(n)),
+                   make_uint2(HalfBits(first), HalfBits(second)));
+          } else {
+            __stwb(reinterpret_cast<float4*>(static_cast<float*>(p.out) + at + pair_dim(n)), v);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+          const float2 v = make_float2(sums[n].x * inverse, sums[n].y * inverse);
+          if (p.out_f16) {
+            *reinterpret_cast<__half2*>(static_cast<__half*>(p.out) + at + pair_dim(n)) =
+                __float22half2_rn(v);
+          } else {
+            __stwb(reinterpret_cast<float2*>(static_cast<float*>(p.out) + at + pair_dim(n)), v);
+          }
         }
       }
     }
@@ -323,9 +496,13 @@ __global__ void __launch_bounds__(32 * kWarps) SharedKvKernel(Params p) {
   const int64_t slot = (b * p.groups + group) * p.splits + split;
   float* part = p.partials + slot * kGroup * (kWidth + 2);
 #pragma unroll
-  for (int n = 0; n < 8; ++n) {
-    *reinterpret_cast<float2*>(part + row * kWidth + dim0 + n * 8) =
-        make_float2(o[n][0] + o[n][2], o[n][1] + o[n][3]);
+  for (int n = 0; n < 8; n += kInt8 ? 2 : 1) {
+    if constexpr (kInt8) {  // (an intrinsic: see the output's stores)
+      __stcg(reinterpret_cast<float4*>(part + row * kWidth + pair_dim(n)),
+             make_float4(sums[n].x, sums[n].y, sums[n + 1].x, sums[n + 1].y));
+    } else {
+      __stcg(reinterpret_cast<float2*>(part + row * kWidth + pair_dim(n)), sums[n]);
+    }
   }
   if (warp == 0 && quad == 0) {
     part[kGroup * kWidth + row] = m;
@@ -380,12 +557,12 @@ __global__ void __launch_bounds__(32 * kWarps) SharedKvKernel(Params p) {
       }
     }
     const int64_t at = (b * p.queries + q_index) * kWidth + d;
-    if (p.out_f16) {
-      __half2* out = reinterpret_cast<__half2*>(static_cast<__half*>(p.out) + at);
-      out[0] = __floats2half2_rn(acc.x, acc.y);
-      out[1] = __floats2half2_rn(acc.z, acc.w);
+    if (p.out_f16) {  // (intrinsics: plain vector stores here became 4-byte ones)
+      __stwb(reinterpret_cast<uint2*>(static_cast<__half*>(p.out) + at),
+             make_uint2(HalfBits(__floats2half2_rn(acc.x, acc.y)),
+                        HalfBits(__floats2half2_rn(acc.z, acc.w))));
     } else {
-      *reinterpret_cast<float4*>(static_cast<float*>(p.out) + at) = acc;
+      __stwb(reinterpret_cast<float4*>(static_cast<float*>(p.out) + at), acc);
     }
   }
   if (t == 0) *counter = 0;
@@ -477,16 +654,11 @@ SharedKvPlan PlanSharedKvAttention(const SharedKvArgs& a, const GpuShape& gpu, i
   const size_t block_limit = static_cast<size_t>(std::max(0, gpu.shared_bytes_per_block));
   const int deep = DeepStages(warps, int8);
   plan.stages = deep_pipeline && SmemBytes(warps, deep, int8) <= block_limit ? deep : 2;
-  if (int8 && plan.stages == 2) {
-    // An i8 tile is half an f16 one: three stages where two blocks of them fit a multiprocessor
-    // (an H100; measured faster than two or four there, session 29), else two; `i8_stages` (2
-    // or 3) forces that many where it fits.
-    const auto fits = [&](int stages, int blocks) {
-      return SmemBytes(warps, stages, true) <= block_limit &&
-             blocks * (SmemBytes(warps, stages, true) + 2048) <=
-                 static_cast<size_t>(std::max(0, gpu.shared_bytes_per_sm));
-    };
-    if (i8_stages == 3 ? fits(3, 1) : (i8_stages != 2 && fits(3, 2))) plan.stages = 3;
+  // An i8 kv: two stages unless `i8_stages` is 3 and three fit (session 29's kernel ran faster
+  // in three where two blocks of them fit; session 30's, three blocks a multiprocessor by its
+  // launch bound either way, ran faster in two at 16 to 256 rows on an H100).
+  if (int8 && plan.stages == 2 && i8_stages == 3 && SmemBytes(warps, 3, true) <= block_limit) {
+    plan.stages = 3;
   }
   const size_t block_bytes = SmemBytes(warps, plan.stages, int8);
   if (block_bytes > block_limit) return plan;
@@ -496,9 +668,10 @@ SharedKvPlan PlanSharedKvAttention(const SharedKvArgs& a, const GpuShape& gpu, i
   const int64_t groups = (a.queries + kGroup - 1) / kGroup;
   const int64_t items = a.batch * groups;
   // Blocks resident per multiprocessor by shared memory (1 KB reserved a block, and the merge's
-  // static arrays).
-  const int64_t resident =
-      std::max<int64_t>(1, gpu.shared_bytes_per_sm / static_cast<int64_t>(block_bytes + 2048));
+  // static arrays), and (an i8 kv) by the registers its launch bound leaves them.
+  const int64_t resident = std::max<int64_t>(
+      1, std::min<int64_t>(gpu.shared_bytes_per_sm / static_cast<int64_t>(block_bytes + 2048),
+                           int8 ? MinBlocks(warps, plan.stages, true) : INT64_MAX));
   int64_t splits = items > 0 ? resident * gpu.sm_count / items : 1;
   if (force_splits > 0) splits = force_splits;
   splits = std::clamp<int64_t>(splits, 1, std::min<int64_t>(tiles, kMaxSplits));

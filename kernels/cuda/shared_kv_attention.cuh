@@ -18,11 +18,16 @@
 //
 // An i8 kv (Backend::QuantizeChannels' output, kv_scales beside it) lands in a ring of i8 tiles,
 // half an f16 one's bytes, so more of them are in flight at the same occupancy (3 stages on a
-// Hopper). The queries are multiplied by their channels' scales (the outputs too, at the end)
-// and stored with each 16 dims reordered so that the scores' mma takes its keys four dims to a
-// word, widened in registers (exactly: the integers are f16 values); for the weighted sum each
-// warp widens its 64 dims of 16 keys at a time into a buffer of its own (ldmatrix.trans needs
-// 16-bit elements). No L2 hints for it (with them an i8 build of the kernel stopped on an
+// Hopper). The scores run on the integer tensor cores (mma.sync m16n8k32, i8 operands, i32
+// accumulation: exact): each query, multiplied by its channels' scales, is split into three i8
+// terms with a scale each (the first two in the mma's 16 rows, the third in a second mma; the
+// three within ~2e-7 relative of the f32 query's attention), stored with each 64 dims reordered
+// so that a lane reads 16 dims of a key at once for two k-steps; the keys enter as they are.
+// For the weighted sum each warp widens its 64 dims of 16 keys at a time into a buffer of its
+// own (exactly: the integers are f16 values; ldmatrix.trans needs 16-bit elements), and the
+// outputs are multiplied by the channels' scales at the end. Session 29's kernel widened the
+// keys for an f16 mma instead: the integer mma took 256 rows' step from 698.8 to 657.9 µs on an
+// H100 (session 30). No L2 hints for it (with them an i8 build of the kernel stopped on an
 // illegal instruction on an H100, session 29; the hints measured a loss in serving anyway).
 #pragma once
 
@@ -67,15 +72,15 @@ bool SharedKvAttentionAvailable();
 // The plan for `gpu` (its multiprocessors and shared memory: CurrentGpuShape): supported for
 // width a multiple of 64 in [64, 512], kv and out 16-byte aligned, and the block's tiles within
 // the device's shared memory (87 KB at width 384: every GPU from sm_80 on; 148 KB at 512: not
-// Ada; an i8 kv's two stages 65 KB and 102 KB, kv_scales 8-byte aligned); key ranges until the
+// Ada; an i8 kv's two stages 62 KB and 98.5 KB, kv_scales 8-byte aligned); key ranges until the
 // grid fills the resident blocks of every multiprocessor once, at most 16 and one per tile
 // (`force_splits` > 0: that many, within the same bounds; for tests), one range when the counters
 // would not do. `deep_pipeline`: where the device has room (a Hopper), one block per
 // multiprocessor with as many tiles as fit (5 at width 384, 3 at 512; 4 or 2 of them in flight)
-// instead of two double-buffered blocks. An i8 kv otherwise takes three stages where two blocks
-// of them fit a multiprocessor (an H100), else two; `i8_stages` 2 or 3 forces that many where
-// they fit. `l2_retain_bytes` >= 0 (f16 kv): the L2 hints above, with as many whole rows kept as
-// fit in that many bytes; -1: no hints.
+// instead of two double-buffered blocks. An i8 kv otherwise takes two stages, up to three blocks a
+// multiprocessor (the kernel's launch bound) where shared memory holds them; `i8_stages` 3 takes
+// three stages where they fit. `l2_retain_bytes` >= 0 (f16 kv): the L2 hints above, with as many
+// whole rows kept as fit in that many bytes; -1: no hints.
 SharedKvPlan PlanSharedKvAttention(const SharedKvArgs& args, const GpuShape& gpu,
                                    int64_t max_counters, int force_splits = 0,
                                    bool deep_pipeline = false, int64_t l2_retain_bytes = -1,
