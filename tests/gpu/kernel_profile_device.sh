@@ -41,5 +41,7 @@ for i in "${!variants[@]}"; do
   timeout 200 "$ncu" "${common[@]}" --section WarpStateStats --section SourceCounters \
     --page source --csv --print-source sass "${run[@]}" > "$here/source_v$i.csv" 2>&1
   python3 "$scripts/ncu_source_top.py" "$here/source_v$i.csv" 60 > "$out/${KPROF_TAG:-kprof}_v${i}_source.txt" 2>&1
+  # KPROF_KEEP_CSV=1: the whole source page too (xz), for its per-instruction counts.
+  [ "${KPROF_KEEP_CSV:-0}" = 1 ] && xz -6 -c "$here/source_v$i.csv" > "$out/${KPROF_TAG:-kprof}_v${i}_source.csv.xz"
   echo "variant $i (${variants[$i]}): details $(wc -l < "$out/${KPROF_TAG:-kprof}_v$i.txt") lines"
 done
