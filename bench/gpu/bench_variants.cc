@@ -180,8 +180,9 @@ std::vector<BackendVariant> BenchVariants() {
     add_engine(absl::StrCat("SharedKvAttention in ", splits, " key ranges"),
                [splits](auto& o) { o.shared_kv_splits = splits; });
   }
-  // Session 27: SharedKvAttention's L2 hints: the encoder output's rows that fit in n MB loaded
-  // evict-last (the next layer and the next step read them again), the rest evict-first.
+  // Session 27: SharedKvAttention's L2 hints: the encoder output's rows that fit in n MB kept in
+  // L2 (the next layer and the next step read them again): in session 27 loaded evict-last, the
+  // rest evict-first; since session 30 the launch's access-policy window.
   for (const int mb : {0, 8, 16, 24, 32}) {
     add_engine(absl::StrCat("SharedKvAttention, ", mb, " MB of encoder output kept in L2"),
                [mb](auto& o) { o.shared_kv_l2_retain_bytes = int64_t{mb} << 20; });

@@ -199,15 +199,16 @@ struct CudaBackendOptions {
   // SharedKvAttention's L2 hints (SharedKvPlan::retain_rows): -1 none; n >= 0: n bytes of L2 set
   // aside for persisting lines while the backend lives (cudaLimitPersistingL2CacheSize, up to
   // the device's maximum; shared with the process's other backends on the device), and the rows
-  // of the encoder output that fit in it loaded evict-last, so that the next layer and the next
-  // step (which read the same rows) find them in L2; the other rows evict-first. Default: -1.
-  // H100, session 27 (docs/benchmarks.md, "Summary: H100, session 27"): 16 MB makes the op-by-op
-  // step of back-to-back replays 357.5 against 378.3 us at 64 rows, 303.2 against 318.0 at 32,
-  // 487.9 against 506.5 at 128, 751.1 against 760.2 at 256 (24 MB alike up to 128 rows, 32 MB
-  // slower from 64: less L2 for the weights); but in serving (waavd, 1536 streams) the encoder
-  // passes took 5-6% longer beside the kept lines (41-64-window rounds 13.2-13.3 against 12.1 ms)
-  // while the steps saved 2-9%: a loss. BackendOptions::gpu_l2_encoder_bytes (waavd's
-  // gpu_l2_encoder_mb) sets it.
+  // of the encoder output that fit in it kept there (SharedKvAttention's access-policy window,
+  // persisting), so that the next layer and the next step (which read the same rows) find them in
+  // L2. Default: -1. H100, session 27, measured in the kernel's former form (those rows' copies
+  // evict-last, the others evict-first: miscompiled in some shapes, docs/gpu.md)
+  // (docs/benchmarks.md, "Summary: H100, session 27"): 16 MB makes the op-by-op step of
+  // back-to-back replays 357.5 against 378.3 us at 64 rows, 303.2 against 318.0 at 32, 487.9
+  // against 506.5 at 128, 751.1 against 760.2 at 256 (24 MB alike up to 128 rows, 32 MB slower from
+  // 64: less L2 for the weights); but in serving (waavd, 1536 streams) the encoder passes took 5-6%
+  // longer beside the kept lines (41-64-window rounds 13.2-13.3 against 12.1 ms) while the steps
+  // saved 2-9%: a loss. BackendOptions::gpu_l2_encoder_bytes (waavd's gpu_l2_encoder_mb) sets it.
   int64_t shared_kv_l2_retain_bytes = -1;
   // Report LinearResidual as supported, so that the Whisper encoder adds its residuals in the
   // projections (HalfGemm's epilogue, or cuBLAS with beta = 1 followed by the bias) instead of

@@ -127,6 +127,12 @@ TEST(SharedKvAttentionPlan, AnI8KvTakesTwoStagesAndUpToThreeBlocks) {
   EXPECT_EQ(p.splits, 16);  // 3 resident blocks a multiprocessor (f16's: 2), 16 at most
   EXPECT_EQ(plan(i8(64, 384), cuda::kH100Shape).splits, 3 * 132 / 64);
   EXPECT_EQ(plan(i8(256, 384), cuda::kH100Shape).splits, 1);
+  // One range a row within two blocks a multiprocessor: the queries' terms held in registers.
+  EXPECT_TRUE(plan(i8(256, 384), cuda::kH100Shape).hold_queries);
+  EXPECT_FALSE(plan(i8(300, 384), cuda::kH100Shape).hold_queries);  // more than two blocks an SM
+  EXPECT_FALSE(plan(i8(64, 384), cuda::kH100Shape).hold_queries);   // 6 ranges a row
+  EXPECT_FALSE(plan(i8(256, 384), cuda::kH100Shape, false, -1, 3).hold_queries);
+  EXPECT_FALSE(plan(PlanArgs(256, 6, 1500, 384), cuda::kH100Shape).hold_queries);  // f16
   EXPECT_EQ(plan(i8(16, 384), cuda::kH100Shape, /*deep=*/true).stages, 6);
   p = plan(i8(64, 384), cuda::kH100Shape, false, -1, /*stages=*/3);
   EXPECT_EQ(p.stages, 3);
@@ -227,6 +233,9 @@ TEST_P(CudaParityTest, SharedKvAttentionMatchesCpu) {
            Case{5, 1, 700, 8, 512, 3},    // base, 3 ranges
            Case{2, 3, 50, 2, 64, 0},      // several queries a row, one warp
            Case{2, 2, 333, 6, 384, 0},    // 12 queries: two groups, the second one partial
+           Case{200, 1, 300, 6, 384, 0},  // one range a row, two blocks a multiprocessor (i8:
+                                          // the queries' terms held in registers)
+           Case{5, 1, 40, 1, 64, 1},      // the same at width 64
        }) {
     const std::string what =
         absl::StrCat("SharedKvAttention B=", c.batch, " Tq=", c.q_len, " Tk=", c.kv_len,

@@ -20,13 +20,6 @@ __device__ __forceinline__ void CopyAsync16(void* smem, const void* global, int 
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddress(smem)),
                "l"(global), "r"(src_bytes));
 }
-// The same under an L2 cache policy (createpolicy): how long the line should stay in L2.
-__device__ __forceinline__ void CopyAsync16Hinted(void* smem, const void* global, int src_bytes,
-                                                  uint64_t policy) {
-  asm volatile(
-      "cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(SmemAddress(smem)),
-      "l"(global), "r"(src_bytes), "l"(policy));
-}
 __device__ __forceinline__ void CommitAsync() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>
 __device__ __forceinline__ void WaitAsync() {

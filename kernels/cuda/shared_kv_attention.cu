@@ -17,7 +17,8 @@ constexpr int kMaxWarps = kSharedKvMaxWidth / 64;
 constexpr int kMaxSplits = 16;  // key ranges a (row, group) is split into at most (the merge's)
 
 constexpr int kPadI8 = 16;  // bytes of padding per shared i8 row (keeps its chunks 16-byte aligned)
-constexpr int kQueryTerms = 3;  // an i8 kv's queries: three i8 terms each (see the prologue)
+constexpr int kQueryTerms = 3;    // an i8 kv's queries: three i8 terms each (see the prologue)
+constexpr int kMaxHoldWarps = 6;  // widths up to 384 hold the queries' terms (512 would spill)
 
 // A block of `warps` warps: 8-key column tiles of the scores, one per warp (two for the last warp
 // of an odd count), so tiles of a multiple of 16 keys (the weighted sum's k-step); rows of the
@@ -85,10 +86,9 @@ struct Params {
   bool out_f16;
   int64_t queries, kv_len, keys_per_split;
   int groups, splits;
-  int64_t retain_rows;  // SharedKvPlan::retain_rows
-  float scale_log2;     // scale · log2(e): the softmax runs on exp2
-  float* partials;      // per (row, group, split): o [8][width], then m [8] and l [8]
-  int* counters;        // per (row, group)
+  float scale_log2;  // scale · log2(e): the softmax runs on exp2
+  float* partials;   // per (row, group, split): o [8][width], then m [8] and l [8]
+  int* counters;     // per (row, group)
 };
 
 __device__ __forceinline__ uint32_t HalfBits(__half2 h) { return *reinterpret_cast<uint32_t*>(&h); }
@@ -126,9 +126,14 @@ __device__ __forceinline__ float MaxKeepingNan(float a, float b) {
   return (a != a || b != b) ? __int_as_float(0x7fc00000) : fmaxf(a, b);
 }
 
-template <int kWarps, int kStages, bool kInt8>
-__global__ void __launch_bounds__(32 * kWarps, (Shape<kWarps, kStages, kInt8>::kMinBlocks))
+// kHold (an i8 kv, one key range a row, the grid within two blocks a multiprocessor): the
+// queries' first two terms stay in registers for the whole range (4 · D / 16 of them) instead of
+// being loaded from shared memory every tile, at two blocks a multiprocessor.
+template <int kWarps, int kStages, bool kInt8, bool kHold = false>
+__global__ void __launch_bounds__(32 * kWarps,
+                                  (kHold ? 2 : Shape<kWarps, kStages, kInt8>::kMinBlocks))
     SharedKvKernel(Params p) {
+  static_assert(kInt8 || !kHold);
   static_assert(kStages >= 2);
   using S = Shape<kWarps, kStages, kInt8>;
   constexpr int kWidth = S::kWidth, kRow = S::kRow, kTileKeys = S::kTileKeys;
@@ -146,14 +151,6 @@ __global__ void __launch_bounds__(32 * kWarps, (Shape<kWarps, kStages, kInt8>::k
       key_begin + p.keys_per_split < p.kv_len ? key_begin + p.keys_per_split : p.kv_len;
   const int tiles = static_cast<int>((key_end - key_begin + kTileKeys - 1) / kTileKeys);
   const auto* kv = static_cast<const unsigned char*>(p.kv) + b * p.kv_len * kWidth * kKvBytes;
-  const bool hinted = p.retain_rows >= 0;
-  uint64_t policy = 0;
-  if (hinted && b < p.retain_rows) {
-    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-  } else if (hinted) {
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  }
-
   WaitForPreviousKernel();
   // One commit group per tile index, empty past the last tile, so that waiting for all but the
   // newest kStages − 2 groups always means the tile about to be computed on is in.
@@ -166,8 +163,7 @@ __global__ void __launch_bounds__(32 * kWarps, (Shape<kWarps, kStages, kInt8>::k
   const int copy_key = t / kChunks, copy_chunk = t % kChunks;
   const int copy_dst = copy_key * kRowBytes + copy_chunk * 16;
   const int64_t copy_keys = key_end - key_begin - copy_key;  // this thread's keys in the range
-  // Keys past the range: zero-filled (hinted: copied whole) from a valid address; their scores
-  // are masked.
+  // Keys past the range: zero-filled from a valid address; their scores are masked.
   const unsigned char* copy_fallback = kv + (key_begin * kChunks + copy_chunk) * 16;
   auto load_tile = [&](int tile) {
     if (tile < tiles) {
@@ -178,27 +174,11 @@ __global__ void __launch_bounds__(32 * kWarps, (Shape<kWarps, kStages, kInt8>::k
         return first + pass * kKeysPerPass < copy_keys ? src + pass * kKeysPerPass * kChunks * 16
                                                        : nullptr;
       };
-      if (hinted) {
-        // Session 27's loop, rolled, each chunk's key and validity computed: unrolled forms of
-        // the hinted copies (zero-filling or whole) stopped on an illegal instruction on an H100
-        // (sessions 29 and 30: ptxas predicated the policy's move into a uniform register on a
-        // condition that differed across a warp; bench/gpu/results/h100-session30-i8mma-call5-*).
-        unsigned char* ring_dst = stages_s + (tile % kStages) * S::kStageBytes;
-        for (int i = t; i < kTileKeys * kChunks; i += S::kThreads) {
-          const int key = i / kChunks, chunk = i % kChunks;
-          const bool valid = key_begin + first + key < key_end;
-          const unsigned char* at =
-              kv + ((valid ? key_begin + first + key : key_begin) * kChunks + chunk) * 16;
-          mma::CopyAsync16Hinted(ring_dst + key * kRowBytes + chunk * 16, at, valid ? 16 : 0,
-                                 policy);
-        }
-      } else {
 #pragma unroll
-        for (int pass = 0; pass < kTileKeys / kKeysPerPass; ++pass) {
-          const unsigned char* at = from(pass);
-          mma::CopyAsync16(dst + pass * kKeysPerPass * kRowBytes,
-                           at != nullptr ? at : copy_fallback, at != nullptr ? 16 : 0);
-        }
+      for (int pass = 0; pass < kTileKeys / kKeysPerPass; ++pass) {
+        const unsigned char* at = from(pass);
+        mma::CopyAsync16(dst + pass * kKeysPerPass * kRowBytes, at != nullptr ? at : copy_fallback,
+                         at != nullptr ? 16 : 0);
       }
     }
     mma::CommitAsync();
@@ -287,6 +267,15 @@ __global__ void __launch_bounds__(32 * kWarps, (Shape<kWarps, kStages, kInt8>::k
   const signed char* terms12_lane =
       query_terms_s + ((lane % 8) + 8 * ((lane / 8) % 2)) * S::kRowI8 + 16 * (lane / 16);
   const signed char* term3_lane = query_terms_s + (16 + lane % 8) * S::kRowI8 + 16 * (lane / 8);
+  uint32_t held_terms[kHold ? kWarps : 1][2][4];  // (kHold) terms 1-2 of each 64 dims' k-steps
+  if constexpr (kHold) {
+    __syncthreads();  // every thread's terms are written (the tiles' barrier comes later)
+#pragma unroll
+    for (int blk = 0; blk < kWarps; ++blk) {
+      mma::LdMatrix4(held_terms[blk][0], terms12_lane + 64 * blk);
+      mma::LdMatrix4(held_terms[blk][1], terms12_lane + 64 * blk + 32);
+    }
+  }
 
   float o[8][4] = {};  // dims [64·warp, 64·warp + 64): rows `row` (f16 parts) and `row` + 8
   float m = -INFINITY, l = 0;  // query `row`'s running max (log2 units) and this lane's sum part
@@ -306,8 +295,22 @@ __global__ void __launch_bounds__(32 * kWarps, (Shape<kWarps, kStages, kInt8>::k
       if constexpr (kInt8) {
         int terms12[2][4] = {}, term3[2][4] = {};  // (k-step of the 64 dims) two chains each
         const unsigned char* keys_lane = ring + (n * 8 + row) * S::kRowI8 + 16 * quad;
+        if constexpr (kHold) {
+#pragma unroll
+          for (int blk = 0; blk < kWarps; ++blk) {
+            const uint4 keys = *reinterpret_cast<const uint4*>(keys_lane + 64 * blk);
+            uint32_t third[4];
+            mma::LdMatrix4(third, term3_lane + 64 * blk);
+            const uint32_t third_first[4] = {third[0], 0, third[1], 0};
+            const uint32_t third_second[4] = {third[2], 0, third[3], 0};
+            mma::Imma16832(terms12[0], held_terms[blk][0], keys.x, keys.y);
+            mma::Imma16832(terms12[1], held_terms[blk][1], keys.z, keys.w);
+            mma::Imma16832(term3[0], third_first, keys.x, keys.y);
+            mma::Imma16832(term3[1], third_second, keys.z, keys.w);
+          }
+        }
 #pragma unroll 2
-        for (int k = 0; k < kWidth; k += 64) {
+        for (int k = 0; k < (kHold ? 0 : kWidth); k += 64) {
           const uint4 keys = *reinterpret_cast<const uint4*>(keys_lane + k);
           uint32_t first[4], second[4], third[4];
           mma::LdMatrix4(first, terms12_lane + k);
@@ -568,33 +571,77 @@ __global__ void __launch_bounds__(32 * kWarps, (Shape<kWarps, kStages, kInt8>::k
   if (t == 0) *counter = 0;
 }
 
-template <int kWarps, int kStages, bool kInt8>
+template <int kWarps, int kStages, bool kInt8, bool kHold = false>
 cudaError_t LaunchWarps(const LaunchContext& ctx, const SharedKvArgs& a, const SharedKvPlan& plan,
                         float* partials, int* counters) {
   using S = Shape<kWarps, kStages, kInt8>;
   static std::once_flag once;
   static cudaError_t attribute = cudaSuccess;
   std::call_once(once, [] {
-    attribute = cudaFuncSetAttribute(SharedKvKernel<kWarps, kStages, kInt8>,
+    attribute = cudaFuncSetAttribute(SharedKvKernel<kWarps, kStages, kInt8, kHold>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(S::kSmemBytes));
   });
   if (attribute != cudaSuccess) return attribute;
   const int groups = static_cast<int>((a.queries + kGroup - 1) / kGroup);
-  const Params params{a.q,       a.kv,        a.kv_scales,      a.out,
-                      a.out_f16, a.queries,   a.kv_len,         plan.keys_per_split,
-                      groups,    plan.splits, plan.retain_rows, a.scale * 1.4426950408889634f,
-                      partials,  counters};
+  const Params params{a.q,
+                      a.kv,
+                      a.kv_scales,
+                      a.out,
+                      a.out_f16,
+                      a.queries,
+                      a.kv_len,
+                      plan.keys_per_split,
+                      groups,
+                      plan.splits,
+                      a.scale * 1.4426950408889634f,
+                      partials,
+                      counters};
   const dim3 grid(static_cast<unsigned>(plan.splits), static_cast<unsigned>(groups),
                   static_cast<unsigned>(a.batch));
-  return Launch(ctx, SharedKvKernel<kWarps, kStages, kInt8>, grid, dim3(S::kThreads), S::kSmemBytes,
-                params);
+  auto* kernel = SharedKvKernel<kWarps, kStages, kInt8, kHold>;
+  if (plan.retain_rows <= 0)
+    return Launch(ctx, kernel, grid, dim3(S::kThreads), S::kSmemBytes, params);
+  // The L2 hints: rows [0, retain_rows) of kv as an access-policy window of the launch, its lines
+  // persisting (in the L2 set aside) and the rest normal. (In-kernel cache-policy copies were
+  // miscompiled: ptxas predicated the policy's move into a uniform register on a condition that
+  // differed across a warp, an illegal instruction on an H100, sessions 29 and 30.)
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(S::kThreads);
+  config.dynamicSmemBytes = S::kSmemBytes;
+  config.stream = ctx.stream;
+  cudaLaunchAttribute attributes[2] = {};
+  attributes[0].id = cudaLaunchAttributeAccessPolicyWindow;
+  attributes[0].val.accessPolicyWindow.base_ptr = const_cast<void*>(a.kv);
+  attributes[0].val.accessPolicyWindow.num_bytes =
+      static_cast<size_t>(plan.retain_rows * a.kv_len * a.width * (a.kv_scales != nullptr ? 1 : 2));
+  attributes[0].val.accessPolicyWindow.hitRatio = 1.0f;
+  attributes[0].val.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
+  attributes[0].val.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
+  config.attrs = attributes;
+  config.numAttrs = 1;
+  const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
+  if (ctx.pdl && blocks <= static_cast<uint64_t>(ctx.pdl_max_blocks_per_sm) *
+                               static_cast<uint64_t>(ctx.sm_count)) {  // as Launch (common.cuh)
+    attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[1].val.programmaticStreamSerializationAllowed = 1;
+    config.numAttrs = 2;
+  }
+  return cudaLaunchKernelEx(&config, kernel, params);
 }
 
 template <int kWarps, bool kInt8>
 cudaError_t LaunchStages(const LaunchContext& ctx, const SharedKvArgs& a, const SharedKvPlan& plan,
                          float* partials, int* counters) {
-  if (plan.stages == 2) return LaunchWarps<kWarps, 2, kInt8>(ctx, a, plan, partials, counters);
+  if (plan.stages == 2) {
+    if constexpr (kInt8 && kWarps <= kMaxHoldWarps) {
+      if (plan.hold_queries) {
+        return LaunchWarps<kWarps, 2, true, true>(ctx, a, plan, partials, counters);
+      }
+    }
+    return LaunchWarps<kWarps, 2, kInt8>(ctx, a, plan, partials, counters);
+  }
   if constexpr (kInt8) {  // (an i8 ring's three stages)
     if (plan.stages == 3) return LaunchWarps<kWarps, 3, true>(ctx, a, plan, partials, counters);
   }
@@ -678,6 +725,11 @@ SharedKvPlan PlanSharedKvAttention(const SharedKvArgs& a, const GpuShape& gpu, i
   if (splits > 1 && items > max_counters) splits = 1;
   plan.keys_per_split = (tiles + splits - 1) / splits * tile_keys;
   plan.splits = static_cast<int>((a.kv_len + plan.keys_per_split - 1) / plan.keys_per_split);
+  // An i8 kv whose blocks (one key range a row) fit two a multiprocessor: the queries' terms held
+  // in registers, two blocks resident instead of three.
+  plan.hold_queries = int8 && warps <= kMaxHoldWarps && plan.stages == 2 && plan.splits == 1 &&
+                      items <= 2 * gpu.sm_count &&
+                      2 * static_cast<int64_t>(block_bytes + 2048) <= gpu.shared_bytes_per_sm;
   if (plan.splits > 1) {
     plan.counters = items;
     plan.partial_bytes = static_cast<size_t>(items * plan.splits) * kGroup * (a.width + 2) * 4;

@@ -61,9 +61,12 @@ struct SharedKvPlan {
   size_t partial_bytes = 0;  // scratch for partial results (0 when splits == 1)
   int64_t counters = 0;      // zeroed i32 arrival counters needed (0 when splits == 1)
   int stages = 2;            // tiles in shared memory (2: double-buffered; an i8 kv 2 or 3)
-  // L2 hints for kv: -1 none; else rows [0, retain_rows) are loaded evict-last (kept in L2 for
-  // the next layer's and the next step's read of the same encoder output) and the other rows
-  // evict-first (streamed, so that they do not push the kept rows out).
+  // An i8 kv in one key range a row whose grid fits two blocks a multiprocessor: the queries'
+  // first two terms held in registers (a kernel of two resident blocks).
+  bool hold_queries = false;
+  // L2 hints for kv: -1 or 0 none; else rows [0, retain_rows) are the launch's access-policy
+  // window, their lines persisting in the L2 set aside (kept for the next layer's and the next
+  // step's read of the same encoder output), the other rows' lines as usual.
   int64_t retain_rows = -1;
 };
 
