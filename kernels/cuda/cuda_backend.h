@@ -193,8 +193,8 @@ struct CudaBackendOptions {
   // SharedKvAttention's stages for an i8 kv (an i8 encoder output: WhisperModelOptions::
   // quantized_cross_source): 0 lets the plan choose (2); 2 or 3 forces that many where they fit;
   // others are refused. H100, session 30 (the engine's step, docs/benchmarks.md): 2 stages
-  // 621.8 us at 256 rows against 637.1 with 3, 353.9 against 364.3 at 64, 290.8 against 295.8 at
-  // 16 (session 29's kernel was faster in 3; 4 stages, no longer offered, slower there).
+  // 566.7 us at 256 rows against 622.0 with 3 (only 2 hold the queries' terms in registers),
+  // 353.0 against 362.8 at 64, 286.3 against 294.7 at 16 (session 29's kernel was faster in 3).
   int shared_kv_i8_stages = 0;
   // SharedKvAttention's L2 hints (SharedKvPlan::retain_rows): -1 none; n >= 0: n bytes of L2 set
   // aside for persisting lines while the backend lives (cudaLimitPersistingL2CacheSize, up to
