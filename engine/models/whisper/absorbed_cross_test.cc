@@ -14,12 +14,12 @@
 #include <string>
 #include <vector>
 
-#include "engine/audio/resampler.h"
 #include "engine/models/whisper/decoder_pool.h"
 #include "engine/models/whisper/transcriber.h"
 #include "engine/runtime/backend_registry.h"
 #include "gtest/gtest.h"
 #include "tests/support/random_whisper.h"
+#include "tests/support/speech_clips.h"
 #include "tests/support/test_env.h"
 
 namespace waav::whisper {
@@ -238,16 +238,12 @@ TEST_P(AbsorbedCrossTest, RealSpeechTranscriptsStayTheSameOverQuantizedSource) {
   }
   const auto model_dir = waav::testing::TinyEnModelDir();
   if (!model_dir) GTEST_SKIP() << "models/whisper-tiny.en absent: run scripts/setup";
-  std::vector<std::vector<float>> clips;
-  for (const char* name : {"jfk.wav", "ljspeech/LJ001-0001.wav", "ljspeech/LJ001-0008.wav",
-                           "ljspeech/LJ001-0015.wav", "ljspeech/LJ001-0026.wav"}) {
-    const auto path = waav::testing::SpeechFile(name);
-    if (!path)
-      GTEST_SKIP() << "shared speech data absent ($WAAV_SHARED_DATA/speech/" << name << ")";
-    auto audio = audio::LoadAudio16k(*path);
-    ASSERT_TRUE(audio.ok()) << audio.status();
-    clips.push_back(std::move(audio->samples));
-  }
+  auto loaded = waav::testing::LoadSpeechClips(
+      {"jfk.wav", "ljspeech/LJ001-0001.wav", "ljspeech/LJ001-0008.wav", "ljspeech/LJ001-0015.wav",
+       "ljspeech/LJ001-0026.wav"});
+  if (absl::IsNotFound(loaded.status())) GTEST_SKIP() << loaded.status().message();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const std::vector<std::vector<float>>& clips = *loaded;
   auto plain = Transcriber::Load(*model_dir, *backend_);
   auto quantized = Transcriber::Load(
       *model_dir, *backend_,

@@ -7,7 +7,6 @@
 #include <iostream>
 #include <random>
 
-#include "engine/audio/resampler.h"
 #include "engine/frontend/log_mel.h"
 #include "engine/models/whisper/decoder_pool.h"
 #include "engine/models/whisper/greedy_decoder.h"
@@ -15,6 +14,7 @@
 #include "engine/runtime/backend_registry.h"
 #include "gtest/gtest.h"
 #include "tests/support/deferred_copy_backend.h"
+#include "tests/support/speech_clips.h"
 #include "tests/support/test_env.h"
 
 namespace waav::whisper {
@@ -25,20 +25,12 @@ class GreedyBatchTest : public ::testing::Test {
   void SetUp() override {
     const auto model = waav::testing::TinyEnModelDir();
     if (!model) GTEST_SKIP() << "models/whisper-tiny.en absent: run scripts/setup";
-    const std::vector<std::string> names = {"jfk.wav",
-                                            "ljspeech/LJ001-0001.wav",
-                                            "ljspeech/LJ001-0002.wav",
-                                            "ljspeech/LJ001-0008.wav",
-                                            "ljspeech/LJ001-0015.wav",
-                                            "ljspeech/LJ001-0026.wav"};
-    for (const std::string& name : names) {
-      const auto path = waav::testing::SpeechFile(name);
-      if (!path)
-        GTEST_SKIP() << "shared speech data absent ($WAAV_SHARED_DATA/speech/" << name << ")";
-      auto audio = audio::LoadAudio16k(*path);
-      ASSERT_TRUE(audio.ok()) << audio.status();
-      clips_.push_back(std::move(audio->samples));
-    }
+    auto clips = waav::testing::LoadSpeechClips(
+        {"jfk.wav", "ljspeech/LJ001-0001.wav", "ljspeech/LJ001-0002.wav", "ljspeech/LJ001-0008.wav",
+         "ljspeech/LJ001-0015.wav", "ljspeech/LJ001-0026.wav"});
+    if (absl::IsNotFound(clips.status())) GTEST_SKIP() << clips.status().message();
+    ASSERT_TRUE(clips.ok()) << clips.status();
+    clips_ = std::move(*clips);
     auto backend = CreateBackend("cpu", {});
     ASSERT_TRUE(backend.ok()) << backend.status();
     backend_ = std::move(*backend);

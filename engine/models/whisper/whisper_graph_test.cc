@@ -12,8 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
-#include "engine/audio/resampler.h"
 #include "engine/frontend/log_mel.h"
 #include "engine/models/whisper/decoder_pool.h"
 #include "engine/models/whisper/greedy_decoder.h"
@@ -24,6 +22,7 @@
 #include "engine/runtime/thread_pool.h"
 #include "gtest/gtest.h"
 #include "tests/support/random_whisper.h"
+#include "tests/support/speech_clips.h"
 #include "tests/support/test_env.h"
 
 namespace waav::whisper {
@@ -251,19 +250,16 @@ TEST_P(WhisperGraphTest, RandomWeightsBatchedPrefillGraphsEqualEager) {
   EXPECT_EQ(worst, 0.0);
 }
 
-// The log-mel windows (the front end's layout, zero-padded to 3000 frames) of jfk.wav and two
-// LJ Speech clips; NotFound when the shared speech data is absent.
-absl::StatusOr<std::vector<std::vector<float>>> SpeechWindows() {
+// The speech clips the real-model tests run on: jfk.wav and two LJ Speech clips.
+const std::vector<std::string> kSpeechClips = {"jfk.wav", "ljspeech/LJ001-0001.wav",
+                                               "ljspeech/LJ001-0008.wav"};
+
+// The log-mel windows (the front end's layout, zero-padded to 3000 frames) of `clips`.
+std::vector<std::vector<float>> Windows(const std::vector<std::vector<float>>& clips) {
   std::vector<std::vector<float>> windows;
   frontend::LogMel log_mel;
-  for (const char* name : {"jfk.wav", "ljspeech/LJ001-0001.wav", "ljspeech/LJ001-0008.wav"}) {
-    const auto path = waav::testing::SpeechFile(name);
-    if (!path) {
-      return absl::NotFoundError(
-          absl::StrCat("shared speech data absent ($WAAV_SHARED_DATA/speech/", name, ")"));
-    }
-    ASSIGN_OR_RETURN(const auto audio, audio::LoadAudio16k(*path));
-    const frontend::LogMel::Features f = log_mel.Compute(audio.samples);
+  for (const std::vector<float>& samples : clips) {
+    const frontend::LogMel::Features f = log_mel.Compute(samples);
     const int n_frames = 3000;
     const int frames = std::min(n_frames, f.n_frames - 1);
     std::vector<float> window(static_cast<size_t>(f.n_mels) * n_frames, 0.0f);
@@ -275,6 +271,12 @@ absl::StatusOr<std::vector<std::vector<float>>> SpeechWindows() {
     windows.push_back(std::move(window));
   }
   return windows;
+}
+
+// The windows of kSpeechClips; NotFound when the shared speech data is absent.
+absl::StatusOr<std::vector<std::vector<float>>> SpeechWindows() {
+  ASSIGN_OR_RETURN(const auto clips, waav::testing::LoadSpeechClips(kSpeechClips));
+  return Windows(clips);
 }
 
 // Prompts without timestamps: text only, and after earlier text.
@@ -459,18 +461,11 @@ TEST_P(WhisperGraphTest, RealModelDeviceChoiceAndBatchedPrefillMatchHostPath) {
 TEST_P(WhisperGraphTest, RealModelWordTimesMatchTheCpu) {
   const auto model_dir = waav::testing::TinyEnModelDir();
   if (!model_dir) GTEST_SKIP() << "models/whisper-tiny.en absent: run scripts/setup";
-  std::vector<std::vector<float>> clips;
-  for (const char* name : {"jfk.wav", "ljspeech/LJ001-0001.wav", "ljspeech/LJ001-0008.wav"}) {
-    const auto path = waav::testing::SpeechFile(name);
-    if (!path)
-      GTEST_SKIP() << "shared speech data absent ($WAAV_SHARED_DATA/speech/" << name << ")";
-    auto audio = audio::LoadAudio16k(*path);
-    ASSERT_TRUE(audio.ok()) << audio.status();
-    clips.push_back(std::move(audio->samples));
-  }
-  auto loaded = SpeechWindows();
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  const std::vector<std::vector<float>>& windows = *loaded;
+  auto clips_loaded = waav::testing::LoadSpeechClips(kSpeechClips);
+  if (absl::IsNotFound(clips_loaded.status())) GTEST_SKIP() << clips_loaded.status().message();
+  ASSERT_TRUE(clips_loaded.ok()) << clips_loaded.status();
+  const std::vector<std::vector<float>>& clips = *clips_loaded;
+  const std::vector<std::vector<float>> windows = Windows(clips);
 
   // The CPU's transcripts and its word times, one clip at a time.
   auto cpu_backend = CreateBackend("cpu", {});
