@@ -116,6 +116,7 @@ absl::Status ServerConfig::Validate() const {
   }
   RETURN_IF_ERROR(IntInRange("endpointing.min_speech_ms", endpointing.min_speech_ms, 0, 5000));
   RETURN_IF_ERROR(IntInRange("partial_interval_ms", partial_interval_ms, 100, 10000));
+  RETURN_IF_ERROR(IntInRange("pause_partial_ms", pause_partial_ms, 0, 10000));
   metrics::LatencyBudgets budgets;
   if (absl::Status s = budgets.ApplyOverrides(latency_budgets); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("latency_budgets: ", s.message()));

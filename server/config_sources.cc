@@ -146,6 +146,9 @@ std::vector<ConfigField> MakeFields() {
   f.push_back(Field(
       "partial_interval_ms", "speech (ms) between two interim results",
       [](auto& c) -> auto& { return c.partial_interval_ms; }));
+  f.push_back(Field(
+      "pause_partial_ms", "silence (ms) after speech that sends an interim result at once; 0: off",
+      [](auto& c) -> auto& { return c.pause_partial_ms; }));
   ConfigField budgets = Field(
       "latency_budgets", "stage budget overrides 'name=ms,...' (YAML: also a map)",
       [](auto& c) -> auto& { return c.latency_budgets; });

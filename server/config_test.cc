@@ -71,6 +71,8 @@ TEST(ServerConfigTest, ValidateNamesTheSettingAndValue) {
       {[](ServerConfig& c) { c.max_stream_duration_s = -1; }, "max_stream_duration_s"},
       {[](ServerConfig& c) { c.shutdown_grace_s = 1e9; }, "shutdown_grace_s"},
       {[](ServerConfig& c) { c.endpointing.silence_ms = 50; }, "endpointing.silence_ms"},
+      {[](ServerConfig& c) { c.pause_partial_ms = -1; }, "pause_partial_ms must be in [0, 10000]"},
+      {[](ServerConfig& c) { c.pause_partial_ms = 10001; }, "pause_partial_ms"},
       {[](ServerConfig& c) { c.endpointing.max_utterance_ms = 60000; }, "max_utterance_ms"},
       {[](ServerConfig& c) { c.endpointing.vad_threshold = 1; }, "vad_threshold"},
       {[](ServerConfig& c) { c.latency_budgets = "stt=abc"; }, "latency_budgets"},

@@ -197,6 +197,7 @@ absl::StatusOr<StreamSetup> ResolveStreamingConfig(const v1::StreamingRecognitio
   setup.options.interim_results = setup.effective.interim_results();
   setup.options.single_utterance = config.single_utterance();
   setup.options.partial_interval_ms = server.partial_interval_ms;
+  setup.options.pause_partial_ms = server.pause_partial_ms;
   setup.options.initial_prompt = recognition.initial_prompt();
   setup.options.word_time_offsets = recognition.enable_word_time_offsets();
   return setup;

@@ -65,6 +65,9 @@ class Endpointer {
   // End of the latest speech frame plus the padding, when in speech: audio after it has been
   // judged silence so far, so an interim decode need not include it.
   int64_t padded_speech_end() const { return last_speech_end_ + Ms(config_.speech_pad_ms); }
+  // Start of the current run of silent frames inside the utterance (a pause that may or may not
+  // become the endpoint), or -1 while the latest frames are speech.
+  int64_t silence_since() const { return state_ == State::kSpeech ? silence_since_ : -1; }
 
  private:
   enum class State { kSilence, kMaybeSpeech, kSpeech };

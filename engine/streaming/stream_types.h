@@ -19,6 +19,10 @@ struct StreamOptions {
   bool single_utterance = false;
   // Decode a new partial once this much speech has arrived since the last one. Default: 500 ms.
   int partial_interval_ms = 500;
+  // Also decode a partial once speech has paused this long (silence below the endpoint's), so
+  // that the words before a pause show at once instead of up to partial_interval_ms later; one
+  // per pause, none when nothing new was said. 0: only the interval. Default: 100 ms.
+  int pause_partial_ms = 100;
   // Prompt each utterance with the text of the previous ones (Whisper's conditioning).
   // Default: true.
   bool condition_on_previous_text = true;

@@ -207,7 +207,8 @@ class StreamingEngine::Impl {
     std::vector<float> retained;  // audio [retained_begin, vad_samples)
     int64_t retained_begin = 0;
     int64_t last_partial_sample = 0;
-    int64_t last_partial_end = 0;  // end of the audio the latest partial job covered
+    int64_t last_partial_end = 0;    // end of the audio the latest partial job covered
+    int64_t paused_partial_at = -1;  // the pause (its silence_since) that had its partial
     int utterance_index = 0;
     bool end_of_stream = false;
     bool frontend_done = false;
@@ -370,6 +371,23 @@ class StreamingEngine::Impl {
                           .utterance_index = s.utterance_index,
                           .offset_ms = SamplesToMs(update.started->start_sample),
                           .detected_ms = SamplesToMs(update.started->detected_sample)});
+    }
+    // A pause: what was said before it is decoded at once (the words a speaker stops on would
+    // otherwise wait for the interval, or for the final when the pause is the endpoint). It
+    // covers the speech heard so far, so the interval decodes nothing more until speech resumes.
+    const int64_t pause = s.endpointer.silence_since();
+    if (pause >= 0 && s.options.interim_results && s.options.pause_partial_ms > 0 &&
+        pause != s.paused_partial_at &&
+        s.vad_samples - pause >=
+            static_cast<int64_t>(s.options.pause_partial_ms) * kSampleRateHz / 1000) {
+      s.paused_partial_at = pause;
+      const int64_t end = std::min(s.vad_samples, s.endpointer.padded_speech_end());
+      if (end > s.last_partial_end) {
+        s.last_partial_sample = s.vad_samples;
+        s.last_partial_end = s.endpointer.padded_speech_end();
+        Enqueue(stream, UtteranceJob(s, Job::kPartial, end, frontend_ms));
+      }
+      return;
     }
     if (s.endpointer.in_speech() && s.options.interim_results &&
         s.vad_samples - s.last_partial_sample >=

@@ -286,6 +286,47 @@ TEST_F(StreamingEngineTest, ResultsStopAtThePaddedEndOfSpeech) {
   EXPECT_GE(results, 1);
 }
 
+// A pause shorter than the endpoint sends the words before it at once (pause_partial_ms), not
+// after the next partial interval; off (0), nothing does here. The speech is pushed, then the
+// test waits for the partial before finishing, so that the final cannot replace it.
+TEST_F(StreamingEngineTest, APauseSendsAPartialAtOnce) {
+  for (const int pause_ms : {100, 0}) {
+    auto engine = MakeEngine();
+    auto sink = std::make_shared<RecordingSink>();
+    StreamOptions options;
+    options.endpoint.silence_ms = 3000;   // the pause is not an endpoint
+    options.partial_interval_ms = 10000;  // and no interval partial comes in 2 s of speech
+    options.pause_partial_ms = pause_ms;
+    auto id = engine->OpenStream(options, sink);
+    ASSERT_TRUE(id.ok());
+    std::vector<float> audio(jfk_.begin(), jfk_.begin() + 2 * 16000);
+    audio.resize(audio.size() + 8000, 0.0f);  // 500 ms of pause
+    PushAll(*engine, *id, audio);
+    WaitDrained(*engine);
+    auto partials = [&] {
+      int n = 0;
+      for (const Event& e : sink->events()) n += e.kind == "partial" ? 1 : 0;
+      return n;
+    };
+    for (int i = 0; i < 600 && pause_ms > 0 && partials() == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    // More pause: still one partial for this pause (no new speech since).
+    PushAll(*engine, *id, std::vector<float>(16000, 0.0f));
+    ASSERT_TRUE(engine->FinishStream(*id).ok());
+    ASSERT_TRUE(sink->Wait().ok());
+    int results = 0;
+    for (const Event& e : sink->events()) {
+      if (e.kind != "partial") continue;
+      ++results;
+      EXPECT_FALSE(e.result.transcript.empty());
+      // It covers the speech and at most the padding after it (+ one VAD frame).
+      EXPECT_LE(e.result.end_ms, 2000 + 200 + 32) << e.result.transcript;
+    }
+    EXPECT_EQ(results, pause_ms > 0 ? 1 : 0) << "pause_partial_ms " << pause_ms;
+  }
+}
+
 TEST_F(StreamingEngineTest, SilenceGivesNoTranscript) {
   auto engine = MakeEngine();
   auto sink = std::make_shared<RecordingSink>();
@@ -516,6 +557,14 @@ TEST_F(StreamingEngineTest, BadOptionsAreRefused) {
   options.endpoint.threshold = 2.0f;
   EXPECT_EQ(engine->OpenStream(options, std::make_shared<RecordingSink>()).status().code(),
             absl::StatusCode::kInvalidArgument);
+  for (int pause_ms : {-1, 10001}) {
+    StreamOptions bad_pause;
+    bad_pause.pause_partial_ms = pause_ms;
+    const absl::Status status =
+        engine->OpenStream(bad_pause, std::make_shared<RecordingSink>()).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(status.message().find("pause partial"), absl::string_view::npos) << status;
+  }
   EngineOptions bad;
   bad.max_streams = 0;
   EXPECT_FALSE(StreamingEngine::Create(bad, *transcriber_, vad_).ok());

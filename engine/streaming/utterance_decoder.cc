@@ -19,6 +19,9 @@ absl::Status StreamOptions::Validate() const {
   if (partial_interval_ms < 100 || partial_interval_ms > 10000) {
     return absl::InvalidArgumentError("partial interval must be in [100, 10000] ms");
   }
+  if (pause_partial_ms < 0 || pause_partial_ms > 10000) {
+    return absl::InvalidArgumentError("pause partial delay must be in [0, 10000] ms (0: off)");
+  }
   if (initial_prompt.size() > 1024) {
     return absl::InvalidArgumentError("initial prompt is longer than 1024 bytes");
   }
@@ -88,9 +91,40 @@ bool NoSpeech(const whisper::GreedyResult& decoded) {
 
 }  // namespace
 
+size_t UtteranceDecoder::SpokenTokens(const std::vector<int>& decoded) const {
+  const int eot = vocabulary_.special().eot;
+  size_t end = decoded.size();
+  while (end > 0) {
+    // The last word of the text tokens before `end`: from its word-starting token on (specials
+    // in it are skipped). A tail that starts no word belongs to the word before: kept.
+    size_t begin = end;
+    bool starts = false;
+    while (begin > 0 && !starts) {
+      --begin;
+      starts = decoded[begin] < eot && StartsWord(decoded[begin]);
+    }
+    if (!starts) break;
+    std::vector<int> text;
+    for (size_t i = begin; i < end; ++i) {
+      if (decoded[i] < eot) text.push_back(decoded[i]);
+    }
+    const std::string word = vocabulary_.DecodeText(text);
+    if (std::any_of(word.begin(), word.end(),
+                    [](char c) { return absl::ascii_isalnum(static_cast<unsigned char>(c)); })) {
+      break;
+    }
+    end = begin;
+  }
+  return end;
+}
+
 std::vector<int> UtteranceDecoder::FinalTextTokens(const whisper::GreedyResult& decoded) const {
   std::vector<int> tokens = agreement_.committed();
-  if (!NoSpeech(decoded)) tokens.insert(tokens.end(), decoded.tokens.begin(), decoded.tokens.end());
+  if (!NoSpeech(decoded)) {
+    tokens.insert(
+        tokens.end(), decoded.tokens.begin(),
+        decoded.tokens.begin() + static_cast<std::ptrdiff_t>(SpokenTokens(decoded.tokens)));
+  }
   std::erase_if(tokens, [&](int t) { return t >= vocabulary_.special().eot; });
   return tokens;
 }
@@ -109,28 +143,36 @@ RecognitionResult UtteranceDecoder::Finish(const whisper::GreedyResult& decoded,
   const std::vector<int>& committed = agreement_.committed();
 
   const bool no_speech = NoSpeech(decoded);
+  // The decoded tokens without trailing punctuation words (SpokenTokens), log-probabilities
+  // beside them.
+  const auto spoken = static_cast<std::ptrdiff_t>(SpokenTokens(decoded.tokens));
+  const std::vector<int> decoded_tokens(decoded.tokens.begin(), decoded.tokens.begin() + spoken);
+  const std::vector<float> decoded_logprobs(
+      decoded.token_logprobs.begin(),
+      decoded.token_logprobs.begin() +
+          std::min<std::ptrdiff_t>(spoken,
+                                   static_cast<std::ptrdiff_t>(decoded.token_logprobs.size())));
 
   std::vector<int> tokens = committed;
   std::vector<float> logprobs = committed_logprobs_;
   size_t stable = committed.size();
   if (is_final) {
     if (!no_speech) {
-      tokens.insert(tokens.end(), decoded.tokens.begin(), decoded.tokens.end());
-      logprobs.insert(logprobs.end(), decoded.token_logprobs.begin(), decoded.token_logprobs.end());
+      tokens.insert(tokens.end(), decoded_tokens.begin(), decoded_tokens.end());
+      logprobs.insert(logprobs.end(), decoded_logprobs.begin(), decoded_logprobs.end());
     }
     stable = tokens.size();
   } else if (!no_speech) {
-    const size_t newly = agreement_.Update(decoded.tokens);
-    committed_logprobs_.insert(committed_logprobs_.end(), decoded.token_logprobs.begin(),
-                               decoded.token_logprobs.begin() + static_cast<std::ptrdiff_t>(newly));
+    const size_t newly = agreement_.Update(decoded_tokens);
+    committed_logprobs_.insert(committed_logprobs_.end(), decoded_logprobs.begin(),
+                               decoded_logprobs.begin() + static_cast<std::ptrdiff_t>(newly));
     tokens = agreement_.committed();
     logprobs = committed_logprobs_;
     stable = tokens.size();
-    tokens.insert(tokens.end(), decoded.tokens.begin() + static_cast<std::ptrdiff_t>(newly),
-                  decoded.tokens.end());
-    logprobs.insert(logprobs.end(),
-                    decoded.token_logprobs.begin() + static_cast<std::ptrdiff_t>(newly),
-                    decoded.token_logprobs.end());
+    tokens.insert(tokens.end(), decoded_tokens.begin() + static_cast<std::ptrdiff_t>(newly),
+                  decoded_tokens.end());
+    logprobs.insert(logprobs.end(), decoded_logprobs.begin() + static_cast<std::ptrdiff_t>(newly),
+                    decoded_logprobs.end());
   }
 
   result.transcript = TextOf(tokens);

@@ -83,6 +83,10 @@ class UtteranceDecoder {
                         int64_t start_ms, int64_t end_ms, const AlignWordsFn& align_words,
                         RecognitionResult* result) const;
   bool StartsWord(int token) const;
+  // How many of `decoded`'s tokens a result takes: all but trailing words of their own with no
+  // letter or digit (" ...", " -"): Whisper adds them over the silence after speech, above all
+  // once the forced prefix holds the whole utterance, and no one said them.
+  size_t SpokenTokens(const std::vector<int>& decoded) const;
 
   const whisper::Vocabulary& vocabulary_;
   StreamOptions options_;

@@ -149,6 +149,36 @@ TEST_F(UtteranceDecoderWordsTest, PartialsAndFailuresAreEstimated) {
   EXPECT_EQ(final.words.back().end_ms, 2000);
 }
 
+// Trailing words of their own without a letter or digit (Whisper's " ..." over the silence after
+// speech) are left out of partials, finals and the final's alignment; punctuation that belongs
+// to a word ("you...", "not!") and such words inside the utterance stay.
+TEST_F(UtteranceDecoderWordsTest, TrailingPunctuationWordsAreLeftOut) {
+  auto decode = [&](const std::string& text, bool is_final, std::vector<int>* aligned = nullptr) {
+    whisper::GreedyResult decoded;
+    decoded.tokens = vocabulary_->tokenizer().Encode(text);
+    decoded.token_logprobs.assign(decoded.tokens.size(), -0.1f);
+    decoded.tokens.push_back(vocabulary_->special().eot);  // as a final's sampled tokens end
+    decoded.token_logprobs.push_back(-0.1f);
+    UtteranceDecoder decoder(*vocabulary_, options_);
+    if (aligned != nullptr) *aligned = decoder.FinalTextTokens(decoded);
+    return decoder.Finish(decoded, 0, 32000, is_final, EndReason::kSilence,
+                          [this](const std::vector<int>& t) { return Align(t); });
+  };
+  std::vector<int> aligned;
+  RecognitionResult r = decode(" Ask not! ...", /*is_final=*/true, &aligned);
+  EXPECT_EQ(r.transcript, "Ask not!");
+  ASSERT_EQ(r.words.size(), 2u);
+  EXPECT_EQ(r.words[1].word, "not!");
+  EXPECT_EQ(aligned, vocabulary_->tokenizer().Encode(" Ask not!"));
+  EXPECT_EQ(aligned_tokens_, aligned);  // what the final aligned is what FinalTextTokens said
+  EXPECT_EQ(decode(" Ask not! . . . -", /*is_final=*/false).transcript, "Ask not!");
+  EXPECT_EQ(decode(" Ask what you...", /*is_final=*/false).transcript, "Ask what you...");
+  EXPECT_EQ(decode(" One ... two", /*is_final=*/true).transcript, "One ... two");
+  EXPECT_EQ(decode(" 1999 ...", /*is_final=*/true).transcript, "1999");
+  EXPECT_EQ(decode(" ...", /*is_final=*/true).transcript, "");
+  EXPECT_TRUE(decode(" ...", /*is_final=*/false).words.empty());
+}
+
 TEST_F(UtteranceDecoderWordsTest, NoWordsWithoutWordTimeOffsets) {
   options_.word_time_offsets = false;
   UtteranceDecoder decoder(*vocabulary_, options_);
