@@ -114,8 +114,8 @@ struct ServerConfig {
   // Speech between two interim results of a stream. Default: 500 ms; 100..10000.
   int partial_interval_ms = 500;
   // Silence after speech that decodes an interim result at once (the words before a pause, not
-  // up to partial_interval_ms later). Default: 100 ms; 0 (off)..10000.
-  int pause_partial_ms = 100;
+  // up to partial_interval_ms later). Default: 32 ms (the first silent VAD frame); 0 (off)..10000.
+  int pause_partial_ms = 32;
 
   // ---- Observability -------------------------------------------------------------------------
   // Per-stage latency budget overrides, "name=ms[,name=ms...]" (names: capture, preprocessing,
