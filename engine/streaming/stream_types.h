@@ -21,8 +21,9 @@ struct StreamOptions {
   int partial_interval_ms = 500;
   // Also decode a partial once speech has paused this long (silence below the endpoint's), so
   // that the words before a pause show at once instead of up to partial_interval_ms later; one
-  // per pause, none when nothing new was said. 0: only the interval. Default: 32 ms (the first
-  // VAD frame judged silence; docs/benchmarks.md, session 31).
+  // per pause, none when nothing new was said or while the scheduler is behind (its latest round
+  // left streams waiting). 0: only the interval. Default: 32 ms (the first VAD frame judged
+  // silence; docs/benchmarks.md, session 31).
   int pause_partial_ms = 32;
   // Prompt each utterance with the text of the previous ones (Whisper's conditioning).
   // Default: true.

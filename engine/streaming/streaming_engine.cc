@@ -375,6 +375,8 @@ class StreamingEngine::Impl {
     // A pause: what was said before it is decoded at once (the words a speaker stops on would
     // otherwise wait for the interval, or for the final when the pause is the endpoint). It
     // covers the speech heard so far, so the interval decodes nothing more until speech resumes.
+    // A pause heard while the scheduler is behind gets none: at that load the extra windows
+    // cost more latency than they save (docs/benchmarks.md, session 31).
     const int64_t pause = s.endpointer.silence_since();
     if (pause >= 0 && s.options.interim_results && s.options.pause_partial_ms > 0 &&
         pause != s.paused_partial_at &&
@@ -382,7 +384,7 @@ class StreamingEngine::Impl {
             static_cast<int64_t>(s.options.pause_partial_ms) * kSampleRateHz / 1000) {
       s.paused_partial_at = pause;
       const int64_t end = std::min(s.vad_samples, s.endpointer.padded_speech_end());
-      if (end > s.last_partial_end) {
+      if (end > s.last_partial_end && !scheduler_behind_.load(std::memory_order_relaxed)) {
         s.last_partial_sample = s.vad_samples;
         s.last_partial_end = s.endpointer.padded_speech_end();
         Enqueue(stream, UtteranceJob(s, Job::kPartial, end, frontend_ms));
@@ -509,6 +511,7 @@ class StreamingEngine::Impl {
           ready_.pop_front();
         }
         ready_depth_.store(ready_.size(), std::memory_order_relaxed);
+        scheduler_behind_.store(!ready_.empty(), std::memory_order_relaxed);
       }
       rows.clear();
       for (std::shared_ptr<Stream>& stream : taken) {
@@ -933,6 +936,9 @@ class StreamingEngine::Impl {
   std::condition_variable ready_cv_;
   std::deque<std::shared_ptr<Stream>> ready_;
   std::atomic<size_t> ready_depth_{0};  // ready_.size(), readable without the lock
+  // Whether the scheduler's latest round left streams waiting (it took max_batch and more were
+  // ready): then it is behind, and the pauses' partials, extra work, are not queued.
+  std::atomic<bool> scheduler_behind_{false};
 
   std::thread frontend_;
   std::thread scheduler_;

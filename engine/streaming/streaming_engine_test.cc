@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -119,6 +120,21 @@ class GatedSink : public RecordingSink {
 
  private:
   Gate* gate_;
+};
+
+// A GatedSink that also says when the scheduler has reached it.
+class ArrivalGatedSink : public RecordingSink {
+ public:
+  ArrivalGatedSink(Gate* gate, std::atomic<bool>* arrived) : gate_(gate), arrived_(arrived) {}
+  void OnSpeechStarted(int index, int64_t offset_ms, int64_t detected_ms) override {
+    arrived_->store(true);
+    gate_->Pass();
+    RecordingSink::OnSpeechStarted(index, offset_ms, detected_ms);
+  }
+
+ private:
+  Gate* gate_;
+  std::atomic<bool>* arrived_;
 };
 
 class StreamingEngineTest : public ::testing::Test {
@@ -324,6 +340,103 @@ TEST_F(StreamingEngineTest, APauseSendsAPartialAtOnce) {
       EXPECT_LE(e.result.end_ms, 2000 + 200 + 32) << e.result.transcript;
     }
     EXPECT_EQ(results, pause_ms > 0 ? 1 : 0) << "pause_partial_ms " << pause_ms;
+  }
+}
+
+// A pause heard while the scheduler is behind (its latest round left streams waiting) gets no
+// partial: extra work at a load where it costs more than it saves. The scheduler (one stream a
+// round) is held inside a round by gated sinks, so that what it left waiting is known: behind
+// with a second stream waiting, not behind without one; the pause's partial shows only then.
+TEST_F(StreamingEngineTest, APauseWhileTheSchedulerIsBehindSendsNoPartial) {
+  std::vector<float> speech(jfk_.begin(), jfk_.begin() + 16000);
+  for (const bool behind : {true, false}) {
+    EngineOptions one_a_round;
+    one_a_round.max_batch = 1;
+    auto engine = MakeEngine(one_a_round);
+    StreamOptions options;
+    options.endpoint.silence_ms = 3000;
+    options.partial_interval_ms = 10000;  // no interval partials: only a pause's
+    options.pause_partial_ms = 32;
+    Gate first_gate, second_gate;
+    std::atomic<bool> first_arrived{false}, second_arrived{false};
+    auto wait_for = [](const std::atomic<bool>& flag) {
+      for (int i = 0; i < 6000 && !flag.load(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      ASSERT_TRUE(flag.load()) << "the scheduler did not reach the gate";
+    };
+    // Every pushed frame through the VAD: the frontend drains the ring and then runs all that it
+    // took before it drains again, so once a later push (silence, to a stream that queues
+    // nothing) has been drained too, the earlier audio's jobs are queued.
+    auto marker = std::make_shared<RecordingSink>();
+    auto marker_id = engine->OpenStream(options, marker);
+    ASSERT_TRUE(marker_id.ok());
+    auto frontend_barrier = [&] {
+      WaitDrained(*engine);
+      ASSERT_TRUE(engine->PushAudio(*marker_id, std::vector<float>(512, 0.0f)).ok());
+      WaitDrained(*engine);
+    };
+    // Round 1 takes the first stream alone and waits in its sink.
+    auto first = std::make_shared<ArrivalGatedSink>(&first_gate, &first_arrived);
+    auto first_id = engine->OpenStream(options, first);
+    ASSERT_TRUE(first_id.ok());
+    PushAll(*engine, *first_id, speech);
+    wait_for(first_arrived);
+    // Round 2 takes the second stream, leaving the third waiting (behind) or nothing.
+    auto second = std::make_shared<ArrivalGatedSink>(&second_gate, &second_arrived);
+    auto second_id = engine->OpenStream(options, second);
+    ASSERT_TRUE(second_id.ok());
+    PushAll(*engine, *second_id, speech);
+    frontend_barrier();  // queued before the third
+    std::optional<uint64_t> third_id;
+    auto third = std::make_shared<RecordingSink>();
+    if (behind) {
+      auto id = engine->OpenStream(options, third);
+      ASSERT_TRUE(id.ok());
+      third_id = *id;
+      PushAll(*engine, *third_id, speech);
+      frontend_barrier();
+    }
+    first_gate.Open();
+    wait_for(second_arrived);
+    // The stream that pauses, heard while round 2 is held.
+    auto pausing = std::make_shared<RecordingSink>();
+    auto pausing_id = engine->OpenStream(options, pausing);
+    ASSERT_TRUE(pausing_id.ok());
+    std::vector<float> audio(jfk_.begin(), jfk_.begin() + 2 * 16000);
+    audio.resize(audio.size() + 8000, 0.0f);
+    PushAll(*engine, *pausing_id, audio);
+    frontend_barrier();
+    second_gate.Open();
+    // Once every queued stream has been picked up (the pausing one's jobs with it), a partial
+    // queued for the pause is decoded whatever comes after it.
+    for (int i = 0; i < 6000 && engine->scheduler_depth() > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_EQ(engine->scheduler_depth(), 0u);
+    auto partials = [&] {
+      int n = 0;
+      for (const Event& e : pausing->events()) n += e.kind == "partial" ? 1 : 0;
+      return n;
+    };
+    for (int i = 0; i < 600 && !behind && partials() == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    for (uint64_t id : {*first_id, *second_id, *pausing_id, *marker_id}) {
+      ASSERT_TRUE(engine->FinishStream(id).ok());
+    }
+    if (third_id) {
+      ASSERT_TRUE(engine->FinishStream(*third_id).ok());
+    }
+    const std::vector<RecordingSink*> sinks = {first.get(), second.get(), pausing.get(),
+                                               marker.get()};
+    for (RecordingSink* sink : sinks) {
+      ASSERT_TRUE(sink->Wait().ok());
+    }
+    if (third_id) {
+      ASSERT_TRUE(third->Wait().ok());
+    }
+    EXPECT_EQ(partials(), behind ? 0 : 1) << (behind ? "behind" : "not behind");
   }
 }
 
