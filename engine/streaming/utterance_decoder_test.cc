@@ -157,8 +157,6 @@ TEST_F(UtteranceDecoderWordsTest, TrailingPunctuationWordsAreLeftOut) {
     whisper::GreedyResult decoded;
     decoded.tokens = vocabulary_->tokenizer().Encode(text);
     decoded.token_logprobs.assign(decoded.tokens.size(), -0.1f);
-    decoded.tokens.push_back(vocabulary_->special().eot);  // as a final's sampled tokens end
-    decoded.token_logprobs.push_back(-0.1f);
     UtteranceDecoder decoder(*vocabulary_, options_);
     if (aligned != nullptr) *aligned = decoder.FinalTextTokens(decoded);
     return decoder.Finish(decoded, 0, 32000, is_final, EndReason::kSilence,
