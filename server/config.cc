@@ -104,6 +104,9 @@ absl::Status ServerConfig::Validate() const {
   RETURN_IF_ERROR(DoubleInRange("idle_timeout_s", idle_timeout_s, 0.1, 3600));
   RETURN_IF_ERROR(IntInRange("ingest_ring_slots", ingest_ring_slots, 16, 1 << 22));
   RETURN_IF_ERROR(IntInRange("max_batch", max_batch, 1, 256));
+  if (partial_window_ms != 0) {
+    RETURN_IF_ERROR(IntInRange("partial_window_ms", partial_window_ms, 1000, 30000));
+  }
   RETURN_IF_ERROR(IntInRange("vad_threads", vad_threads, 0, 16));
   RETURN_IF_ERROR(DoubleInRange("shutdown_grace_s", shutdown_grace_s, 0, 3600));
   RETURN_IF_ERROR(IntInRange("endpointing.silence_ms", endpointing.silence_ms, 100, 10000));

@@ -97,6 +97,11 @@ struct ServerConfig {
   // 1: one window at a time. Each costs a decoder slot (tiny.en: about 24 MB). Default: 8;
   // 1..256.
   int max_batch = 8;
+  // Interim results encode a window of about their audio's length (the audio and 2 s of
+  // silence, rounded up to a multiple of this) instead of 30 s, where the model takes short
+  // windows (the CPU backend; a GPU's decoder paths read every key). Finals keep 30 s windows.
+  // 0: whole windows. Default: 5000 ms; 0 or 1000..30000.
+  int partial_window_ms = 5000;
   // CPU threads of the voice-activity model, which runs every stream's audio on the engine's
   // front-end thread as one batch per round (~14 µs per stream per 32 ms frame on one core;
   // 1024 streams take ~45% of a core). 0 (auto): 1 on machines of up to 7 hardware threads

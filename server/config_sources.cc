@@ -126,6 +126,10 @@ std::vector<ConfigField> MakeFields() {
       "max_batch", "most utterance windows (of different streams) decoded as one batch",
       [](auto& c) -> auto& { return c.max_batch; }));
   f.push_back(Field(
+      "partial_window_ms",
+      "interim results encode their audio + 2 s, rounded up to this (ms; 0: 30 s windows)",
+      [](auto& c) -> auto& { return c.partial_window_ms; }));
+  f.push_back(Field(
       "vad_threads", "CPU threads of the voice-activity model (0: auto)",
       [](auto& c) -> auto& { return c.vad_threads; }));
   f.push_back(Field(

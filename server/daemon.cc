@@ -194,6 +194,7 @@ class Daemon {
     options.max_streams = config_.max_streams;
     options.ingest_ring_slots = config_.ingest_ring_slots;
     options.max_batch = config_.max_batch;
+    options.partial_window_ms = config_.partial_window_ms;
     options.stage_metrics = stage_metrics_.get();
     options.batch_metrics = batch_metrics_.get();
     ASSIGN_OR_RETURN(auto engine,

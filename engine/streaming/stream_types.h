@@ -54,6 +54,7 @@ struct ResultLatency {
   double decoder_ms = 0;          // all decoder steps
   int decoder_steps = 0;
   int batch_size = 1;
+  int encoder_positions = 0;  // the encoded window's (1500: 30 s; fewer: a short window)
 };
 
 struct RecognitionResult {

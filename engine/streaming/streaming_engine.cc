@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "engine/streaming/endpointer.h"
 #include "engine/streaming/ingest_ring.h"
 #include "engine/streaming/result_sender.h"
+#include "engine/streaming/stream_state.h"
 #include "engine/streaming/utterance_decoder.h"
 #include "spdlog/spdlog.h"
 
@@ -27,6 +29,7 @@ namespace waav::streaming {
 namespace {
 
 constexpr int kSampleRateHz = 16000;
+constexpr int kMsPerEncoderPosition = 20;  // Whisper: 10 ms mel frames, a stride-2 convolution
 // A decode whose tokens end in this many copies of one n-gram is looping (seen: a final whose
 // forced prefix held the whole utterance went on with ". . . ." for 225 steps, 1.1 s of CPU):
 // it stops there, keeping one copy.
@@ -53,30 +56,6 @@ int PrepareThreads(const EngineOptions& options) {
 
 }  // namespace
 
-absl::Status EngineOptions::Validate() const {
-  if (max_streams < 1 || max_streams > 100000) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_streams must be in [1, 100000]; got ", max_streams));
-  }
-  if (ingest_ring_slots < 16 || ingest_ring_slots > (1 << 22)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ingest ring slots must be in [16, 4194304]; got ", ingest_ring_slots));
-  }
-  if (max_batch < 1 || max_batch > 256) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_batch must be in [1, 256]; got ", max_batch));
-  }
-  if (prepare_threads < 0 || prepare_threads > 64) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("prepare_threads must be in [0, 64]; got ", prepare_threads));
-  }
-  if (encoder_batch < 0 || encoder_batch > 256) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("encoder_batch must be in [0, 256]; got ", encoder_batch));
-  }
-  return absl::OkStatus();
-}
-
 class StreamingEngine::Impl {
  public:
   Impl(const EngineOptions& options, const whisper::Transcriber& transcriber,
@@ -89,6 +68,9 @@ class StreamingEngine::Impl {
         decoders_(std::move(decoders)),
         prepare_pool_(PrepareThreads(options)),
         encoders_(std::move(encoders)),
+        short_window_positions_(transcriber.model().takes_short_windows()
+                                    ? options.partial_window_ms / kMsPerEncoderPosition
+                                    : 0),
         mel_staging_(std::move(mel_staging)),
         ring_(static_cast<size_t>(options.ingest_ring_slots)) {
     frontend_ = std::thread([this] { FrontendLoop(); });
@@ -168,61 +150,8 @@ class StreamingEngine::Impl {
   size_t SchedulerDepth() const { return ready_depth_.load(std::memory_order_relaxed); }
 
  private:
-  struct Job {
-    enum Kind { kSpeechStarted, kPartial, kFinal, kSpeechEnded, kDone, kCancelled };
-    Kind kind = kDone;
-    int utterance_index = 0;
-    int64_t offset_ms = 0;
-    int64_t detected_ms = 0;
-    std::vector<float> audio = {};  // partial/final: the utterance from its padded start
-    int64_t start_ms = 0;
-    EndReason reason = EndReason::kSilence;
-    int64_t newest_audio_ns = 0;  // when the newest audio in the job was published
-    double ingest_wait_ms = 0;
-    double frontend_ms = 0;
-    int64_t queued_ns = 0;
-  };
-
-  struct Stream {
-    Stream(const StreamOptions& o, std::shared_ptr<StreamSink> s,
-           std::unique_ptr<VadStreamState> vad, const whisper::Vocabulary& vocabulary)
-        : options(o),
-          sink(std::move(s)),
-          vad_state(std::move(vad)),
-          endpointer(o.endpoint),
-          decoder(vocabulary, o) {}
-
-    uint64_t id = 0;
-    const StreamOptions options;
-    const std::shared_ptr<StreamSink> sink;
-    std::atomic<bool> finishing{false};
-    std::atomic<bool> cancelled{false};
-    std::atomic<int64_t> received_samples{0};
-
-    // Frontend worker only.
-    std::unique_ptr<VadStreamState> vad_state;
-    Endpointer endpointer;
-    std::vector<float> pending;   // arrived, not yet through the VAD
-    int64_t vad_samples = 0;      // samples through the VAD so far
-    std::vector<float> retained;  // audio [retained_begin, vad_samples)
-    int64_t retained_begin = 0;
-    int64_t last_partial_sample = 0;
-    int64_t last_partial_end = 0;    // end of the audio the latest partial job covered
-    int64_t paused_partial_at = -1;  // the pause (its silence_since) that had its partial
-    int utterance_index = 0;
-    bool end_of_stream = false;
-    bool frontend_done = false;
-    int64_t newest_ns = 0;
-    double ingest_wait_ms = 0;
-
-    // Scheduler.
-    std::mutex jobs_mu;
-    std::deque<Job> jobs;
-    bool in_ready_queue = false;
-    UtteranceDecoder decoder;
-    absl::Status error;  // set by the frontend before its kDone job
-    bool done = false;
-  };
+  using Job = internal::Job;
+  using Stream = internal::Stream;
 
   absl::StatusOr<std::shared_ptr<Stream>> Find(uint64_t id) const {
     std::lock_guard lock(streams_mu_);
@@ -375,8 +304,9 @@ class StreamingEngine::Impl {
     // A pause: what was said before it is decoded at once (the words a speaker stops on would
     // otherwise wait for the interval, or for the final when the pause is the endpoint). It
     // covers the speech heard so far, so the interval decodes nothing more until speech resumes.
-    // A pause heard while the scheduler is behind gets none: at that load the extra windows
-    // cost more latency than they save (docs/benchmarks.md, session 31).
+    // A pause heard while the scheduler is behind (its latest round left streams waiting), or
+    // while this stream's previous window is still being decoded, gets none: at that load the
+    // extra windows cost more latency than they save (docs/benchmarks.md, sessions 31-32).
     const int64_t pause = s.endpointer.silence_since();
     if (pause >= 0 && s.options.interim_results && s.options.pause_partial_ms > 0 &&
         pause != s.paused_partial_at &&
@@ -384,7 +314,8 @@ class StreamingEngine::Impl {
             static_cast<int64_t>(s.options.pause_partial_ms) * kSampleRateHz / 1000) {
       s.paused_partial_at = pause;
       const int64_t end = std::min(s.vad_samples, s.endpointer.padded_speech_end());
-      if (end > s.last_partial_end && !scheduler_behind_.load(std::memory_order_relaxed)) {
+      if (end > s.last_partial_end && !scheduler_behind_.load(std::memory_order_relaxed) &&
+          !s.decoding.load(std::memory_order_relaxed)) {
         s.last_partial_sample = s.vad_samples;
         s.last_partial_end = s.endpointer.padded_speech_end();
         Enqueue(stream, UtteranceJob(s, Job::kPartial, end, frontend_ms));
@@ -493,6 +424,7 @@ class StreamingEngine::Impl {
     UtteranceInput input = {};
     absl::Status prepared = absl::OkStatus();  // Prepare's (an error fails the row's stream)
     double encoder_ms = 0;
+    int encoder_positions = 0;  // of the window it was encoded in
   };
 
   void SchedulerLoop() {
@@ -539,8 +471,10 @@ class StreamingEngine::Impl {
           return true;
         });
       }
+      for (Row& row : rows) row.stream->decoding.store(true, std::memory_order_relaxed);
       DecodeBatch(rows, log_mel);
       for (Row& row : rows) {
+        row.stream->decoding.store(false, std::memory_order_relaxed);
         if (std::optional<Job> next = RunUntilDecode(row.stream, row.rest)) {
           row.rest.push_front(std::move(*next));
           Requeue(row.stream, std::move(row.rest));
@@ -670,8 +604,12 @@ class StreamingEngine::Impl {
     timings.first_staging_ms = lap();
     for (size_t k = 0; k < passes.size(); ++k) {
       const Pass& pass = passes[k];
-      whisper::EncoderBuffers& buffers =
-          *encoders_[static_cast<size_t>(std::countr_zero(static_cast<unsigned>(pass.size)))];
+      int positions = 0;  // the pass's window: its longest row's
+      for (int i = 0; i < pass.size; ++i) {
+        positions = std::max(positions, WindowPositions(rows[static_cast<size_t>(pass.begin + i)]));
+      }
+      ASSIGN_OR_RETURN(whisper::EncoderBuffers* const encoder, EncoderFor(pass.size, positions));
+      whisper::EncoderBuffers& buffers = *encoder;
       std::vector<int> frames(static_cast<size_t>(pass.size));  // each window's audio
       for (int i = 0; i < pass.size; ++i) {
         frames[static_cast<size_t>(i)] = static_cast<int>(
@@ -692,13 +630,41 @@ class StreamingEngine::Impl {
       RETURN_IF_ERROR(status);
       RETURN_IF_ERROR(synced);
       const double ms = MsSince(pass.start);
-      for (int i = 0; i < pass.size; ++i)
+      for (int i = 0; i < pass.size; ++i) {
         rows[static_cast<size_t>(pass.begin + i)].encoder_ms += ms;
+        rows[static_cast<size_t>(pass.begin + i)].encoder_positions = positions;
+      }
       if (metrics::BatchMetrics* b = options_.batch_metrics) {
         b->Observe(metrics::BatchModel::kWhisperEncoder, pass.size);
       }
     }
     return absl::OkStatus();
+  }
+
+  // Encoder positions a row's window needs: the model's, or for a partial where short windows
+  // are on (EngineOptions::partial_window_ms) its audio and 2 s of silence, rounded up.
+  int WindowPositions(const Row& row) const {
+    const whisper::WhisperDims& dims = transcriber_.model().dims();
+    if (short_window_positions_ == 0 || row.job.kind != Job::kPartial) return dims.n_audio_ctx;
+    constexpr int kSilencePositions = 2000 / kMsPerEncoderPosition;
+    const int frames = static_cast<int>(row.input.mel.size()) / dims.n_mels;
+    const int needed = (frames + 1) / 2 + kSilencePositions;
+    const int step = short_window_positions_;
+    return std::min(dims.n_audio_ctx, (needed + step - 1) / step * step);
+  }
+
+  // Encoder buffers of `size` windows of `positions`: views of one set for whole windows, a set
+  // of each shape made on first use for short ones (scheduler thread only).
+  absl::StatusOr<whisper::EncoderBuffers*> EncoderFor(int size, int positions) {
+    const whisper::WhisperModel& model = transcriber_.model();
+    if (positions == model.dims().n_audio_ctx) {
+      return encoders_[static_cast<size_t>(std::countr_zero(static_cast<unsigned>(size)))].get();
+    }
+    std::unique_ptr<whisper::EncoderBuffers>& kept = short_encoders_[{size, positions}];
+    if (kept == nullptr) {
+      ASSIGN_OR_RETURN(kept, model.NewEncoderBuffers(size, positions));
+    }
+    return kept.get();
   }
 
   // Encodes every row's window into its own decoder slot, decodes all windows in lockstep and
@@ -790,6 +756,7 @@ class StreamingEngine::Impl {
       latency.encoder_ms = row.encoder_ms;
       latency.decoder_ms = MsSince(decode_start);  // the batch's steps until this row was sent
       latency.batch_size = batch;
+      latency.encoder_positions = row.encoder_positions;
       latency.audio_to_result_ms = NsToMs(NowNs() - row.job.newest_audio_ns);
       if (m != nullptr) {
         m->Observe(metrics::Stage::kQueue, row.queue_ms / 1e3);
@@ -922,6 +889,10 @@ class StreamingEngine::Impl {
   ResultSender sender_;      // results sent while the scheduler issues steps (DecodeBatch)
   // Views of one set of encoder buffers for 1, 2, 4, ... windows (encoders_[k]: 2^k rows).
   std::vector<std::unique_ptr<whisper::EncoderBuffers>> encoders_;
+  // Buffers of short windows by (windows, positions) (EncoderFor).
+  std::map<std::pair<int, int>, std::unique_ptr<whisper::EncoderBuffers>> short_encoders_;
+  // Positions a short window is a multiple of; 0: whole windows only.
+  const int short_window_positions_;
   // Two host buffers of the largest pass's windows (Backend::AllocateHost), for EncodeRows.
   std::array<HostBuffer, 2> mel_staging_;
   IngestRing ring_;

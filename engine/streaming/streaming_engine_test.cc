@@ -137,6 +137,21 @@ class ArrivalGatedSink : public RecordingSink {
   std::atomic<bool>* arrived_;
 };
 
+// Holds the scheduler thread at the first result it delivers (inside its round's decode) until
+// the gate opens, and says when it got there.
+class ResultGatedSink : public RecordingSink {
+ public:
+  ResultGatedSink(Gate* gate, std::atomic<bool>* arrived) : gate_(gate), arrived_(arrived) {}
+  void OnResult(const RecognitionResult& r) override {
+    if (!arrived_->exchange(true)) gate_->Pass();
+    RecordingSink::OnResult(r);
+  }
+
+ private:
+  Gate* gate_;
+  std::atomic<bool>* arrived_;
+};
+
 class StreamingEngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -229,6 +244,51 @@ TEST_F(StreamingEngineTest, SpeechGivesOrderedEventsStablePrefixesAndAFinal) {
   EXPECT_EQ(Normalize(final_text),
             "and so my fellow americans ask not what your country can do for you ask what you "
             "can do for your country");
+}
+
+// On the CPU a partial encodes a window of its audio's length (EngineOptions::partial_window_ms):
+// the audio and 2 s of silence, rounded up to 5 s steps; finals keep 30 s windows. With 0 every
+// window is whole. Either way the final is the reference's text.
+TEST_F(StreamingEngineTest, PartialsEncodeWindowsOfTheirAudiosLength) {
+  for (const int window_ms : {5000, 0}) {
+    EngineOptions engine_options;
+    engine_options.partial_window_ms = window_ms;
+    auto engine = MakeEngine(engine_options);
+    auto sink = std::make_shared<RecordingSink>();
+    StreamOptions options;
+    options.endpoint.silence_ms = 1500;
+    auto id = engine->OpenStream(options, sink);
+    ASSERT_TRUE(id.ok());
+    PushAll(*engine, *id, jfk_);
+    ASSERT_TRUE(engine->FinishStream(*id).ok());
+    ASSERT_TRUE(sink->Wait().ok());
+    int partials = 0, short_windows = 0;
+    std::string final_text;
+    for (const Event& e : sink->events()) {
+      if (e.kind != "partial" && e.kind != "final") continue;
+      const int positions = e.result.latency.encoder_positions;
+      if (e.kind == "final" || window_ms == 0) {
+        EXPECT_EQ(positions, 1500) << e.kind << " \"" << e.result.transcript << "\"";
+        if (e.kind == "final") final_text = e.result.transcript;
+        continue;
+      }
+      ++partials;
+      short_windows += positions < 1500 ? 1 : 0;
+      EXPECT_EQ(positions % 250, 0) << positions;
+      // The window holds the partial's audio and 2 s of silence.
+      const int64_t audio_positions = (e.result.end_ms - e.result.start_ms) / 20;
+      EXPECT_GE(positions, std::min<int64_t>(1500, audio_positions + 100))
+          << e.result.start_ms << ".." << e.result.end_ms << " ms";
+    }
+    if (window_ms > 0) {
+      EXPECT_GT(partials, 0);
+      EXPECT_EQ(short_windows, partials) << "jfk's utterances are shorter than 28 s";
+    }
+    EXPECT_EQ(Normalize(final_text),
+              "and so my fellow americans ask not what your country can do for you ask what you "
+              "can do for your country")
+        << "partial_window_ms " << window_ms;
+  }
 }
 
 // Word times of a final come from the cross-attention alignment: in order, inside the result,
@@ -437,6 +497,59 @@ TEST_F(StreamingEngineTest, APauseWhileTheSchedulerIsBehindSendsNoPartial) {
       ASSERT_TRUE(third->Wait().ok());
     }
     EXPECT_EQ(partials(), behind ? 0 : 1) << (behind ? "behind" : "not behind");
+  }
+}
+
+// A pause heard while the stream's previous window is still being decoded gets no partial: on a
+// CPU at its limit a round takes every stream, so no stream is left waiting, yet each extra
+// window adds to the backlog. The first pause's partial is held in its sink (inside the round);
+// a second pause heard meanwhile gets none, and gets one when the round is over.
+TEST_F(StreamingEngineTest, APauseWhileItsWindowIsDecodedSendsNoPartial) {
+  std::vector<float> said(jfk_.begin(), jfk_.begin() + 2 * 16000);
+  said.resize(said.size() + 8000, 0.0f);  // 2 s of speech, 500 ms of pause
+  for (const bool in_flight : {true, false}) {
+    auto engine = MakeEngine();
+    StreamOptions options;
+    options.endpoint.silence_ms = 3000;
+    options.partial_interval_ms = 10000;  // no interval partials: only the pauses'
+    options.pause_partial_ms = 32;
+    Gate gate;
+    std::atomic<bool> arrived{false};
+    auto sink = std::make_shared<ResultGatedSink>(&gate, &arrived);
+    auto id = engine->OpenStream(options, sink);
+    ASSERT_TRUE(id.ok());
+    auto marker = std::make_shared<RecordingSink>();
+    auto marker_id = engine->OpenStream(options, marker);
+    ASSERT_TRUE(marker_id.ok());
+    auto partials = [&] {
+      int n = 0;
+      for (const Event& e : sink->events()) n += e.kind == "partial" ? 1 : 0;
+      return n;
+    };
+    if (!in_flight) gate.Open();
+    PushAll(*engine, *id, said);
+    for (int i = 0; i < 6000 && !arrived.load(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_TRUE(arrived.load()) << "the first pause's partial never came";
+    if (!in_flight) {
+      for (int i = 0; i < 600 && partials() == 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      // The round ends just after its last result is delivered.
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+    // The second pause, through the VAD (a later push to another stream drained too).
+    PushAll(*engine, *id, said);
+    WaitDrained(*engine);
+    ASSERT_TRUE(engine->PushAudio(*marker_id, std::vector<float>(512, 0.0f)).ok());
+    WaitDrained(*engine);
+    gate.Open();
+    ASSERT_TRUE(engine->FinishStream(*id).ok());
+    ASSERT_TRUE(engine->FinishStream(*marker_id).ok());
+    ASSERT_TRUE(sink->Wait().ok());
+    ASSERT_TRUE(marker->Wait().ok());
+    EXPECT_EQ(partials(), in_flight ? 1 : 2) << (in_flight ? "in flight" : "not in flight");
   }
 }
 
@@ -687,6 +800,13 @@ TEST_F(StreamingEngineTest, BadOptionsAreRefused) {
     auto engine = StreamingEngine::Create(bad_batch, *transcriber_, vad_);
     ASSERT_FALSE(engine.ok());
     EXPECT_NE(engine.status().message().find("max_batch"), absl::string_view::npos);
+  }
+  for (int window_ms : {-1, 999, 30001}) {
+    EngineOptions bad_window;
+    bad_window.partial_window_ms = window_ms;
+    auto engine = StreamingEngine::Create(bad_window, *transcriber_, vad_);
+    ASSERT_FALSE(engine.ok());
+    EXPECT_NE(engine.status().message().find("partial_window_ms"), absl::string_view::npos);
   }
   for (int encoder_batch : {-1, 257}) {
     EngineOptions bad_encoder;

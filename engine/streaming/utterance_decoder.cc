@@ -14,20 +14,6 @@ constexpr int kSampleRateHz = 16000;
 
 }  // namespace
 
-absl::Status StreamOptions::Validate() const {
-  RETURN_IF_ERROR(endpoint.Validate());
-  if (partial_interval_ms < 100 || partial_interval_ms > 10000) {
-    return absl::InvalidArgumentError("partial interval must be in [100, 10000] ms");
-  }
-  if (pause_partial_ms < 0 || pause_partial_ms > 10000) {
-    return absl::InvalidArgumentError("pause partial delay must be in [0, 10000] ms (0: off)");
-  }
-  if (initial_prompt.size() > 1024) {
-    return absl::InvalidArgumentError("initial prompt is longer than 1024 bytes");
-  }
-  return absl::OkStatus();
-}
-
 UtteranceDecoder::UtteranceDecoder(const whisper::Vocabulary& vocabulary,
                                    const StreamOptions& options)
     : vocabulary_(vocabulary),
@@ -118,6 +104,44 @@ size_t UtteranceDecoder::SpokenTokens(const std::vector<int>& decoded) const {
   return end;
 }
 
+size_t UtteranceDecoder::BeforeRestart(const std::vector<int>& decoded) const {
+  const std::vector<int>& committed = agreement_.committed();
+  std::vector<int> tokens = committed;
+  tokens.insert(tokens.end(), decoded.begin(), decoded.end());
+  // Words (lower case, letters and digits only; words of punctuation alone left out) and the
+  // index of each one's first token.
+  std::vector<std::string> words;
+  std::vector<size_t> word_starts;
+  for (size_t begin = 0; begin < tokens.size();) {
+    size_t end = begin + 1;
+    while (end < tokens.size() &&
+           !(tokens[end] < vocabulary_.special().eot && StartsWord(tokens[end])))
+      ++end;
+    std::vector<int> text;
+    for (size_t i = begin; i < end; ++i) {
+      if (tokens[i] < vocabulary_.special().eot) text.push_back(tokens[i]);
+    }
+    std::string word;
+    for (const char c : vocabulary_.DecodeText(text)) {
+      if (absl::ascii_isalnum(static_cast<unsigned char>(c))) {
+        word.push_back(absl::ascii_tolower(static_cast<unsigned char>(c)));
+      }
+    }
+    if (!word.empty()) {
+      words.push_back(std::move(word));
+      word_starts.push_back(begin);
+    }
+    begin = end;
+  }
+  constexpr size_t kRepeatedWords = 2;
+  for (size_t p = 2; p + kRepeatedWords <= words.size(); ++p) {
+    if (std::equal(words.begin() + static_cast<std::ptrdiff_t>(p), words.end(), words.begin())) {
+      return word_starts[p] > committed.size() ? word_starts[p] - committed.size() : 0;
+    }
+  }
+  return decoded.size();
+}
+
 std::vector<int> UtteranceDecoder::FinalTextTokens(const whisper::GreedyResult& decoded) const {
   std::vector<int> tokens = agreement_.committed();
   if (!NoSpeech(decoded)) {
@@ -143,9 +167,11 @@ RecognitionResult UtteranceDecoder::Finish(const whisper::GreedyResult& decoded,
   const std::vector<int>& committed = agreement_.committed();
 
   const bool no_speech = NoSpeech(decoded);
-  // The decoded tokens without trailing punctuation words (SpokenTokens), log-probabilities
-  // beside them.
-  const auto spoken = static_cast<std::ptrdiff_t>(SpokenTokens(decoded.tokens));
+  // The decoded tokens without trailing punctuation words (SpokenTokens) and, in a partial,
+  // without a restart of the utterance's words (BeforeRestart), log-probabilities beside them.
+  const auto spoken = static_cast<std::ptrdiff_t>(
+      is_final ? SpokenTokens(decoded.tokens)
+               : std::min(SpokenTokens(decoded.tokens), BeforeRestart(decoded.tokens)));
   const std::vector<int> decoded_tokens(decoded.tokens.begin(), decoded.tokens.begin() + spoken);
   const std::vector<float> decoded_logprobs(
       decoded.token_logprobs.begin(),

@@ -87,6 +87,13 @@ class UtteranceDecoder {
   // letter or digit (" ...", " -"): Whisper adds them over the silence after speech, above all
   // once the forced prefix holds the whole utterance, and no one said them.
   size_t SpokenTokens(const std::vector<int>& decoded) const;
+  // How many of a partial's `decoded` tokens come before the utterance's words (committed, then
+  // decoded) start over: Whisper on a short window (EngineOptions::partial_window_ms) sometimes
+  // says the audio's words, then says them again from the first ("in being comparatively
+  // modern in being comparatively modern"). A restart is a run of at least two words that, from
+  // word p >= 2 on to the end, repeats the words from the first on (words compared without case
+  // or punctuation); the partial keeps what comes before it. Finals are not cut.
+  size_t BeforeRestart(const std::vector<int>& decoded) const;
 
   const whisper::Vocabulary& vocabulary_;
   StreamOptions options_;

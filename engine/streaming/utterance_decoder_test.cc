@@ -177,6 +177,56 @@ TEST_F(UtteranceDecoderWordsTest, TrailingPunctuationWordsAreLeftOut) {
   EXPECT_TRUE(decode(" ...", /*is_final=*/false).words.empty());
 }
 
+// A partial whose words start over from the utterance's first (Whisper on a short window) keeps
+// what came before; a final, a repetition that does not start from the first word, and a
+// one-word stutter are kept whole.
+TEST_F(UtteranceDecoderWordsTest, APartialThatStartsOverIsCut) {
+  auto finish = [&](UtteranceDecoder& decoder, const std::string& text, bool is_final) {
+    whisper::GreedyResult decoded;
+    decoded.tokens = vocabulary_->tokenizer().Encode(text);
+    decoded.token_logprobs.assign(decoded.tokens.size(), -0.1f);
+    return decoder.Finish(decoded, 0, 32000, is_final, EndReason::kSilence, nullptr);
+  };
+  auto result = [&](UtteranceDecoder& decoder, const std::string& text, bool is_final) {
+    return finish(decoder, text, is_final).transcript;
+  };
+  auto partial = [&](const std::string& text) {
+    UtteranceDecoder decoder(*vocabulary_, options_);
+    return result(decoder, text, false);
+  };
+  EXPECT_EQ(partial(" in being comparatively modern in being comparatively modern"),
+            "in being comparatively modern");
+  EXPECT_EQ(partial(" And so my fellow Americans. And so my fellow Americans. And so"),
+            "And so my fellow Americans.");
+  EXPECT_EQ(partial(" For although the Chinese took impression, for although the Chinese"),
+            "For although the Chinese took impression,");
+  EXPECT_EQ(partial(" ask not what you can do, ask not what"), "ask not what you can do,");
+  const std::string genuine =
+      " And so my fellow Americans, ask not what your country can do for you, ask what you can "
+      "do for your country.";
+  EXPECT_EQ(partial(genuine), genuine.substr(1));
+  EXPECT_EQ(partial(" No, no, no."), "No, no, no.");
+  EXPECT_EQ(partial(" And so my fellow Americans. And"), "And so my fellow Americans. And");
+  {
+    UtteranceDecoder decoder(*vocabulary_, options_);
+    EXPECT_EQ(result(decoder, " in being modern in being modern", true),
+              "in being modern in being modern");
+  }
+  {
+    // Committed words count: two partials agree on the first words, then the next one (decoded
+    // after what they committed, the forced prefix) restarts.
+    UtteranceDecoder decoder(*vocabulary_, options_);
+    result(decoder, " in being comparatively", false);
+    const std::string committed =
+        finish(decoder, " in being comparatively", false).stable_transcript;
+    ASSERT_FALSE(committed.empty());
+    const std::string whole = " in being comparatively modern in being";
+    ASSERT_EQ(whole.substr(0, committed.size() + 1), " " + committed);
+    EXPECT_EQ(result(decoder, whole.substr(committed.size() + 1), false),
+              "in being comparatively modern");
+  }
+}
+
 TEST_F(UtteranceDecoderWordsTest, NoWordsWithoutWordTimeOffsets) {
   options_.word_time_offsets = false;
   UtteranceDecoder decoder(*vocabulary_, options_);

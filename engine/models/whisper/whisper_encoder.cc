@@ -14,18 +14,31 @@
 namespace waav::whisper {
 
 absl::StatusOr<std::unique_ptr<EncoderBuffers>> WhisperModel::NewEncoderBuffers(
-    int batch_size) const {
+    int batch_size, int positions) const {
   if (batch_size <= 0) return absl::InvalidArgumentError("batch size must be positive");
-  const int64_t b = batch_size, d = dims_.d_model;
+  if (positions == 0) positions = dims_.n_audio_ctx;
+  if (positions < 1 || positions > dims_.n_audio_ctx ||
+      (positions < dims_.n_audio_ctx && !short_windows_)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("encoder buffers of ", positions, " positions: this model takes ",
+                     short_windows_ ? absl::StrCat("1 to ", dims_.n_audio_ctx)
+                                    : absl::StrCat(dims_.n_audio_ctx, " (no short windows)")));
+  }
+  const int64_t b = batch_size, d = dims_.d_model, frames = 2 * int64_t{positions};
   auto buffers = std::make_unique<EncoderBuffers>();
   buffers->batch_size_ = batch_size;
-  ASSIGN_OR_RETURN(buffers->mel_,
-                   backend_.Allocate({b, dims_.n_frames(), dims_.n_mels}, DType::kF32));
-  ASSIGN_OR_RETURN(buffers->conv1_, backend_.Allocate({b, dims_.n_frames(), d}, DType::kF32));
-  ASSIGN_OR_RETURN(buffers->x_, backend_.Allocate({b, dims_.n_audio_ctx, d}, DType::kF32));
+  buffers->positions_ = positions;
+  if (short_windows_) {
+    const std::vector<int32_t> lengths(static_cast<size_t>(b), positions);
+    ASSIGN_OR_RETURN(buffers->cross_lengths_, backend_.Allocate({b}, DType::kI32));
+    RETURN_IF_ERROR(backend_.CopyFromHost(lengths.data(), lengths.size() * sizeof(int32_t),
+                                          buffers->cross_lengths_));
+  }
+  ASSIGN_OR_RETURN(buffers->mel_, backend_.Allocate({b, frames, dims_.n_mels}, DType::kF32));
+  ASSIGN_OR_RETURN(buffers->conv1_, backend_.Allocate({b, frames, d}, DType::kF32));
+  ASSIGN_OR_RETURN(buffers->x_, backend_.Allocate({b, positions, d}, DType::kF32));
   ASSIGN_OR_RETURN(buffers->scratch_, backend_.Allocate(buffers->x_.shape(), DType::kF32));
-  ASSIGN_OR_RETURN(buffers->mel_zeros_,
-                   backend_.Allocate({dims_.n_frames(), dims_.n_mels}, DType::kF32));
+  ASSIGN_OR_RETURN(buffers->mel_zeros_, backend_.Allocate({frames, dims_.n_mels}, DType::kF32));
   const std::vector<float> zeros(static_cast<size_t>(buffers->mel_zeros_.numel()), 0.0f);
   RETURN_IF_ERROR(
       backend_.CopyFromHost(zeros.data(), zeros.size() * sizeof(float), buffers->mel_zeros_));
@@ -38,7 +51,7 @@ absl::StatusOr<std::unique_ptr<EncoderBuffers>> WhisperModel::NewEncoderBuffers(
   buffers->hidden_ = ws.hidden;
   if (backend_.supports(Op::kHalfActivations) && backend_.supports(Op::kLinearResidual) &&
       !encoder_layers_.empty()) {
-    const int64_t rows = b * dims_.n_audio_ctx;
+    const int64_t rows = b * positions;
     ASSIGN_OR_RETURN(buffers->ffn_h_, backend_.Allocate(buffers->x_.shape(), DType::kF16));
     ASSIGN_OR_RETURN(
         buffers->ffn_hidden_,
@@ -57,7 +70,11 @@ absl::StatusOr<std::unique_ptr<EncoderBuffers>> EncoderBuffers::Rows(int begin, 
   }
   auto view = std::make_unique<EncoderBuffers>();
   view->batch_size_ = end - begin;
+  view->positions_ = positions_;
   view->mel_zeros_ = mel_zeros_;
+  if (cross_lengths_.defined()) {
+    ASSIGN_OR_RETURN(view->cross_lengths_, cross_lengths_.Slice(begin, end));
+  }
   // Batch-first, except `hidden`, which is flat and sliced by its per-row share.
   const std::pair<const Tensor*, Tensor*> batch_first[] = {{&mel_, &view->mel_},
                                                            {&conv1_, &view->conv1_},
@@ -108,7 +125,7 @@ absl::StatusOr<std::unique_ptr<EncoderBuffers>> WhisperModel::UploadMel(absl::Sp
 
 absl::Status WhisperModel::WriteMel(absl::Span<const float> mel, int row, EncoderBuffers& buffers,
                                     MelLayout layout) const {
-  const int64_t frames = dims_.n_frames(), mels = dims_.n_mels;
+  const int64_t frames = 2 * int64_t{buffers.positions()}, mels = dims_.n_mels;
   if (static_cast<int64_t>(mel.size()) != mels * frames) {
     return absl::InvalidArgumentError(
         absl::StrCat("log-mel window has ", mel.size(), " values; expected ", mels, " x ", frames));
@@ -153,14 +170,15 @@ absl::Status WhisperModel::StageMel(absl::Span<const float> mel, int row, HostBu
 
 absl::Status WhisperModel::UploadStagedMel(const HostBuffer& staging, absl::Span<const int> frames,
                                            EncoderBuffers& buffers) const {
-  const int64_t n_frames = dims_.n_frames(), mels = dims_.n_mels;
+  // Staging rows are whole windows of the model (StageMel); the buffers' windows may be shorter.
+  const int64_t n_frames = 2 * int64_t{buffers.positions()}, mels = dims_.n_mels;
   const int64_t rows = buffers.batch_size();
   if (static_cast<int64_t>(frames.size()) != rows) {
     return absl::InvalidArgumentError(absl::StrCat("UploadStagedMel: ", frames.size(),
                                                    " frame counts for encoder buffers of ", rows,
                                                    " rows"));
   }
-  const size_t window_bytes = static_cast<size_t>(n_frames * mels) * sizeof(float);
+  const size_t window_bytes = static_cast<size_t>(dims_.n_frames() * mels) * sizeof(float);
   if (staging.size_bytes() < static_cast<size_t>(rows) * window_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("UploadStagedMel: a staging buffer of ",
                                                    staging.size_bytes(), " bytes for ", rows,
@@ -169,8 +187,8 @@ absl::Status WhisperModel::UploadStagedMel(const HostBuffer& staging, absl::Span
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t f = frames[static_cast<size_t>(i)];
     if (f < 0 || f > n_frames) {
-      return absl::InvalidArgumentError(absl::StrCat("UploadStagedMel: row ", i, " has ", f,
-                                                     " frames; a window has 0 to ", n_frames));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "UploadStagedMel: row ", i, " has ", f, " frames; these windows hold 0 to ", n_frames));
     }
   }
   for (int64_t i = 0; i < rows; ++i) {
@@ -219,7 +237,7 @@ absl::Status WhisperModel::EncodeOnDevice(EncoderBuffers& buffers, DecoderState*
   }
   RETURN_IF_ERROR(EncoderPass(buffers));
   if (state == nullptr) return absl::OkStatus();
-  return ProjectCross(buffers.x_, *state);
+  return ProjectCross(buffers, *state);
 }
 
 absl::Status WhisperModel::RunEncoder(EncoderBuffers& buffers, DecoderState* state) const {
@@ -235,13 +253,14 @@ absl::Status WhisperModel::RunEncoder(EncoderBuffers& buffers, DecoderState* sta
   RETURN_IF_ERROR(
       buffers.graph_.Run(backend_, use_graphs_, pass, [&] { return EncoderPass(buffers); }));
   if (state == nullptr) return absl::OkStatus();
-  std::vector<const Tensor*> cross = {&b.x_, &state->cross_source_, &state->cross_source_scales_};
+  std::vector<const Tensor*> cross = {&b.x_, &b.cross_lengths_, &state->cross_source_,
+                                      &state->cross_source_scales_, &state->cross_lengths_};
   for (int i = 0; i < dims_.n_decoder_layers; ++i) {
     cross.push_back(&state->cross_k_[static_cast<size_t>(i)]);
     cross.push_back(&state->cross_v_[static_cast<size_t>(i)]);
   }
   return state->cross_graphs_.Run(backend_, use_graphs_, cross,
-                                  [&] { return ProjectCross(buffers.x_, *state); });
+                                  [&] { return ProjectCross(buffers, *state); });
 }
 
 absl::Status WhisperModel::EncoderPass(EncoderBuffers& buffers) const {
@@ -250,7 +269,11 @@ absl::Status WhisperModel::EncoderPass(EncoderBuffers& buffers) const {
   RETURN_IF_ERROR(
       backend_.Conv1d(buffers.mel_, conv1_w_, conv1_b_, 1, 1, Activation::kGelu, buffers.conv1_));
   RETURN_IF_ERROR(backend_.Conv1d(buffers.conv1_, conv2_w_, conv2_b_, 2, 1, Activation::kGelu, x));
-  RETURN_IF_ERROR(backend_.Add(x, encoder_positions_, x));  // every window's positions
+  Tensor positions = encoder_positions_;  // every window's positions (a short one's first ones)
+  if (buffers.positions() < dims_.n_audio_ctx) {
+    ASSIGN_OR_RETURN(positions, encoder_positions_.Slice(0, buffers.positions()));
+  }
+  RETURN_IF_ERROR(backend_.Add(x, positions, x));
   const Workspace ws{buffers.h_, buffers.q_,        buffers.k_,
                      buffers.v_, buffers.attended_, buffers.hidden_};
   // The residual additions go into the projections' epilogues where the backend can fuse them.
@@ -300,7 +323,13 @@ absl::Status WhisperModel::RunEncoderAttentionPlanes(const EncoderLayer& layer, 
   return backend_.LinearResidual(attended, w.out_w, &w.out_b, Activation::kNone, x, x);
 }
 
-absl::Status WhisperModel::ProjectCross(const Tensor& encoded, DecoderState& state) const {
+absl::Status WhisperModel::ProjectCross(const EncoderBuffers& buffers, DecoderState& state) const {
+  const Tensor& encoded = buffers.x_;
+  // A state of a model with short windows learns how many positions its rows' windows hold.
+  if (state.cross_lengths_.defined()) {
+    RETURN_IF_ERROR(backend_.Copy(buffers.cross_lengths_, state.cross_lengths_));
+  }
+  if (buffers.positions() < dims_.n_audio_ctx) return ProjectShortCross(buffers, state);
   const LargeKernels large_kernels(backend_);
   // The encoder output itself for the absorbed cross-attention (f32 → f16 with an f16 cache, or
   // i8 with its scales: WhisperModelOptions::quantized_cross_source).
@@ -323,6 +352,47 @@ absl::Status WhisperModel::ProjectCross(const Tensor& encoded, DecoderState& sta
     const AttentionWeights& w = decoder_layers_[static_cast<size_t>(i)].cross_attention;
     RETURN_IF_ERROR(backend_.Linear(encoded, w.k_w, &w.k_b, Activation::kNone, state.cross_k_[i]));
     RETURN_IF_ERROR(backend_.Linear(encoded, w.v_w, &w.v_b, Activation::kNone, state.cross_v_[i]));
+  }
+  return absl::OkStatus();
+}
+
+// A short window's K/V go into the first positions of each row's caches: one projection a row
+// (a row's first positions are contiguous, the batch's are not).
+absl::Status WhisperModel::ProjectShortCross(const EncoderBuffers& buffers,
+                                             DecoderState& state) const {
+  if (state.cross_source_.defined()) {
+    return absl::FailedPreconditionError("short windows with the absorbed cross-attention");
+  }
+  const LargeKernels large_kernels(backend_);
+  const int64_t p = buffers.positions(), d = dims_.d_model;
+  auto first_positions = [&](const Tensor& cache, int64_t row) -> absl::StatusOr<Tensor> {
+    ASSIGN_OR_RETURN(Tensor t, cache.Slice(row, row + 1));
+    ASSIGN_OR_RETURN(t, t.Reshape({dims_.n_audio_ctx, d}));
+    ASSIGN_OR_RETURN(t, t.Slice(0, p));
+    return t.Reshape({1, p, d});
+  };
+  for (int64_t row = 0; row < buffers.batch_size(); ++row) {
+    ASSIGN_OR_RETURN(const Tensor encoded, buffers.x_.Slice(row, row + 1));
+    std::vector<Tensor> k(static_cast<size_t>(dims_.n_decoder_layers));
+    std::vector<Tensor> v(k.size());
+    for (size_t i = 0; i < k.size(); ++i) {
+      ASSIGN_OR_RETURN(k[i], first_positions(state.cross_k_[i], row));
+      ASSIGN_OR_RETURN(v[i], first_positions(state.cross_v_[i], row));
+    }
+    if (cross_kv_w_.defined()) {
+      std::vector<Tensor> planes;
+      for (size_t i = 0; i < k.size(); ++i) {
+        planes.push_back(k[i]);
+        planes.push_back(v[i]);
+      }
+      RETURN_IF_ERROR(backend_.LinearPlanes(encoded, cross_kv_w_, &cross_kv_b_, planes));
+      continue;
+    }
+    for (size_t i = 0; i < k.size(); ++i) {
+      const AttentionWeights& w = decoder_layers_[i].cross_attention;
+      RETURN_IF_ERROR(backend_.Linear(encoded, w.k_w, &w.k_b, Activation::kNone, k[i]));
+      RETURN_IF_ERROR(backend_.Linear(encoded, w.v_w, &w.v_b, Activation::kNone, v[i]));
+    }
   }
   return absl::OkStatus();
 }

@@ -137,7 +137,11 @@ absl::StatusOr<std::unique_ptr<WhisperModel>> WhisperModel::FromModelFile(
   }
   dims.d_model = static_cast<int>(d_model);
   dims.n_mels = static_cast<int>(n_mels);
-  dims.n_audio_ctx = static_cast<int>(n_audio_ctx);
+  if (options.audio_ctx < 0 || options.audio_ctx > n_audio_ctx) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("audio_ctx ", options.audio_ctx, " is outside [0, ", n_audio_ctx, "]"));
+  }
+  dims.n_audio_ctx = options.audio_ctx > 0 ? options.audio_ctx : static_cast<int>(n_audio_ctx);
   dims.n_text_ctx = static_cast<int>(n_text_ctx);
   dims.n_vocab = static_cast<int>(n_vocab);
   dims.n_heads = static_cast<int>(n_heads);
@@ -248,7 +252,8 @@ absl::StatusOr<std::unique_ptr<WhisperModel>> WhisperModel::FromModelFile(
   ASSIGN_OR_RETURN(m.conv2_w_, loader.Load("encoder/conv2/weight", {d, d, 3}, wt));
   ASSIGN_OR_RETURN(m.conv2_b_, loader.Load("encoder/conv2/bias", {d}, f32));
   ASSIGN_OR_RETURN(m.encoder_positions_,
-                   loader.Load("encoder/position_encodings/encodings", {n_audio_ctx, d}, f32));
+                   loader.LoadRows("encoder/position_encodings/encodings", {n_audio_ctx, d}, 0,
+                                   dims.n_audio_ctx, f32));
   RETURN_IF_ERROR(load_norm("encoder/layer_norm", m.encoder_norm_gamma_, m.encoder_norm_beta_));
   m.encoder_layers_.resize(static_cast<size_t>(dims.n_encoder_layers));
   for (int i = 0; i < dims.n_encoder_layers; ++i) {
@@ -303,6 +308,18 @@ absl::StatusOr<std::unique_ptr<WhisperModel>> WhisperModel::FromModelFile(
   if (options.fused_decoder_step != GraphUse::kNever) {
     RETURN_IF_ERROR(m.PrepareFusedStep(options.fused_decoder_step == GraphUse::kAlways));
   }
+  // Short windows need every cross-attention to take each row's key count (kv_lengths): the
+  // op-by-op path does; the prepared step and the absorbed form read every key.
+  const bool reads_every_key = m.prepared_step_ != nullptr || m.absorbed_cross_;
+  if (options.short_windows == GraphUse::kAlways && reads_every_key) {
+    return absl::FailedPreconditionError(
+        "short windows need the op-by-op cross-attention: turn off the fused decoder step and "
+        "the absorbed cross-attention");
+  }
+  m.short_windows_ =
+      !reads_every_key &&
+      (options.short_windows == GraphUse::kAlways ||
+       (options.short_windows == GraphUse::kAuto && backend.device() == DeviceKind::kCpu));
   return model;
 }
 
@@ -384,6 +401,12 @@ absl::StatusOr<std::unique_ptr<DecoderState>> WhisperModel::NewDecoderState(int 
       ASSIGN_OR_RETURN(state->cross_source_scales_, backend_.Allocate({b, d}, DType::kF32));
     }
   }
+  if (short_windows_) {
+    ASSIGN_OR_RETURN(
+        state->cross_lengths_,
+        Upload(backend_, {b}, DType::kI32,
+               std::vector<int32_t>(static_cast<size_t>(b), dims_.n_audio_ctx).data()));
+  }
   ASSIGN_OR_RETURN(state->positions_, backend_.Allocate({b}, DType::kI32));
   ASSIGN_OR_RETURN(state->lengths_, backend_.Allocate({b}, DType::kI32));
   DecoderState::StepBuffers& step = state->step_;
@@ -450,6 +473,9 @@ absl::StatusOr<std::unique_ptr<DecoderState>> DecoderState::Rows(int begin, int 
   }
   if (cross_source_scales_.defined()) {
     ASSIGN_OR_RETURN(view->cross_source_scales_, rows(cross_source_scales_));
+  }
+  if (cross_lengths_.defined()) {
+    ASSIGN_OR_RETURN(view->cross_lengths_, rows(cross_lengths_));
   }
   ASSIGN_OR_RETURN(view->positions_, rows(positions_));
   ASSIGN_OR_RETURN(view->lengths_, rows(lengths_));
@@ -620,7 +646,7 @@ absl::Status WhisperModel::DecoderForwardInto(const Tensor& token_ids, DecoderSt
     RETURN_IF_ERROR(RunAttention(layer.self_attention, x, state.self_k_[i], state.self_v_[i],
                                  &state.positions_, &state.lengths_, /*causal=*/true, scratch, ws));
     RETURN_IF_ERROR(RunAttention(layer.cross_attention, x, state.cross_k_[i], state.cross_v_[i],
-                                 nullptr, nullptr, /*causal=*/false, scratch, ws));
+                                 nullptr, state.cross_lengths(), /*causal=*/false, scratch, ws));
     RETURN_IF_ERROR(RunFeedForward(layer.ffn, x, ws));
   }
   return backend_.LayerNorm(x, decoder_norm_gamma_, decoder_norm_beta_, 1e-5f, x);
@@ -832,7 +858,8 @@ absl::Status WhisperModel::DecodeStep(DecoderState& state) const {
       RETURN_IF_ERROR(RunAbsorbedCross(i, s.x, state, ws, fuse));
     } else {
       RETURN_IF_ERROR(RunAttention(layer.cross_attention, s.x, state.cross_k_[i], state.cross_v_[i],
-                                   nullptr, nullptr, /*causal=*/false, s.out, ws, fuse));
+                                   nullptr, state.cross_lengths(), /*causal=*/false, s.out, ws,
+                                   fuse));
     }
     RETURN_IF_ERROR(RunFeedForward(layer.ffn, s.x, ffn_ws, fuse));
   }
@@ -880,7 +907,8 @@ bool WhisperModel::ChoosesInStep(const DecoderState& state) const {
 
 std::vector<const Tensor*> WhisperModel::StepTensors(const DecoderState& state) const {
   const DecoderState::StepBuffers& s = state.step_;
-  std::vector<const Tensor*> tensors = {&s.tokens,
+  std::vector<const Tensor*> tensors = {&state.cross_lengths_,
+                                        &s.tokens,
                                         &s.x,
                                         &s.out,
                                         &s.h,

@@ -121,6 +121,22 @@ struct WhisperModelOptions {
   // views of the stacked one). Values equal the per-layer Linear calls to the backend's
   // rounding. Default: true.
   bool stacked_cross_projection = true;
+  // Encoder positions per window (whisper.cpp's audio_ctx): 0 (the default) takes the model's
+  // (1500, 30 s); a smaller count encodes windows of 2x as many mel frames (20 ms a position)
+  // with the first positions' embeddings, so that short audio costs less encoder work. Whisper
+  // was trained on 30 s windows only: outputs differ from the full window's (measured by
+  // bench/audio_ctx_study, docs/benchmarks.md). For every window of the model: see
+  // short_windows for some windows only.
+  int audio_ctx = 0;
+  // Whether encoder buffers may hold fewer positions than the model's windows
+  // (NewEncoderBuffers' `positions`): the streaming engine's partials encode a window of about
+  // their audio's length. A decoder state then keeps each row's count of encoder positions and
+  // its cross-attention reads only those keys (Attention's kv_lengths). Needs the op-by-op
+  // cross-attention: not the prepared decoder step nor the absorbed cross-attention, which read
+  // every key. kAuto: on the CPU (on a GPU those paths are the default, and the op-by-op path
+  // with short windows is not measured there); kAlways: wherever those paths are off, else Load
+  // fails; kNever: off. Default: kAuto.
+  GraphUse short_windows = GraphUse::kAuto;
   // Where the backend supports Op::kHalfActivations: the decoder states' cross-attention K/V
   // caches in f16 (the encoder's projection rounds its f32 results to nearest; attention widens
   // them to f32 as it reads), half the bytes that every decoder step reads, the largest read
@@ -201,6 +217,11 @@ class DecoderState {
   // absorbs the cross-attention projections (WhisperModelOptions::absorbed_cross_attention);
   // undefined otherwise.
   const Tensor& cross_source() const { return cross_source_; }
+  // i32 [B]: the encoder positions each row's cross-attention reads, where the model takes short
+  // windows (WhisperModelOptions::short_windows); nullptr otherwise (every position).
+  const Tensor* cross_lengths() const {
+    return cross_lengths_.defined() ? &cross_lengths_ : nullptr;
+  }
   // cross_source()'s scales f32 [B, d_model] where it is i8 (quantized_cross_source), else
   // undefined.
   const Tensor& cross_source_scales() const { return cross_source_scales_; }
@@ -229,6 +250,7 @@ class DecoderState {
   std::vector<Tensor> self_k_, self_v_;    // per layer [B, n_text_ctx, d_model]
   Tensor cross_source_;                    // [B, n_audio_ctx, d_model] or undefined
   Tensor cross_source_scales_;             // [B, d_model] where cross_source_ is i8
+  Tensor cross_lengths_;  // i32 [B]: encoder positions of each row's window (short windows)
   Tensor positions_;                       // i32 [B]: where the next tokens are written
   Tensor lengths_;                         // i32 [B]: positions + tokens in this call
   StepBuffers step_;
@@ -277,6 +299,9 @@ class DecoderState {
 class EncoderBuffers {
  public:
   int batch_size() const { return batch_size_; }
+  // Encoder positions of each window (n_audio_ctx, or fewer: WhisperModelOptions::short_windows);
+  // a window is twice as many mel frames.
+  int positions() const { return positions_; }
   // f32 [B, n_frames, n_mels]: log-mel windows, time-major (the transpose of the front end's
   // [n_mels, n_frames] per window); the caller writes it before each pass or replay.
   const Tensor& mel() const { return mel_; }
@@ -291,6 +316,9 @@ class EncoderBuffers {
  private:
   friend class WhisperModel;
   int batch_size_ = 0;
+  int positions_ = 0;
+  // i32 [B] of positions_: copied into a decoder state's cross lengths by the encoder pass.
+  Tensor cross_lengths_;
   Tensor mel_, conv1_, x_, scratch_, h_, q_, k_, v_, attended_, hidden_;
   // f16 [B, n_audio_ctx, d_model] and flat f16 [B · n_audio_ctx · encoder FFN width]: the FFN's
   // normed input and hidden layer where the backend supports Op::kHalfActivations and
@@ -332,6 +360,9 @@ class WhisperModel {
   int fused_step_max_batch() const {
     return prepared_step_ == nullptr ? 0 : prepared_step_->max_batch();
   }
+  // Whether NewEncoderBuffers takes fewer positions than n_audio_ctx
+  // (WhisperModelOptions::short_windows resolved against the backend and the decoder's paths).
+  bool takes_short_windows() const { return short_windows_; }
 
   absl::StatusOr<std::unique_ptr<DecoderState>> NewDecoderState(int batch_size) const;
 
@@ -339,7 +370,11 @@ class WhisperModel {
   // cross-attention K/V in `state`, whose batch size must be B. Resets the self-attention cache.
   absl::Status Encode(absl::Span<const float> mel, DecoderState& state) const;
 
-  absl::StatusOr<std::unique_ptr<EncoderBuffers>> NewEncoderBuffers(int batch_size) const;
+  // Buffers for windows of `positions` encoder positions (2x as many mel frames): 0 for the
+  // model's n_audio_ctx; fewer where takes_short_windows() (the first positions' embeddings,
+  // as WhisperModelOptions::audio_ctx; the state a pass writes into then attends to that many).
+  absl::StatusOr<std::unique_ptr<EncoderBuffers>> NewEncoderBuffers(int batch_size,
+                                                                    int positions = 0) const;
 
   // Runs the encoder on buffers.mel() into buffers.output() and, when `state` is given (of the
   // same batch size), stores each decoder layer's cross-attention K/V in it. Device only: it
@@ -539,7 +574,8 @@ class WhisperModel {
   absl::Status EncoderPass(EncoderBuffers& buffers) const;
   absl::Status RunEncoderAttentionPlanes(const EncoderLayer& layer, const Tensor& x,
                                          const EncoderBuffers& buffers) const;
-  absl::Status ProjectCross(const Tensor& encoded, DecoderState& state) const;
+  absl::Status ProjectCross(const EncoderBuffers& buffers, DecoderState& state) const;
+  absl::Status ProjectShortCross(const EncoderBuffers& buffers, DecoderState& state) const;
   // The checks of the alignment passes: `what` names the caller in errors. CheckScoresHeads
   // returns the deepest head's layer.
   absl::StatusOr<int> CheckScoresHeads(const char* what,
@@ -606,6 +642,7 @@ class WhisperModel {
   std::unique_ptr<PreparedDecoderStep> prepared_step_;
   // Whether decoder states keep the encoder output and op-by-op steps use absorbed_cross.
   bool absorbed_cross_ = false;
+  bool short_windows_ = false;
   // The kept encoder output's element type (quantized_cross_source: i8 with scales).
   DType cross_source_dtype_ = DType::kF32;
   // WhisperModelOptions::half_encoder_attention_output (where the encoder runs on f16 planes).
