@@ -81,6 +81,11 @@ int EffectiveVadThreads(const ServerConfig& config, int hardware_threads) {
   return std::min(4, hardware_threads / 8 + 1);
 }
 
+int EffectivePartialWindowMs(const ServerConfig& config, bool whisper_on_cpu) {
+  if (config.partial_window_ms >= 0) return config.partial_window_ms;
+  return whisper_on_cpu ? 5000 : 0;
+}
+
 absl::Status ServerConfig::Validate() const {
   RETURN_IF_ERROR(CheckAddress("listen", listen));
   if (!metrics_listen.empty()) RETURN_IF_ERROR(CheckAddress("metrics_listen", metrics_listen));
@@ -104,7 +109,7 @@ absl::Status ServerConfig::Validate() const {
   RETURN_IF_ERROR(DoubleInRange("idle_timeout_s", idle_timeout_s, 0.1, 3600));
   RETURN_IF_ERROR(IntInRange("ingest_ring_slots", ingest_ring_slots, 16, 1 << 22));
   RETURN_IF_ERROR(IntInRange("max_batch", max_batch, 1, 256));
-  if (partial_window_ms != 0) {
+  if (partial_window_ms != 0 && partial_window_ms != -1) {
     RETURN_IF_ERROR(IntInRange("partial_window_ms", partial_window_ms, 1000, 30000));
   }
   RETURN_IF_ERROR(IntInRange("vad_threads", vad_threads, 0, 16));

@@ -98,10 +98,10 @@ struct ServerConfig {
   // 1..256.
   int max_batch = 8;
   // Interim results encode a window of about their audio's length (the audio and 2 s of
-  // silence, rounded up to a multiple of this) instead of 30 s, where the model takes short
-  // windows (the CPU backend; a GPU's decoder paths read every key). Finals keep 30 s windows.
-  // 0: whole windows. Default: 5000 ms; 0 or 1000..30000.
-  int partial_window_ms = 5000;
+  // silence, rounded up to a multiple of this) instead of 30 s; finals keep 30 s windows.
+  // 0: 30 s windows. -1 (auto): 5000 on the CPU backend, 0 on a GPU (not yet measured to pay
+  // there). Default: -1; -1, 0 or 1000..30000.
+  int partial_window_ms = -1;
   // CPU threads of the voice-activity model, which runs every stream's audio on the engine's
   // front-end thread as one batch per round (~14 µs per stream per 32 ms frame on one core;
   // 1024 streams take ~45% of a core). 0 (auto): 1 on machines of up to 7 hardware threads
@@ -151,5 +151,9 @@ std::string EffectiveModelName(const ServerConfig& config);
 // The VAD's CPU threads: config.vad_threads, or for 0 (auto) the rule documented there for a
 // machine of `hardware_threads`.
 int EffectiveVadThreads(const ServerConfig& config, int hardware_threads);
+
+// Interim windows' step (EngineOptions::partial_window_ms): config.partial_window_ms, or for -1
+// (auto) 5000 where Whisper runs on the CPU and 0 elsewhere.
+int EffectivePartialWindowMs(const ServerConfig& config, bool whisper_on_cpu);
 
 }  // namespace waav::server

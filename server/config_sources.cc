@@ -127,7 +127,7 @@ std::vector<ConfigField> MakeFields() {
       [](auto& c) -> auto& { return c.max_batch; }));
   f.push_back(Field(
       "partial_window_ms",
-      "interim results encode their audio + 2 s, rounded up to this (ms; 0: 30 s windows)",
+      "interim results encode their audio + 2 s, rounded up to this (ms; 0: 30 s; -1: auto)",
       [](auto& c) -> auto& { return c.partial_window_ms; }));
   f.push_back(Field(
       "vad_threads", "CPU threads of the voice-activity model (0: auto)",

@@ -62,7 +62,7 @@ TEST(ServerConfigTest, ValidateNamesTheSettingAndValue) {
       {[](ServerConfig& c) { c.partial_window_ms = 999; },
        "partial_window_ms must be in [1000, 30000]; got 999"},
       {[](ServerConfig& c) { c.partial_window_ms = 30001; }, "partial_window_ms"},
-      {[](ServerConfig& c) { c.partial_window_ms = -1; }, "partial_window_ms"},
+      {[](ServerConfig& c) { c.partial_window_ms = -2; }, "partial_window_ms"},
       {[](ServerConfig& c) { c.vad_threads = -1; }, "vad_threads must be in [0, 16]; got -1"},
       {[](ServerConfig& c) { c.vad_threads = 17; }, "vad_threads"},
       {[](ServerConfig& c) { c.gpu_device = -1; }, "gpu_device must be in [0, 1023]; got -1"},
@@ -256,6 +256,19 @@ TEST(ServerConfigTest, EffectiveVadThreads) {
   EXPECT_EQ(EffectiveVadThreads(config, 128), 4);
   config.vad_threads = 6;
   EXPECT_EQ(EffectiveVadThreads(config, 2), 6);
+}
+
+// Auto interim windows: short on the CPU, 30 s on a GPU; an explicit value wins.
+TEST(ServerConfigTest, EffectivePartialWindowMs) {
+  ServerConfig config;
+  EXPECT_EQ(config.partial_window_ms, -1);
+  EXPECT_EQ(EffectivePartialWindowMs(config, /*whisper_on_cpu=*/true), 5000);
+  EXPECT_EQ(EffectivePartialWindowMs(config, /*whisper_on_cpu=*/false), 0);
+  config.partial_window_ms = 0;
+  EXPECT_EQ(EffectivePartialWindowMs(config, true), 0);
+  config.partial_window_ms = 3000;
+  EXPECT_EQ(EffectivePartialWindowMs(config, false), 3000);
+  EXPECT_TRUE(config.Validate().ok());
 }
 
 TEST(ServerConfigTest, BadValuesFromEachSourceNameTheirSource) {

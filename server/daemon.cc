@@ -174,7 +174,21 @@ class Daemon {
 
   absl::Status LoadModels() {
     const auto start = Clock::now();
-    ASSIGN_OR_RETURN(transcriber_, whisper::Transcriber::Load(config_.model_dir, *backend_));
+    // Short windows for partials: the model must take them (on a GPU its step may then leave the
+    // prepared step and the absorbed cross-attention for batches that hold one).
+    const int partial_window_ms =
+        EffectivePartialWindowMs(config_, backend_->device() == DeviceKind::kCpu);
+    whisper::WhisperModelOptions model_options;
+    model_options.short_windows =
+        partial_window_ms > 0 ? whisper::GraphUse::kAlways : whisper::GraphUse::kNever;
+    ASSIGN_OR_RETURN(transcriber_,
+                     whisper::Transcriber::Load(config_.model_dir, *backend_, model_options));
+    if (partial_window_ms > 0) {
+      spdlog::info("interim windows: the audio and 2 s of silence, rounded up to {} ms",
+                   partial_window_ms);
+    } else {
+      spdlog::info("interim windows: 30 s (partial_window_ms 0)");
+    }
     // One load of the Whisper model (the offline workers' copies take as long again each).
     RETURN_IF_ERROR(
         metrics_->SetModelLoadSeconds(model_.name, model_.backend, SecondsSince(start)));
@@ -194,7 +208,7 @@ class Daemon {
     options.max_streams = config_.max_streams;
     options.ingest_ring_slots = config_.ingest_ring_slots;
     options.max_batch = config_.max_batch;
-    options.partial_window_ms = config_.partial_window_ms;
+    options.partial_window_ms = partial_window_ms;
     options.stage_metrics = stage_metrics_.get();
     options.batch_metrics = batch_metrics_.get();
     ASSIGN_OR_RETURN(auto engine,

@@ -142,12 +142,33 @@ size_t UtteranceDecoder::BeforeRestart(const std::vector<int>& decoded) const {
   return decoded.size();
 }
 
+size_t UtteranceDecoder::FinalTokens(const whisper::GreedyResult& decoded) const {
+  size_t end = SpokenTokens(decoded.tokens);
+  if (agreement_.committed().empty() || decoded.token_logprobs.size() < end) return end;
+  // Trailing words, one at a time: a word's tokens average a log-probability below Whisper's
+  // own log_prob_threshold (-1.0; a decode below it the reference would retry at a higher
+  // temperature).
+  while (end > 0) {
+    size_t begin = end;
+    bool starts = false;
+    while (begin > 0 && !starts) {
+      --begin;
+      starts =
+          decoded.tokens[begin] < vocabulary_.special().eot && StartsWord(decoded.tokens[begin]);
+    }
+    double sum = 0;
+    for (size_t i = begin; i < end; ++i) sum += decoded.token_logprobs[i];
+    if (sum / static_cast<double>(end - begin) >= -1.0) break;
+    end = begin;
+  }
+  return end;
+}
+
 std::vector<int> UtteranceDecoder::FinalTextTokens(const whisper::GreedyResult& decoded) const {
   std::vector<int> tokens = agreement_.committed();
   if (!NoSpeech(decoded)) {
-    tokens.insert(
-        tokens.end(), decoded.tokens.begin(),
-        decoded.tokens.begin() + static_cast<std::ptrdiff_t>(SpokenTokens(decoded.tokens)));
+    tokens.insert(tokens.end(), decoded.tokens.begin(),
+                  decoded.tokens.begin() + static_cast<std::ptrdiff_t>(FinalTokens(decoded)));
   }
   std::erase_if(tokens, [&](int t) { return t >= vocabulary_.special().eot; });
   return tokens;
@@ -170,7 +191,7 @@ RecognitionResult UtteranceDecoder::Finish(const whisper::GreedyResult& decoded,
   // The decoded tokens without trailing punctuation words (SpokenTokens) and, in a partial,
   // without a restart of the utterance's words (BeforeRestart), log-probabilities beside them.
   const auto spoken = static_cast<std::ptrdiff_t>(
-      is_final ? SpokenTokens(decoded.tokens)
+      is_final ? FinalTokens(decoded)
                : std::min(SpokenTokens(decoded.tokens), BeforeRestart(decoded.tokens)));
   const std::vector<int> decoded_tokens(decoded.tokens.begin(), decoded.tokens.begin() + spoken);
   const std::vector<float> decoded_logprobs(

@@ -94,6 +94,12 @@ class UtteranceDecoder {
   // word p >= 2 on to the end, repeats the words from the first on (words compared without case
   // or punctuation); the partial keeps what comes before it. Finals are not cut.
   size_t BeforeRestart(const std::vector<int>& decoded) const;
+  // How many of a final's decoded tokens it takes: SpokenTokens, less, where partials had
+  // committed words, its trailing words whose tokens average a log-probability below -1
+  // (Whisper's log_prob_threshold). A final whose forced prefix already holds the utterance,
+  // above all one whose audio ends on its last word, tends to go on with a word nobody said
+  // (jfk.wav's "... for your country. Aah!").
+  size_t FinalTokens(const whisper::GreedyResult& decoded) const;
 
   const whisper::Vocabulary& vocabulary_;
   StreamOptions options_;

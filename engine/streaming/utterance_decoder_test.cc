@@ -227,6 +227,61 @@ TEST_F(UtteranceDecoderWordsTest, APartialThatStartsOverIsCut) {
   }
 }
 
+// A final that goes on after the committed words with words the model is unsure of (below
+// Whisper's log_prob_threshold, -1 a token on average) at its end leaves those out; sure words,
+// unsure words before sure ones, or an unsure decode with nothing committed are kept.
+TEST_F(UtteranceDecoderWordsTest, AnUnsureTailAfterCommittedWordsIsLeftOut) {
+  auto result = [&](UtteranceDecoder& decoder, const std::string& text, float logprob,
+                    bool is_final) {
+    whisper::GreedyResult decoded;
+    decoded.tokens = vocabulary_->tokenizer().Encode(text);
+    decoded.token_logprobs.assign(decoded.tokens.size(), logprob);
+    decoded.sum_logprob = logprob * static_cast<double>(decoded.tokens.size() + 1);
+    std::vector<int> aligned = decoder.FinalTextTokens(decoded);
+    RecognitionResult r = decoder.Finish(decoded, 0, 32000, is_final, EndReason::kSilence, nullptr);
+    if (is_final) {
+      EXPECT_EQ(vocabulary_->DecodeText(aligned), " " + r.transcript) << "FinalTextTokens";
+    }
+    return r;
+  };
+  for (const float tail_logprob : {-1.9f, -0.2f}) {
+    UtteranceDecoder decoder(*vocabulary_, options_);
+    result(decoder, " Ask what you can do for your country.", -0.1f, false);
+    const RecognitionResult second =
+        result(decoder, " Ask what you can do for your country.", -0.1f, false);
+    const std::string committed = second.stable_transcript;
+    ASSERT_FALSE(committed.empty());
+    const std::string whole = " Ask what you can do for your country. Aah!";
+    ASSERT_EQ(whole.substr(0, committed.size() + 1), " " + committed);
+    const RecognitionResult final_result =
+        result(decoder, whole.substr(committed.size() + 1), tail_logprob, true);
+    if (tail_logprob < -1.0f) {
+      EXPECT_EQ(final_result.transcript, committed);
+    } else {
+      EXPECT_EQ(final_result.transcript, whole.substr(1));
+    }
+  }
+  UtteranceDecoder fresh(*vocabulary_, options_);
+  EXPECT_EQ(result(fresh, " Aah!", -1.9f, true).transcript, "Aah!");
+  {
+    // Sure words, then the unsure one: only it goes.
+    UtteranceDecoder decoder(*vocabulary_, options_);
+    result(decoder, " Ask what", -0.1f, false);
+    const std::string committed = result(decoder, " Ask what", -0.1f, false).stable_transcript;
+    ASSERT_FALSE(committed.empty());
+    whisper::GreedyResult decoded;
+    const std::string whole = " Ask what you can do. Aah!";
+    decoded.tokens = vocabulary_->tokenizer().Encode(whole.substr(committed.size() + 1));
+    const size_t unsure = vocabulary_->tokenizer().Encode(" Aah!").size();
+    decoded.token_logprobs.assign(decoded.tokens.size(), -0.1f);
+    std::fill(decoded.token_logprobs.end() - static_cast<std::ptrdiff_t>(unsure),
+              decoded.token_logprobs.end(), -1.9f);
+    decoded.token_logprobs.front() = -1.9f;  // an unsure word before sure ones stays
+    EXPECT_EQ(decoder.Finish(decoded, 0, 32000, true, EndReason::kSilence, nullptr).transcript,
+              "Ask what you can do.");
+  }
+}
+
 TEST_F(UtteranceDecoderWordsTest, NoWordsWithoutWordTimeOffsets) {
   options_.word_time_offsets = false;
   UtteranceDecoder decoder(*vocabulary_, options_);

@@ -2,7 +2,8 @@
 # waavd on the GPU, in one device call (staged by tests/gpu/stage_waavd_device.sh; part_a of the
 # model copied to /tmp/waav-model/ by the call before):
 #   1. whisper_graph_cuda_test: decoding through the engine's graphs equals eager decoding, on
-#      random weights and on the real tiny.en (jfk.wav and two LJ Speech clips);
+#      random weights and on the real tiny.en (jfk.wav and two LJ Speech clips); then
+#      short_window_cuda_test (windows of the audio's length) where staged;
 #   2. `waavd --backend cuda` and `--backend cpu` in turn: `waav health`, then
 #      `waav stream --fast` of jfk.wav; the two final transcripts must be equal;
 #   3. bench/streaming_latency.sh (jfk.wav, paced real-time streams, ramp WAAV_RAMP) against
@@ -62,6 +63,16 @@ say "graph test rc=$?"
 grep -E '^\[ +(OK|FAILED|SKIPPED|PASSED) |graphs vs eager|eager:|graphs:|defaults took|log-probability difference|word-time difference|Failure' "$r/graph_test.log" \
   | tee -a "$r/summary.txt"
 pack
+
+if [ -x "$d/bin/short_window_cuda_test" ]; then
+  say "== 1s. short windows on the GPU (real tiny.en)"
+  WAAV_MODELS_DIR=$d/models WAAV_SHARED_DATA=$d/data timeout 120 \
+    "$d/bin/short_window_cuda_test" --gtest_filter='*cuda*' > "$r/short_window_test.log" 2>&1
+  say "short window test rc=$?"
+  grep -E '^\[ +(OK|FAILED|SKIPPED|PASSED) |Failure|Which is|token [0-9]' "$r/short_window_test.log" \
+    | head -40 | tee -a "$r/summary.txt"
+  pack
+fi
 
 if [ -n "${WAAV_BACKEND_TEST:-}" ] && [ -x "$d/bin/cuda_backend_test" ]; then
   say "== 1a. cuda_backend_test --gtest_filter=$WAAV_BACKEND_TEST"

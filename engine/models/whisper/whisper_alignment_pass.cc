@@ -293,8 +293,8 @@ absl::Status WhisperModel::ScoresForward(const ScoresBuffers& b, const DecoderSt
     }
     if (i == last_layer && !whole) break;
     RETURN_IF_ERROR(RunAttention(layer.cross_attention, b.x, state.cross_k_[static_cast<size_t>(i)],
-                                 state.cross_v_[static_cast<size_t>(i)], nullptr, nullptr,
-                                 /*causal=*/false, b.scratch, b.ws));
+                                 state.cross_v_[static_cast<size_t>(i)], nullptr,
+                                 state.cross_lengths(), /*causal=*/false, b.scratch, b.ws));
     RETURN_IF_ERROR(RunFeedForward(layer.ffn, b.x, b.ws));
   }
   return absl::OkStatus();

@@ -1,6 +1,7 @@
 // WhisperModel's encoder: its buffers, the mel upload, the encoder pass (convolutions, then
 // the transformer layers, on the backend's fused ops where it offers them) and the
 // cross-attention K/V projection into a decoder state.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <utility>
@@ -325,9 +326,12 @@ absl::Status WhisperModel::RunEncoderAttentionPlanes(const EncoderLayer& layer, 
 
 absl::Status WhisperModel::ProjectCross(const EncoderBuffers& buffers, DecoderState& state) const {
   const Tensor& encoded = buffers.x_;
-  // A state of a model with short windows learns how many positions its rows' windows hold.
+  // A state of a model with short windows learns how many positions its rows' windows hold
+  // (on the device for the cross-attention, on the host for DecoderStatePool's choice of view).
   if (state.cross_lengths_.defined()) {
     RETURN_IF_ERROR(backend_.Copy(buffers.cross_lengths_, state.cross_lengths_));
+    std::fill_n(state.window_positions_->begin() + state.first_row_, state.batch_size(),
+                buffers.positions());
   }
   if (buffers.positions() < dims_.n_audio_ctx) return ProjectShortCross(buffers, state);
   const LargeKernels large_kernels(backend_);
@@ -360,9 +364,8 @@ absl::Status WhisperModel::ProjectCross(const EncoderBuffers& buffers, DecoderSt
 // (a row's first positions are contiguous, the batch's are not).
 absl::Status WhisperModel::ProjectShortCross(const EncoderBuffers& buffers,
                                              DecoderState& state) const {
-  if (state.cross_source_.defined()) {
-    return absl::FailedPreconditionError("short windows with the absorbed cross-attention");
-  }
+  // (The absorbed cross-attention's encoder output is left as it was: rows of short windows
+  // step over the K/V caches.)
   const LargeKernels large_kernels(backend_);
   const int64_t p = buffers.positions(), d = dims_.d_model;
   auto first_positions = [&](const Tensor& cache, int64_t row) -> absl::StatusOr<Tensor> {

@@ -308,18 +308,9 @@ absl::StatusOr<std::unique_ptr<WhisperModel>> WhisperModel::FromModelFile(
   if (options.fused_decoder_step != GraphUse::kNever) {
     RETURN_IF_ERROR(m.PrepareFusedStep(options.fused_decoder_step == GraphUse::kAlways));
   }
-  // Short windows need every cross-attention to take each row's key count (kv_lengths): the
-  // op-by-op path does; the prepared step and the absorbed form read every key.
-  const bool reads_every_key = m.prepared_step_ != nullptr || m.absorbed_cross_;
-  if (options.short_windows == GraphUse::kAlways && reads_every_key) {
-    return absl::FailedPreconditionError(
-        "short windows need the op-by-op cross-attention: turn off the fused decoder step and "
-        "the absorbed cross-attention");
-  }
   m.short_windows_ =
-      !reads_every_key &&
-      (options.short_windows == GraphUse::kAlways ||
-       (options.short_windows == GraphUse::kAuto && backend.device() == DeviceKind::kCpu));
+      options.short_windows == GraphUse::kAlways ||
+      (options.short_windows == GraphUse::kAuto && backend.device() == DeviceKind::kCpu);
   return model;
 }
 
@@ -406,6 +397,9 @@ absl::StatusOr<std::unique_ptr<DecoderState>> WhisperModel::NewDecoderState(int 
         state->cross_lengths_,
         Upload(backend_, {b}, DType::kI32,
                std::vector<int32_t>(static_cast<size_t>(b), dims_.n_audio_ctx).data()));
+    state->window_positions_ =
+        std::make_shared<std::vector<int>>(static_cast<size_t>(b), dims_.n_audio_ctx);
+    state->full_positions_ = dims_.n_audio_ctx;
   }
   ASSIGN_OR_RETURN(state->positions_, backend_.Allocate({b}, DType::kI32));
   ASSIGN_OR_RETURN(state->lengths_, backend_.Allocate({b}, DType::kI32));
@@ -448,6 +442,13 @@ absl::StatusOr<std::unique_ptr<DecoderState>> WhisperModel::NewDecoderState(int 
   return state;
 }
 
+bool DecoderState::holds_short_window() const {
+  if (window_positions_ == nullptr) return false;
+  const auto first = window_positions_->begin() + first_row_;
+  return std::any_of(first, first + batch_size_,
+                     [&](int positions) { return positions < full_positions_; });
+}
+
 absl::StatusOr<std::unique_ptr<DecoderState>> DecoderState::Rows(int begin, int end) const {
   if (begin < 0 || end > batch_size_ || begin >= end) {
     return absl::InvalidArgumentError(
@@ -477,6 +478,9 @@ absl::StatusOr<std::unique_ptr<DecoderState>> DecoderState::Rows(int begin, int 
   if (cross_lengths_.defined()) {
     ASSIGN_OR_RETURN(view->cross_lengths_, rows(cross_lengths_));
   }
+  view->window_positions_ = window_positions_;
+  view->first_row_ = first_row_ + begin;
+  view->full_positions_ = full_positions_;
   ASSIGN_OR_RETURN(view->positions_, rows(positions_));
   ASSIGN_OR_RETURN(view->lengths_, rows(lengths_));
   const StepBuffers& s = step_;
@@ -835,7 +839,9 @@ DecoderStepIo WhisperModel::PreparedStepIo(const DecoderState& state) const {
 
 absl::Status WhisperModel::DecodeStep(DecoderState& state) const {
   const DecoderState::StepBuffers& s = state.step_;
-  if (prepared_step_ != nullptr && state.batch_size() <= prepared_step_->max_batch()) {
+  const bool short_window = state.holds_short_window();
+  if (prepared_step_ != nullptr && state.batch_size() <= prepared_step_->max_batch() &&
+      !short_window) {
     return prepared_step_->Run(PreparedStepIo(state));
   }
   const Workspace ws{s.h, s.q, s.k, s.v, s.attended, s.hidden};
@@ -854,7 +860,7 @@ absl::Status WhisperModel::DecodeStep(DecoderState& state) const {
     RETURN_IF_ERROR(RunAttention(layer.self_attention, s.x, state.self_k_[i], state.self_v_[i],
                                  &state.positions_, &state.lengths_, /*causal=*/true, s.out, ws,
                                  fuse));
-    if (absorbed_cross_) {
+    if (absorbed_cross_ && !short_window) {
       RETURN_IF_ERROR(RunAbsorbedCross(i, s.x, state, ws, fuse));
     } else {
       RETURN_IF_ERROR(RunAttention(layer.cross_attention, s.x, state.cross_k_[i], state.cross_v_[i],
@@ -873,8 +879,8 @@ absl::Status WhisperModel::DecodeStep(DecoderState& state) const {
 }
 
 absl::Status WhisperModel::RunDecodeStep(DecoderState& state) const {
-  return state.step_graph_.Run(backend_, use_graphs_, StepTensors(state),
-                               [&] { return DecodeStep(state); });
+  GraphCache& graph = state.holds_short_window() ? state.short_step_graph_ : state.step_graph_;
+  return graph.Run(backend_, use_graphs_, StepTensors(state), [&] { return DecodeStep(state); });
 }
 
 absl::Status WhisperModel::RunDecodeStepAndChoose(DecoderState& state,
@@ -882,7 +888,9 @@ absl::Status WhisperModel::RunDecodeStepAndChoose(DecoderState& state,
   std::vector<const Tensor*> tensors = StepTensors(state);
   for (const Tensor* t : {&choice.masks, &choice.mask_index, &choice.out}) tensors.push_back(t);
   const DecoderStepChoice made{choice.masks, choice.mask_index, choice.out, dims_.n_text_ctx - 1};
-  return state.choice_graphs_.Run(backend_, use_graphs_, tensors, [&]() -> absl::Status {
+  GraphCache& graphs =
+      state.holds_short_window() ? state.short_choice_graphs_ : state.choice_graphs_;
+  return graphs.Run(backend_, use_graphs_, tensors, [&]() -> absl::Status {
     if (ChoosesInStep(state)) return prepared_step_->RunAndChoose(PreparedStepIo(state), made);
     RETURN_IF_ERROR(DecodeStep(state));
     RETURN_IF_ERROR(
@@ -894,6 +902,7 @@ absl::Status WhisperModel::RunDecodeStepAndChoose(DecoderState& state,
 }
 
 bool WhisperModel::ChoosesInStep(const DecoderState& state) const {
+  if (state.holds_short_window()) return false;  // the prepared step reads every key
   if (!state.chooses_in_step_.has_value()) {
     const int rows_limit =
         step_choice_ == GraphUse::kAuto ? kStepChoiceAutoRows : std::numeric_limits<int>::max();

@@ -131,11 +131,11 @@ struct WhisperModelOptions {
   // Whether encoder buffers may hold fewer positions than the model's windows
   // (NewEncoderBuffers' `positions`): the streaming engine's partials encode a window of about
   // their audio's length. A decoder state then keeps each row's count of encoder positions and
-  // its cross-attention reads only those keys (Attention's kv_lengths). Needs the op-by-op
-  // cross-attention: not the prepared decoder step nor the absorbed cross-attention, which read
-  // every key. kAuto: on the CPU (on a GPU those paths are the default, and the op-by-op path
-  // with short windows is not measured there); kAlways: wherever those paths are off, else Load
-  // fails; kNever: off. Default: kAuto.
+  // its cross-attention reads only those keys (Attention's kv_lengths). The prepared decoder
+  // step and the absorbed cross-attention read every key: a step of a state holding a short
+  // window runs op by op over the K/V caches (DecoderState::holds_short_window(); a graph of
+  // each path per state). kAuto: on the CPU, where every step is op by op anyway (on a GPU the
+  // serving gain is not measured yet); kAlways: everywhere; kNever: off. Default: kAuto.
   GraphUse short_windows = GraphUse::kAuto;
   // Where the backend supports Op::kHalfActivations: the decoder states' cross-attention K/V
   // caches in f16 (the encoder's projection rounds its f32 results to nearest; attention widens
@@ -232,6 +232,11 @@ class DecoderState {
   // view keeps the memory alive. Used to run one row alone (encode into it, prefill its prompt)
   // and to step a prefix of the rows at a smaller batch size.
   absl::StatusOr<std::unique_ptr<DecoderState>> Rows(int begin, int end) const;
+  // Whether a row holds a window shorter than the model's (as the last encoder pass into each
+  // row left it; host-side, known as soon as the pass is issued): then its steps take the
+  // op-by-op cross-attention over each row's own window (cross_lengths) even where the model
+  // would run its prepared step or absorbed cross-attention.
+  bool holds_short_window() const;
 
  private:
   friend class WhisperModel;
@@ -251,6 +256,11 @@ class DecoderState {
   Tensor cross_source_;                    // [B, n_audio_ctx, d_model] or undefined
   Tensor cross_source_scales_;             // [B, d_model] where cross_source_ is i8
   Tensor cross_lengths_;  // i32 [B]: encoder positions of each row's window (short windows)
+  // Host: the encoder positions of each row's window, shared by every view of the state's rows
+  // (this view's rows start at first_row_); null where the model takes no short windows.
+  std::shared_ptr<std::vector<int>> window_positions_;
+  int first_row_ = 0;
+  int full_positions_ = 0;
   Tensor positions_;                       // i32 [B]: where the next tokens are written
   Tensor lengths_;                         // i32 [B]: positions + tokens in this call
   StepBuffers step_;
@@ -258,10 +268,13 @@ class DecoderState {
   // view), and of the cross-attention K/V projection of RunEncoder into it (per encoder buffers).
   GraphCache step_graph_{1};
   GraphCache choice_graphs_{2};  // RunDecodeStepAndChoose's (one per choice output buffer)
+  // The same while the state holds a short window (the op-by-op path).
+  GraphCache short_step_graph_{1};
+  GraphCache short_choice_graphs_{2};
   // WhisperModel::ChoosesInStep's answer for this state, asked once (its tensors, and so the
   // answer, do not change; asking builds the step's whole DecoderStepIo).
   mutable std::optional<bool> chooses_in_step_;
-  GraphCache cross_graphs_{2};
+  GraphCache cross_graphs_{8};  // whole windows and each short window's length
   // WhisperModel::PrefillRows' buffers for prompts padded to `tokens` a row, with the graph
   // captured on them; the kMaxPrefills lengths used last are kept.
   struct Prefill {
