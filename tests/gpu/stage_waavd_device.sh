@@ -6,8 +6,7 @@
 #                           the device counts the working tree in disk blocks, ~13.5 MB of it)
 #     call 1: carry DEST/call1, command: mkdir -p /tmp/waav-model && cp DEST/call1/part_a /tmp/waav-model/
 #   DEST/call2/             part_b (the rest), payload.tar.xz (waavd, waav, waav-load,
-#                           whisper_graph_cuda_test, short_window_cuda_test, whisper_gpu_bench,
-#                           cuda_backend_test, their non-system
+#                           whisper_graph_cuda_test, whisper_gpu_bench, cuda_backend_test, their non-system
 #                           libraries, the model's
 #                           other files, the Silero VAD, jfk.wav and two LJ Speech clips,
 #                           bench/streaming_latency.sh, bench/gpu/batch_profile.py) and waavd_device.sh
@@ -25,19 +24,19 @@ build=$1 dest=$2 models=$3 data=$4
 # both and the model's second part exceed 64 MiB with the repository, so name one or none);
 # WAAV_STAGE_LEAN=1 stages neither (waavd_device.sh runs them only when asked to).
 # WAAV_STAGE_BINARIES: paths of more prebuilt binaries to stage as they are (not built here),
-# e.g. a waavd built with other backend defaults for an A/B ramp (waavd_device.sh WAAV_RAMPS).
+# e.g. a waavd built with other backend defaults for an A/B ramp (waavd_device.sh WAAV_RAMPS),
+# or build/ci/kernels/cuda/short_window_cuda_test (waavd_device.sh runs it where staged; with
+# three calls it travels in call b: call 2 has no room for a second CUDA test binary).
 extra=${WAAV_STAGE_EXTRA-whisper_gpu_bench cuda_backend_test}
 [ "${WAAV_STAGE_LEAN:-}" = 1 ] && extra=""
 # shellcheck disable=SC2086  # a list of target names
-cmake --build "$build" --target waavd waav waav-load whisper_graph_cuda_test short_window_cuda_test \
-  $extra -j2
+cmake --build "$build" --target waavd waav waav-load whisper_graph_cuda_test $extra -j2
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$stage/models/whisper-tiny.en" "$stage/models/silero-vad" \
   "$stage/data/speech/ljspeech" "$stage/bench"
 cp "$build/server/waavd" "$build/tools/waav/waav" "$build/load-tests/waav-load" \
-  "$build/kernels/cuda/whisper_graph_cuda_test" "$build/kernels/cuda/short_window_cuda_test" \
-  "$stage/bin/"
+  "$build/kernels/cuda/whisper_graph_cuda_test" "$stage/bin/"
 for target in $extra; do
   find "$build" -name "$target" -type f -perm -u+x -exec cp {} "$stage/bin/" \; -quit
 done

@@ -31,8 +31,9 @@ class ShortWindowTest : public ::testing::TestWithParam<std::string> {
     const auto model = waav::testing::TinyEnModelDir();
     if (!model) GTEST_SKIP() << "models/whisper-tiny.en absent: run scripts/setup";
     model_dir_ = *model;
-    auto clips = waav::testing::LoadSpeechClips(
-        {"jfk.wav", "ljspeech/LJ001-0001.wav", "ljspeech/LJ001-0002.wav"});
+    auto clips =
+        waav::testing::LoadSpeechClips({"jfk.wav", "ljspeech/LJ001-0001.wav",
+                                        "ljspeech/LJ001-0008.wav"});  // staged for the GPU too
     if (absl::IsNotFound(clips.status())) GTEST_SKIP() << clips.status().message();
     ASSERT_TRUE(clips.ok()) << clips.status();
     clips_ = std::move(*clips);
