@@ -17,7 +17,6 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "absl/strings/str_split.h"
 #include "engine/audio/resampler.h"
 #include "engine/metrics/batch_metrics.h"
 #include "engine/metrics/registry.h"
@@ -27,6 +26,7 @@
 #include "engine/streaming/silero_voice_activity.h"
 #include "gtest/gtest.h"
 #include "tests/support/test_env.h"
+#include "tests/support/text_compare.h"
 
 namespace waav::streaming {
 namespace {
@@ -91,24 +91,6 @@ std::string Normalize(std::string s) {
     if (absl::ascii_isalnum(c) || c == ' ') out += absl::ascii_tolower(c);
   }
   return out;
-}
-
-// Word edits between two normalised texts.
-int WordEdits(const std::string& a, const std::string& b) {
-  const std::vector<std::string> x = absl::StrSplit(a, ' ', absl::SkipEmpty());
-  const std::vector<std::string> y = absl::StrSplit(b, ' ', absl::SkipEmpty());
-  std::vector<int> row(y.size() + 1);
-  for (size_t j = 0; j <= y.size(); ++j) row[j] = static_cast<int>(j);
-  for (size_t i = 1; i <= x.size(); ++i) {
-    int diagonal = row[0];
-    row[0] = static_cast<int>(i);
-    for (size_t j = 1; j <= y.size(); ++j) {
-      const int up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (x[i - 1] == y[j - 1] ? 0 : 1)});
-      diagonal = up;
-    }
-  }
-  return row[y.size()];
 }
 
 TEST_F(StreamingEngineTest, SpeechGivesOrderedEventsStablePrefixesAndAFinal) {
@@ -198,9 +180,10 @@ TEST_F(StreamingEngineTest, PartialsEncodeWindowsOfTheirAudiosLength) {
       EXPECT_GT(partials, 0);
       EXPECT_EQ(short_windows, partials) << "jfk's utterances are shorter than 28 s";
     }
-    EXPECT_LE(WordEdits(Normalize(final_text),
-                        "and so my fellow americans ask not what your country can do for you ask "
-                        "what you can do for your country"),
+    EXPECT_LE(waav::testing::WordEditDistance(
+                  "and so my fellow americans ask not what your country can do for you ask what "
+                  "you can do for your country",
+                  waav::testing::NormalizeText(final_text)),
               2)
         << "partial_window_ms " << window_ms << ": " << final_text;
   }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/text_compare.h"
 #include "waav/v1/recognizer.grpc.pb.h"
 
 namespace waav::testing {
@@ -54,16 +55,7 @@ v1::StreamingRecognitionConfig Linear16Config(int rate_hz, const std::string& re
 // Float samples in [-1, 1] as LINEAR16 little-endian bytes.
 std::string ToLinear16(const std::vector<float>& samples);
 
-// Lower case, letters, digits and single spaces only: how texts are compared.
-std::string NormalizeText(const std::string& text);
-
-// Word-level edit distance between two normalised texts, and the words of `reference`.
-int WordEditDistance(const std::string& reference, const std::string& hypothesis,
-                     int* reference_words = nullptr);
-
-// Words of `reference` missing from `hypothesis` (not matched in order: substituted or deleted),
-// ignoring words the hypothesis adds: reference length minus the longest common subsequence.
-int MissedWords(const std::string& reference, const std::string& hypothesis);
+// NormalizeText, WordEditDistance and MissedWords: tests/support/text_compare.h.
 
 // Every guarantee of proto/README.md a response sequence must satisfy: StreamStarted first and
 // once; the request id in every response; processed_audio_ms never decreasing; per utterance,

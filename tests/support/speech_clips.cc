@@ -1,5 +1,6 @@
 #include "tests/support/speech_clips.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +25,19 @@ absl::StatusOr<std::vector<std::vector<float>>> LoadSpeechClips(
     clips.push_back(std::move(audio->samples));
   }
   return clips;
+}
+
+std::vector<float> MelWindow(const frontend::LogMel& log_mel, absl::Span<const float> samples,
+                             int n_frames) {
+  const frontend::LogMel::Features f = log_mel.Compute(samples);
+  const int frames = std::min(n_frames, f.n_frames - 1);
+  std::vector<float> window(static_cast<size_t>(f.n_mels) * n_frames, 0.0f);
+  for (int m = 0; m < f.n_mels; ++m) {
+    std::copy(f.data.begin() + static_cast<std::ptrdiff_t>(m) * f.n_frames,
+              f.data.begin() + static_cast<std::ptrdiff_t>(m) * f.n_frames + frames,
+              window.begin() + static_cast<std::ptrdiff_t>(m) * n_frames);
+  }
+  return window;
 }
 
 }  // namespace waav::testing

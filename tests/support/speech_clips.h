@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/frontend/log_mel.h"
 
 namespace waav::testing {
 
@@ -15,5 +17,10 @@ namespace waav::testing {
 // InternalError naming a clip that is there but does not load.
 absl::StatusOr<std::vector<std::vector<float>>> LoadSpeechClips(
     const std::vector<std::string>& names);
+
+// One window of `samples` ([n_mels, n_frames]) as the streaming engine builds it: the log-mel
+// frames of the audio (all but the front end's last, at most n_frames), then zeros.
+std::vector<float> MelWindow(const frontend::LogMel& log_mel, absl::Span<const float> samples,
+                             int n_frames);
 
 }  // namespace waav::testing

@@ -44,16 +44,7 @@ class GreedyBatchTest : public ::testing::Test {
 
   // One zero-padded window of `samples` ([n_mels, n_frames]), as the streaming engine builds it.
   std::vector<float> Window(const std::vector<float>& samples) const {
-    const frontend::LogMel::Features f = log_mel_.Compute(samples);
-    const int n_frames = model().dims().n_frames();
-    const int frames = std::min(n_frames, f.n_frames - 1);
-    std::vector<float> window(static_cast<size_t>(f.n_mels) * n_frames, 0.0f);
-    for (int m = 0; m < f.n_mels; ++m) {
-      std::copy(f.data.begin() + static_cast<std::ptrdiff_t>(m) * f.n_frames,
-                f.data.begin() + static_cast<std::ptrdiff_t>(m) * f.n_frames + frames,
-                window.begin() + static_cast<std::ptrdiff_t>(m) * n_frames);
-    }
-    return window;
+    return waav::testing::MelWindow(log_mel_, samples, model().dims().n_frames());
   }
 
   // Prompts of every kind the decoders support, of different lengths.

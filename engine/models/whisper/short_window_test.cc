@@ -58,17 +58,8 @@ class ShortWindowTest : public ::testing::TestWithParam<std::string> {
   // audio's frames, then zeros).
   std::vector<float> Window(const std::vector<float>& clip, double seconds, int positions) const {
     const size_t samples = std::min(clip.size(), static_cast<size_t>(seconds * 16000));
-    const frontend::LogMel::Features f =
-        log_mel_.Compute(absl::MakeConstSpan(clip.data(), samples));
-    const int n_frames = 2 * positions;
-    const int frames = std::min(n_frames, f.n_frames - 1);
-    std::vector<float> window(static_cast<size_t>(f.n_mels) * n_frames, 0.0f);
-    for (int m = 0; m < f.n_mels; ++m) {
-      std::copy(f.data.begin() + static_cast<std::ptrdiff_t>(m) * f.n_frames,
-                f.data.begin() + static_cast<std::ptrdiff_t>(m) * f.n_frames + frames,
-                window.begin() + static_cast<std::ptrdiff_t>(m) * n_frames);
-    }
-    return window;
+    return waav::testing::MelWindow(log_mel_, absl::MakeConstSpan(clip.data(), samples),
+                                    2 * positions);
   }
 
   std::vector<int> TextPrompt() const {
@@ -236,6 +227,42 @@ TEST_P(ShortWindowTest, ABatchWithAShortWindowLeavesThePathsThatReadEveryKey) {
   ASSERT_TRUE(whole.ok()) << whole.status();
   EXPECT_EQ((*whole)[0].tokens, alone[0].tokens);
   EXPECT_EQ((*whole)[2].tokens, alone[2].tokens);
+}
+
+// Through RunEncoder, which replays graphs on a GPU: a state encoded short, then whole, then short
+// again (a replay of the first pass's graphs) knows each time which window it holds, and decodes
+// the short one as a model of that length does.
+TEST_P(ShortWindowTest, ReplayedEncoderPassesKeepTheStatesWindow) {
+  WhisperModelOptions short_model_options;
+  short_model_options.audio_ctx = 250;
+  short_model_options.short_windows = GraphUse::kAlways;
+  auto short_model = WhisperModel::Load(model_dir_, *backend_, short_model_options);
+  ASSERT_TRUE(short_model.ok()) << short_model.status();
+  const std::vector<float> window = Window(clips_[0], 3.0, 250);
+  auto expected_state = (*short_model)->NewDecoderState(1);
+  ASSERT_TRUE(expected_state.ok());
+  ASSERT_TRUE((*short_model)->Encode(window, **expected_state).ok());
+  GreedyOptions options;
+  auto expected =
+      DecodeGreedy(**short_model, vocabulary(), TextPrompt(), options, **expected_state);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+
+  auto short_buffers = model().NewEncoderBuffers(1, 250);
+  auto whole_buffers = model().NewEncoderBuffers(1, 0);
+  ASSERT_TRUE(short_buffers.ok() && whole_buffers.ok());
+  ASSERT_TRUE(model().WriteMel(window, 0, **short_buffers).ok());
+  ASSERT_TRUE(model().WriteMel(Window(clips_[1], 30.0, 1500), 0, **whole_buffers).ok());
+  auto state = model().NewDecoderState(1);
+  ASSERT_TRUE(state.ok());
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_TRUE(model().RunEncoder(**short_buffers, state->get()).ok());
+    EXPECT_TRUE((*state)->holds_short_window()) << "round " << round;
+    auto decoded = DecodeGreedy(model(), vocabulary(), TextPrompt(), options, **state);
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    ExpectSameLogprobs(*decoded, *expected, /*exact=*/false, absl::StrCat("round ", round));
+    ASSERT_TRUE(model().RunEncoder(**whole_buffers, state->get()).ok());
+    EXPECT_FALSE((*state)->holds_short_window()) << "round " << round;
+  }
 }
 
 TEST_P(ShortWindowTest, BadWindowsAreRefused) {

@@ -238,7 +238,15 @@ absl::Status WhisperModel::EncodeOnDevice(EncoderBuffers& buffers, DecoderState*
   }
   RETURN_IF_ERROR(EncoderPass(buffers));
   if (state == nullptr) return absl::OkStatus();
+  NoteWindowPositions(buffers, *state);
   return ProjectCross(buffers, *state);
+}
+
+void WhisperModel::NoteWindowPositions(const EncoderBuffers& buffers, DecoderState& state) const {
+  // Host-side, so never inside a graph: a replay would not run it.
+  if (state.window_positions_ == nullptr) return;
+  std::fill_n(state.window_positions_->begin() + state.first_row_, state.batch_size(),
+              buffers.positions());
 }
 
 absl::Status WhisperModel::RunEncoder(EncoderBuffers& buffers, DecoderState* state) const {
@@ -254,6 +262,7 @@ absl::Status WhisperModel::RunEncoder(EncoderBuffers& buffers, DecoderState* sta
   RETURN_IF_ERROR(
       buffers.graph_.Run(backend_, use_graphs_, pass, [&] { return EncoderPass(buffers); }));
   if (state == nullptr) return absl::OkStatus();
+  NoteWindowPositions(buffers, *state);
   std::vector<const Tensor*> cross = {&b.x_, &b.cross_lengths_, &state->cross_source_,
                                       &state->cross_source_scales_, &state->cross_lengths_};
   for (int i = 0; i < dims_.n_decoder_layers; ++i) {
@@ -326,12 +335,11 @@ absl::Status WhisperModel::RunEncoderAttentionPlanes(const EncoderLayer& layer, 
 
 absl::Status WhisperModel::ProjectCross(const EncoderBuffers& buffers, DecoderState& state) const {
   const Tensor& encoded = buffers.x_;
-  // A state of a model with short windows learns how many positions its rows' windows hold
-  // (on the device for the cross-attention, on the host for DecoderStatePool's choice of view).
+  // A state of a model with short windows learns on the device how many positions its rows'
+  // windows hold, for the cross-attention (and on the host from NoteWindowPositions, for the
+  // choice of path: DecoderState::holds_short_window).
   if (state.cross_lengths_.defined()) {
     RETURN_IF_ERROR(backend_.Copy(buffers.cross_lengths_, state.cross_lengths_));
-    std::fill_n(state.window_positions_->begin() + state.first_row_, state.batch_size(),
-                buffers.positions());
   }
   if (buffers.positions() < dims_.n_audio_ctx) return ProjectShortCross(buffers, state);
   const LargeKernels large_kernels(backend_);

@@ -259,16 +259,7 @@ std::vector<std::vector<float>> Windows(const std::vector<std::vector<float>>& c
   std::vector<std::vector<float>> windows;
   frontend::LogMel log_mel;
   for (const std::vector<float>& samples : clips) {
-    const frontend::LogMel::Features f = log_mel.Compute(samples);
-    const int n_frames = 3000;
-    const int frames = std::min(n_frames, f.n_frames - 1);
-    std::vector<float> window(static_cast<size_t>(f.n_mels) * n_frames, 0.0f);
-    for (int m = 0; m < f.n_mels; ++m) {
-      std::copy(f.data.begin() + static_cast<std::ptrdiff_t>(m) * f.n_frames,
-                f.data.begin() + static_cast<std::ptrdiff_t>(m) * f.n_frames + frames,
-                window.begin() + static_cast<std::ptrdiff_t>(m) * n_frames);
-    }
-    windows.push_back(std::move(window));
+    windows.push_back(waav::testing::MelWindow(log_mel, samples, 3000));
   }
   return windows;
 }

@@ -589,6 +589,8 @@ class WhisperModel {
                                          const EncoderBuffers& buffers) const;
   absl::Status ProjectCross(const EncoderBuffers& buffers, DecoderState& state) const;
   absl::Status ProjectShortCross(const EncoderBuffers& buffers, DecoderState& state) const;
+  // Records on the host which window the state's rows now hold (DecoderState::window_positions_).
+  void NoteWindowPositions(const EncoderBuffers& buffers, DecoderState& state) const;
   // The checks of the alignment passes: `what` names the caller in errors. CheckScoresHeads
   // returns the deepest head's layer.
   absl::StatusOr<int> CheckScoresHeads(const char* what,

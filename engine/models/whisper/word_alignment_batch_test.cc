@@ -17,6 +17,7 @@
 #include "engine/runtime/thread_pool.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "tests/support/speech_clips.h"
 #include "tests/support/test_env.h"
 
 namespace waav::whisper {
@@ -25,15 +26,7 @@ namespace {
 // The window as UtteranceDecoder::Prepare builds it: log-mel zero-padded to n_frames.
 std::vector<float> Window(const frontend::LogMel& log_mel, const std::vector<float>& samples,
                           int n_frames) {
-  const frontend::LogMel::Features f = log_mel.Compute(samples);
-  const int frames = std::min(n_frames, f.n_frames - 1);
-  std::vector<float> mel(static_cast<size_t>(f.n_mels) * n_frames, 0.0f);
-  for (int m = 0; m < f.n_mels; ++m) {
-    std::copy(f.data.begin() + static_cast<std::ptrdiff_t>(m) * f.n_frames,
-              f.data.begin() + static_cast<std::ptrdiff_t>(m) * f.n_frames + frames,
-              mel.begin() + static_cast<std::ptrdiff_t>(m) * n_frames);
-  }
-  return mel;
+  return waav::testing::MelWindow(log_mel, samples, n_frames);
 }
 
 TEST(WordAlignmentBatchTest, BatchEqualsRowByRow) {
