@@ -15,7 +15,7 @@
 //
 //   audio_ctx_study --model models/whisper-tiny.en --data ../shared/data [--step-ms 500]
 //
-// Figures it printed are in docs/benchmarks.md ("Encoder windows of the audio's length").
+// Figures it printed are in docs/benchmarks.md ("Short windows for partials (session 32)").
 #include <algorithm>
 #include <cctype>
 #include <chrono>
