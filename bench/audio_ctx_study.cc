@@ -62,11 +62,11 @@ std::vector<std::string> Words(const std::string& text) {
   return words;
 }
 
-// Word edits from the reference's prefixes to `b`, the fewest over every prefix length (the
-// words of a partial against what had been said by then, without knowing where that was).
-int EditsFromBestPrefix(const std::vector<std::string>& reference,
-                        const std::vector<std::string>& b) {
-  // Column-wise edit distance: cell i holds the distance from reference[:i] to b[:j].
+// The last column of the word-level edit distance table: entry i is the edits from
+// reference[:i] to `b`. Its last entry is the edit distance; its smallest, the edits from the
+// reference's best-matching prefix (a partial's words against what had been said by then).
+std::vector<int> EditColumn(const std::vector<std::string>& reference,
+                            const std::vector<std::string>& b) {
   std::vector<int> column(reference.size() + 1);
   for (size_t i = 0; i <= reference.size(); ++i) column[i] = static_cast<int>(i);
   for (size_t j = 1; j <= b.size(); ++j) {
@@ -79,22 +79,17 @@ int EditsFromBestPrefix(const std::vector<std::string>& reference,
       diagonal = left;
     }
   }
-  return *std::min_element(column.begin(), column.end());
+  return column;
 }
 
 int EditDistance(const std::vector<std::string>& a, const std::vector<std::string>& b) {
-  std::vector<int> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = static_cast<int>(j);
-  for (size_t i = 1; i <= a.size(); ++i) {
-    int diagonal = row[0];
-    row[0] = static_cast<int>(i);
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const int up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
+  return EditColumn(a, b).back();
+}
+
+int EditsFromBestPrefix(const std::vector<std::string>& reference,
+                        const std::vector<std::string>& b) {
+  const std::vector<int> column = EditColumn(reference, b);
+  return *std::min_element(column.begin(), column.end());
 }
 
 // A rule mapping the frames with audio to the window's encoder positions (0: the full window).

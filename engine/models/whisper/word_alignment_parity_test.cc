@@ -23,6 +23,7 @@
 #include "engine/text/json_file.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "tests/support/speech_clips.h"
 #include "tests/support/test_env.h"
 
 namespace waav::whisper {
@@ -113,15 +114,8 @@ TEST(WordAlignmentParityTest, MatchesFasterWhisperWordTimestamps) {
     const std::vector<float>& samples = audio->samples;
 
     // The window as UtteranceDecoder::Prepare builds it: log-mel zero-padded to 3000 frames.
-    const frontend::LogMel::Features f = log_mel.Compute(samples);
-    const int n_frames = model.dims().n_frames();
-    const int frames = std::min(n_frames, f.n_frames - 1);
-    std::vector<float> mel(static_cast<size_t>(f.n_mels) * n_frames, 0.0f);
-    for (int m = 0; m < f.n_mels; ++m) {
-      std::copy(f.data.begin() + static_cast<std::ptrdiff_t>(m) * f.n_frames,
-                f.data.begin() + static_cast<std::ptrdiff_t>(m) * f.n_frames + frames,
-                mel.begin() + static_cast<std::ptrdiff_t>(m) * n_frames);
-    }
+    const std::vector<float> mel =
+        waav::testing::MelWindow(log_mel, samples, model.dims().n_frames());
     ASSERT_TRUE(model.Encode(mel, **state).ok());
     std::vector<int> prompt = vocabulary.SotSequence();
     prompt.push_back(vocabulary.special().no_timestamps);
