@@ -13,7 +13,14 @@
 // dropped): word edits against the full window's text on the same prefix, and on whole clips
 // the word error rate against the reference transcripts. It also times each encoder pass.
 //
+// It also counts each decode's steps and what stopping at a restart of the words would save
+// (streaming::RestartWatch, as the engine stops a partial's row): greedy decoding is the same
+// whatever comes after a token, so a decode stopped before token i is the first i tokens of the
+// whole decode; the table gives the steps with the stop at runs of 2, 3 and 4 words and how many
+// partials' texts it changes (the text a first partial shows, with the engine's cuts).
+//
 //   audio_ctx_study --model models/whisper-tiny.en --data ../shared/data [--step-ms 500]
+//                   [--rules 0,5]
 //
 // Figures it printed are in docs/benchmarks.md ("Short windows for partials (session 32)").
 #include <algorithm>
@@ -35,6 +42,7 @@
 #include "engine/models/whisper/transcriber.h"
 #include "engine/models/whisper/whisper_model.h"
 #include "engine/runtime/backend_registry.h"
+#include "engine/streaming/spoken_words.h"
 #include "engine/streaming/utterance_decoder.h"
 
 namespace {
@@ -107,6 +115,10 @@ int PositionsFor(const Rule& rule, int content_frames, int full_positions) {
   return std::min(rounded, full_positions);
 }
 
+// Restart stops tried: runs of this many words.
+constexpr int kStopRuns[] = {2, 3, 4};
+constexpr size_t kNumStopRuns = std::size(kStopRuns);
+
 struct Tally {
   int prefixes = 0, edits = 0, full_words = 0, longer_by_3 = 0, differing = 0;
   int clip_edits = 0, reference_words = 0;
@@ -114,7 +126,22 @@ struct Tally {
   double encoder_ms = 0;
   int encodes = 0;
   long positions = 0;
+  long steps = 0;
+  int max_steps = 0, long_decodes = 0;  // long: over 20 steps
+  long stop_steps[kNumStopRuns] = {};
+  int stop_max_steps[kNumStopRuns] = {};
+  int stopped[kNumStopRuns] = {}, stop_changed[kNumStopRuns] = {};
 };
+
+// The first partial's text of `decoded` (the engine's cuts: trailing punctuation words, a
+// restart of the words).
+std::string PartialText(const waav::whisper::Vocabulary& vocabulary,
+                        const waav::whisper::GreedyResult& decoded, size_t samples) {
+  waav::streaming::UtteranceDecoder utterance(vocabulary, waav::streaming::StreamOptions{});
+  return utterance
+      .Finish(decoded, 0, samples, /*is_final=*/false, waav::streaming::EndReason::kSilence, nullptr)
+      .transcript;
+}
 
 }  // namespace
 
@@ -124,10 +151,15 @@ int main(int argc, char** argv) {
   std::string data_dir = "../shared/data";
   int step_ms = 500;
   int max_clips = 0;
+  std::vector<int> rule_indices;
   app.add_option("--model", model_dir, "CTranslate2 Whisper folder");
   app.add_option("--data", data_dir, "shared data folder (speech/jfk.wav, speech/ljspeech)");
   app.add_option("--step-ms", step_ms, "prefix step")->check(CLI::Range(100, 10000));
   app.add_option("--max-clips", max_clips, "LJ Speech clips to take (0: all)");
+  app.add_option("--rules", rule_indices,
+                 "rules to run, by index (0: full 30 s, always run; 1-5: the short ones)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 5));
   CLI11_PARSE(app, argc, argv);
 
   auto backend = waav::CreateBackend("cpu", {});
@@ -167,9 +199,15 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  const std::vector<Rule> rules = {
+  const std::vector<Rule> all_rules = {
       {"full 30 s", 0, 0},          {"1 s buckets", 50, 0},         {"1 s buckets +0.5 s", 50, 25},
       {"1 s buckets +1 s", 50, 50}, {"2 s buckets +2 s", 100, 100}, {"5 s buckets +2 s", 250, 100}};
+  std::vector<Rule> rules = {all_rules[0]};
+  for (size_t r = 1; r < all_rules.size(); ++r) {
+    if (rule_indices.empty() || std::count(rule_indices.begin(), rule_indices.end(), r) > 0) {
+      rules.push_back(all_rules[r]);
+    }
+  }
   std::map<int, std::unique_ptr<WhisperModel>> models;  // by encoder positions
   auto model_for = [&](int positions) -> const WhisperModel* {
     auto& slot = models[positions];
@@ -231,15 +269,35 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "%s\n", decoded.status().ToString().c_str());
           return 1;
         }
-        // The text a stream's first partial of this audio would show (the engine's cuts: trailing
-        // punctuation words, a restart of the words).
-        waav::streaming::UtteranceDecoder utterance(vocabulary, waav::streaming::StreamOptions{});
-        const std::string text = utterance
-                                     .Finish(*decoded, 0, end, /*is_final=*/false,
-                                             waav::streaming::EndReason::kSilence, nullptr)
-                                     .transcript;
+        // The text a stream's first partial of this audio would show.
+        const std::string text = PartialText(vocabulary, *decoded, end);
         const std::vector<std::string> words = Words(text);
         Tally& t = tallies[r];
+        t.steps += decoded->steps;
+        t.max_steps = std::max(t.max_steps, decoded->steps);
+        t.long_decodes += decoded->steps > 20 ? 1 : 0;
+        for (size_t k = 0; k < kNumStopRuns; ++k) {
+          waav::streaming::RestartWatch watch(vocabulary, {}, kStopRuns[k]);
+          size_t kept = 0;
+          while (kept < decoded->tokens.size() && !watch.StopsBefore(decoded->tokens[kept])) ++kept;
+          // Stopped before token `kept`: its step was the last.
+          const int steps = kept < decoded->tokens.size() ? static_cast<int>(kept) + 1 : decoded->steps;
+          t.stop_steps[k] += steps;
+          t.stop_max_steps[k] = std::max(t.stop_max_steps[k], steps);
+          if (kept == decoded->tokens.size()) continue;
+          ++t.stopped[k];
+          waav::whisper::GreedyResult stopped = *decoded;
+          stopped.tokens.resize(kept);
+          stopped.token_logprobs.resize(kept);
+          if (PartialText(vocabulary, stopped, end) != text) {
+            ++t.stop_changed[k];
+            std::printf("  %s @%.1f s [%s]: stopped at a restart of %d words changes\n    %s\n"
+                        "    to %s\n",
+                        clip.name.c_str(), static_cast<double>(end) / 16000,
+                        rules[r].name.c_str(), kStopRuns[k], text.c_str(),
+                        PartialText(vocabulary, stopped, end).c_str());
+          }
+        }
         t.encoder_ms += ms;
         ++t.encodes;
         t.positions += positions;
@@ -280,6 +338,20 @@ int main(int argc, char** argv) {
                 t.longer_by_3, t.prefix_reference_edits, t.prefix_words,
                 t.reference_words > 0 ? 100.0 * t.clip_edits / t.reference_words : 0.0,
                 static_cast<double>(t.positions) / t.encodes, t.encoder_ms / t.encodes);
+  }
+  std::printf("\n%-20s %9s %11s %10s %10s", "rule", "decodes", "steps", "max steps",
+              ">20 steps");
+  for (const int run : kStopRuns) std::printf("  stop at %d: steps / max / stopped / changed", run);
+  std::printf("\n");
+  for (size_t r = 0; r < rules.size(); ++r) {
+    const Tally& t = tallies[r];
+    std::printf("%-20s %9d %11ld %10d %10d", rules[r].name.c_str(), t.encodes, t.steps,
+                t.max_steps, t.long_decodes);
+    for (size_t k = 0; k < kNumStopRuns; ++k) {
+      std::printf("  %32ld / %d / %d / %d", t.stop_steps[k], t.stop_max_steps[k], t.stopped[k],
+                  t.stop_changed[k]);
+    }
+    std::printf("\n");
   }
   return 0;
 }

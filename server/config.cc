@@ -112,6 +112,9 @@ absl::Status ServerConfig::Validate() const {
   if (partial_window_ms != 0 && partial_window_ms != -1) {
     RETURN_IF_ERROR(IntInRange("partial_window_ms", partial_window_ms, 1000, 30000));
   }
+  if (restart_stop_words != 0) {
+    RETURN_IF_ERROR(IntInRange("restart_stop_words", restart_stop_words, 2, 16));
+  }
   RETURN_IF_ERROR(IntInRange("vad_threads", vad_threads, 0, 16));
   RETURN_IF_ERROR(DoubleInRange("shutdown_grace_s", shutdown_grace_s, 0, 3600));
   RETURN_IF_ERROR(IntInRange("endpointing.silence_ms", endpointing.silence_ms, 100, 10000));

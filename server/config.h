@@ -102,6 +102,12 @@ struct ServerConfig {
   // 0: 30 s windows. -1 (auto): 5000 on the CPU backend, 0 on a GPU (not yet measured to pay
   // there). Default: -1; -1, 0 or 1000..30000.
   int partial_window_ms = -1;
+  // An interim result's decoding stops once its words start over from the utterance's first
+  // word with a run of this many words (Whisper does it on short windows above all; the result
+  // would cut the restart anyway, and a batch's steps last as long as its longest row).
+  // 0: never. Default: 4 (speakers do repeat an utterance's first three words: "the invention
+  // of ... as the invention of the art"); 0 or 2..16.
+  int restart_stop_words = 4;
   // CPU threads of the voice-activity model, which runs every stream's audio on the engine's
   // front-end thread as one batch per round (~14 µs per stream per 32 ms frame on one core;
   // 1024 streams take ~45% of a core). 0 (auto): 1 on machines of up to 7 hardware threads

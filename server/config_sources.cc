@@ -130,6 +130,10 @@ std::vector<ConfigField> MakeFields() {
       "interim results encode their audio + 2 s, rounded up to this (ms; 0: 30 s; -1: auto)",
       [](auto& c) -> auto& { return c.partial_window_ms; }));
   f.push_back(Field(
+      "restart_stop_words",
+      "an interim result's decoding stops at a restart of its words this long (0: never)",
+      [](auto& c) -> auto& { return c.restart_stop_words; }));
+  f.push_back(Field(
       "vad_threads", "CPU threads of the voice-activity model (0: auto)",
       [](auto& c) -> auto& { return c.vad_threads; }));
   f.push_back(Field(

@@ -209,6 +209,7 @@ class Daemon {
     options.ingest_ring_slots = config_.ingest_ring_slots;
     options.max_batch = config_.max_batch;
     options.partial_window_ms = partial_window_ms;
+    options.restart_stop_words = config_.restart_stop_words;
     options.stage_metrics = stage_metrics_.get();
     options.batch_metrics = batch_metrics_.get();
     ASSIGN_OR_RETURN(auto engine,

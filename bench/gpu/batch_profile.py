@@ -17,7 +17,8 @@ LINE = re.compile(
     r"(?:; encoder passes (\d+): staging ([\d.]+) ms \(first ([\d.]+)\), uploads issued "
     r"([\d.]+) ms, replays issued ([\d.]+) ms, waiting ([\d.]+) ms)?"
     r"(?:; alignment: pass issued ([\d.]+) ms, waiting ([\d.]+) ms, host ([\d.]+) ms)?"
-    r"(?:; sender thread ([\d.]+) ms)?")
+    r"(?:; sender thread ([\d.]+) ms)?"
+    r"(?:; rows stopped at a restart (\d+), cut as repeats (\d+))?")
 STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)\]")
 RANGES = [(1, 4), (5, 12), (13, 24), (25, 40), (41, 64), (65, 96), (97, 128)]
 
@@ -85,6 +86,9 @@ def main(paths):
     if len(rows[0]) > 24 and rows[0][24] == rows[0][24] and timed:
         print(f"sending: the scheduler's thread {total(11):.0f} ms (posting results, sending the "
               f"aligned finals, waiting for the sender), the sender's thread {total(24):.0f} ms")
+    if len(rows[0]) > 26 and rows[0][25] == rows[0][25]:
+        print(f"rows stopped: {total(25):.0f} at a restart of their words, {total(26):.0f} cut as "
+              f"repeats, of {int(total(0))}")
 
 
 if __name__ == "__main__":

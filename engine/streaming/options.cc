@@ -43,6 +43,10 @@ absl::Status EngineOptions::Validate() const {
         absl::StrCat("partial_window_ms must be 0 (whole windows) or in [1000, 30000]; got ",
                      partial_window_ms));
   }
+  if (restart_stop_words != 0 && (restart_stop_words < 2 || restart_stop_words > 16)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "restart_stop_words must be 0 (never) or in [2, 16]; got ", restart_stop_words));
+  }
   if (encoder_batch < 0 || encoder_batch > 256) {
     return absl::InvalidArgumentError(
         absl::StrCat("encoder_batch must be in [0, 256]; got ", encoder_batch));

@@ -21,6 +21,7 @@
 #include "engine/streaming/endpointer.h"
 #include "engine/streaming/ingest_ring.h"
 #include "engine/streaming/result_sender.h"
+#include "engine/streaming/spoken_words.h"
 #include "engine/streaming/stream_state.h"
 #include "engine/streaming/utterance_decoder.h"
 #include "spdlog/spdlog.h"
@@ -425,6 +426,7 @@ class StreamingEngine::Impl {
     absl::Status prepared = absl::OkStatus();  // Prepare's (an error fails the row's stream)
     double encoder_ms = 0;
     int encoder_positions = 0;  // of the window it was encoded in
+    std::optional<RestartWatch> restart_watch = {};  // partials (EngineOptions::restart_stop_words)
   };
 
   void SchedulerLoop() {
@@ -687,6 +689,13 @@ class StreamingEngine::Impl {
             log_mel, model.dims().n_frames(), row.job.audio, row.job.start_ms);
         if (input.ok()) {
           row.input = std::move(*input);
+          if (row.job.kind == Job::kPartial && options_.restart_stop_words > 0) {
+            const std::vector<int>& prompt = row.input.prompt;
+            row.restart_watch.emplace(
+                vocabulary,
+                absl::MakeConstSpan(prompt).last(std::min(row.input.committed_tokens, prompt.size())),
+                options_.restart_stop_words);
+          }
         } else {
           row.prepared = input.status();
         }
@@ -716,6 +725,10 @@ class StreamingEngine::Impl {
     const double encode_ms = MsSince(encode_start);
     std::vector<std::vector<int>> prompts;
     for (Row& row : rows) prompts.push_back(std::move(row.input.prompt));
+    greedy.stop_before = [&rows](int b, int token) {
+      std::optional<RestartWatch>& watch = rows[static_cast<size_t>(b)].restart_watch;
+      return watch.has_value() && watch->StopsBefore(token);
+    };
     const int batch = static_cast<int>(rows.size());
     metrics::StageMetrics* m = options_.stage_metrics;
     std::vector<bool> delivered(rows.size(), false);
@@ -848,13 +861,16 @@ class StreamingEngine::Impl {
         "{:.2f} ms, prompts of up to {} tokens issued in {:.2f} ms; encoder passes {}: "
         "staging {:.2f} ms (first {:.2f}), uploads issued {:.2f} ms, replays issued {:.2f} ms, "
         "waiting {:.2f} ms; alignment: pass issued {:.2f} ms, waiting {:.2f} ms, host {:.2f} ms; "
-        "sender thread {:.2f} ms",
+        "sender thread {:.2f} ms; rows stopped at a restart {}, cut as repeats {}",
         batch, encode_ms, timings.prefill_ms, timings.steps, timings.step_ms, timings.row_steps,
         timings.device_steps, timings.pipelined_steps, timings.unread_steps, timings.sample_ms,
         decoder_ms, deferred.size(), align_ms, send_ms, prepare_ms, timings.prefill_tokens,
         timings.prefill_pass_ms, encode.passes, encode.staging_ms, encode.first_staging_ms,
         encode.upload_ms, encode.replay_ms, encode.wait_ms, align_timings.pass.issue_ms,
-        align_timings.pass.wait_ms, align_timings.host_ms, sender_ms);
+        align_timings.pass.wait_ms, align_timings.host_ms, sender_ms,
+        std::count_if(decoded->begin(), decoded->end(), [](const auto& r) { return r.stopped; }),
+        std::count_if(decoded->begin(), decoded->end(),
+                      [](const auto& r) { return r.cut_repetition; }));
     int batch_steps = 1;
     for (const whisper::GreedyResult& r : *decoded) batch_steps = std::max(batch_steps, r.steps);
     // One observation per batch: every row of it shared each step.

@@ -53,6 +53,13 @@ struct EngineOptions {
   // of silence Whisper often repeats itself; docs/benchmarks.md). 0: whole windows. Default:
   // 5000; 0 or 1000..30000.
   int partial_window_ms = 5000;
+  // A partial's decoding stops once its words start over from the utterance's first word with
+  // a run of this many words (streaming::RestartWatch): the partial would cut that restart
+  // anyway (Whisper does it on short windows, above all), and a batch's steps last as long as
+  // its longest row. 0: never (rows run to <|endoftext|>, the repeat cut or the length limit).
+  // Default: 4 (speakers do repeat an utterance's first three words: "The invention of ... may
+  // be considered as the invention of the art of printing"); 0 or 2..16.
+  int restart_stop_words = 4;
   // Threads (the scheduler's included) that prepare a batch's windows (log-mel of each stream's
   // utterance, ~0.9 ms per 30 s of audio on one core) before the encoder runs: with dozens of
   // windows per batch on a GPU, one thread would spend longer on them than the encoder. 0

@@ -706,6 +706,13 @@ TEST_F(StreamingEngineTest, BadOptionsAreRefused) {
     ASSERT_FALSE(engine.ok());
     EXPECT_NE(engine.status().message().find("partial_window_ms"), absl::string_view::npos);
   }
+  for (int run_words : {-1, 1, 17}) {
+    EngineOptions bad_stop;
+    bad_stop.restart_stop_words = run_words;
+    auto engine = StreamingEngine::Create(bad_stop, *transcriber_, vad_);
+    ASSERT_FALSE(engine.ok());
+    EXPECT_NE(engine.status().message().find("restart_stop_words"), absl::string_view::npos);
+  }
   for (int encoder_batch : {-1, 257}) {
     EngineOptions bad_encoder;
     bad_encoder.encoder_batch = encoder_batch;

@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "engine/runtime/status.h"
+#include "engine/streaming/spoken_words.h"
 
 namespace waav::streaming {
 namespace {
@@ -26,10 +27,7 @@ UtteranceDecoder::UtteranceDecoder(const whisper::Vocabulary& vocabulary,
 }
 
 bool UtteranceDecoder::StartsWord(int token) const {
-  if (token >= vocabulary_.special().eot) return true;
-  const std::string piece = vocabulary_.tokenizer().Decode(std::vector<int>{token});
-  // Punctuation stays with the word before it ("Americans," is one word).
-  return !piece.empty() && piece[0] == ' ';
+  return streaming::StartsWord(vocabulary_, token);
 }
 
 std::string UtteranceDecoder::TextOf(const std::vector<int>& tokens) const {
@@ -63,6 +61,7 @@ absl::StatusOr<UtteranceInput> UtteranceDecoder::Prepare(const frontend::LogMel&
   prompt.push_back(special.no_timestamps);
   const std::vector<int>& committed = agreement_.committed();
   prompt.insert(prompt.end(), committed.begin(), committed.end());
+  input.committed_tokens = committed.size();
   return input;
 }
 
@@ -117,16 +116,8 @@ size_t UtteranceDecoder::BeforeRestart(const std::vector<int>& decoded) const {
     while (end < tokens.size() &&
            !(tokens[end] < vocabulary_.special().eot && StartsWord(tokens[end])))
       ++end;
-    std::vector<int> text;
-    for (size_t i = begin; i < end; ++i) {
-      if (tokens[i] < vocabulary_.special().eot) text.push_back(tokens[i]);
-    }
-    std::string word;
-    for (const char c : vocabulary_.DecodeText(text)) {
-      if (absl::ascii_isalnum(static_cast<unsigned char>(c))) {
-        word.push_back(absl::ascii_tolower(static_cast<unsigned char>(c)));
-      }
-    }
+    std::string word =
+        ComparedWord(vocabulary_, absl::MakeConstSpan(tokens).subspan(begin, end - begin));
     if (!word.empty()) {
       words.push_back(std::move(word));
       word_starts.push_back(begin);

@@ -27,6 +27,7 @@ struct UtteranceInput {
   // (WhisperModel::StageMel), not here: a 30 s window is 960 KB a row.
   std::vector<float> mel;
   std::vector<int> prompt;  // the decoder prompt (see UtteranceDecoder::Prepare)
+  size_t committed_tokens = 0;  // the prompt's last tokens that are the committed prefix
 };
 
 // A stream's decoding policy. The model work is the caller's, so that the scheduler can batch

@@ -518,6 +518,86 @@ TEST_F(GreedyBatchTest, RepetitionLoopsAreCut) {
   EXPECT_EQ(plain.tokens, DecodeAlone(Window(clips_[0]), Prompts()[1]).tokens);
 }
 
+// GreedyOptions::stop_before: a row the policy stops ends before the token it was asked about,
+// with the tokens and log-probabilities of the decode without the stop up to there; the other
+// rows decode as without it; each row is asked about its own tokens, in order. One step at a
+// time, pipelined (each step submitted before the last one's choices are read) and alone.
+TEST_F(GreedyBatchTest, RowsStopWhereThePolicySays) {
+  std::vector<std::vector<float>> windows;
+  for (const auto& clip : clips_) windows.push_back(Window(clip));
+  std::vector<int> text_only = vocabulary().SotSequence();
+  text_only.push_back(vocabulary().special().no_timestamps);
+  const std::vector<std::vector<int>> prompts(windows.size(), text_only);
+  auto pool = DecoderStatePool::Create(model(), 8);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  std::vector<int> order(windows.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::mt19937 rng(std::random_device{}());
+  std::shuffle(order.begin(), order.end(), rng);
+  for (const GraphUse pipeline : {GraphUse::kNever, GraphUse::kAlways}) {
+    GreedyOptions options;
+    options.reduce_on_device = GraphUse::kAlways;
+    options.pipeline = pipeline;
+    const std::vector<GreedyResult> whole = DecodeBatched(**pool, windows, prompts, order, options);
+    ASSERT_EQ(whole.size(), windows.size());
+    // Rows 1 and 3 stop before a token drawn from their whole decodes (never the first, so
+    // that something is kept); the rest never stop.
+    std::vector<size_t> stop_at(whole.size(), std::string::npos);
+    for (const size_t b : {size_t{1}, size_t{3}}) {
+      ASSERT_GE(whole[b].tokens.size(), 3u) << "row " << b;
+      stop_at[b] = std::uniform_int_distribution<size_t>(1, whole[b].tokens.size() - 1)(rng);
+    }
+    std::vector<std::vector<int>> asked(whole.size());
+    options.stop_before = [&](int row, int token) {
+      std::vector<int>& seen = asked[static_cast<size_t>(row)];
+      seen.push_back(token);
+      return seen.size() - 1 == stop_at[static_cast<size_t>(row)];
+    };
+    GreedyBatchTimings timings;
+    const std::vector<GreedyResult> got =
+        DecodeBatched(**pool, windows, prompts, order, options, &timings);
+    ASSERT_EQ(got.size(), whole.size());
+    const std::string what = pipeline == GraphUse::kAlways ? "pipelined" : "one step at a time";
+    for (size_t b = 0; b < got.size(); ++b) {
+      const std::string row = what + ", row " + std::to_string(b);
+      if (stop_at[b] == std::string::npos) {
+        ExpectSame(got[b], whole[b], row);
+        EXPECT_FALSE(got[b].stopped) << row;
+        EXPECT_EQ(asked[b], whole[b].tokens) << row;
+        continue;
+      }
+      const auto kept = static_cast<std::ptrdiff_t>(stop_at[b]);
+      EXPECT_TRUE(got[b].stopped) << row;
+      EXPECT_EQ(got[b].tokens, std::vector<int>(whole[b].tokens.begin(),
+                                                whole[b].tokens.begin() + kept))
+          << row;
+      EXPECT_EQ(got[b].token_logprobs,
+                std::vector<float>(whole[b].token_logprobs.begin(),
+                                   whole[b].token_logprobs.begin() + kept))
+          << row;
+      EXPECT_EQ(got[b].steps, kept + 1) << row;
+      EXPECT_EQ(asked[b], std::vector<int>(whole[b].tokens.begin(),
+                                           whole[b].tokens.begin() + kept + 1))
+          << row;
+    }
+    std::cout << what << ": rows 1 and 3 stopped before tokens " << stop_at[1] << " and "
+              << stop_at[3] << "\n";
+  }
+  // Alone (DecodeGreedy): the row is row 0.
+  GreedyOptions options;
+  const GreedyResult whole = DecodeAlone(windows[0], text_only, options);
+  ASSERT_GE(whole.tokens.size(), 3u);
+  int calls = 0;
+  options.stop_before = [&](int row, int) {
+    EXPECT_EQ(row, 0);
+    return ++calls == 3;
+  };
+  const GreedyResult stopped = DecodeAlone(windows[0], text_only, options);
+  EXPECT_TRUE(stopped.stopped);
+  EXPECT_EQ(stopped.tokens, std::vector<int>(whole.tokens.begin(), whole.tokens.begin() + 2));
+  EXPECT_EQ(stopped.steps, 3);
+}
+
 TEST_F(GreedyBatchTest, BadBatchesAreRefused) {
   auto pool = DecoderStatePool::Create(model(), 2);
   ASSERT_TRUE(pool.ok());

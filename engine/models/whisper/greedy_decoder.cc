@@ -231,8 +231,9 @@ absl::Status Prefill(const WhisperModel& model, const SpecialTokens& special,
 class RowSampler {
  public:
   RowSampler(const Vocabulary& vocabulary, const GreedyOptions& options,
-             const std::vector<int>& prompt, const PromptPlan& plan)
-      : vocabulary_(vocabulary),
+             const std::vector<int>& prompt, const PromptPlan& plan, int row)
+      : row_(row),
+        vocabulary_(vocabulary),
         special_(vocabulary.special()),
         options_(options),
         plan_(plan),
@@ -292,6 +293,11 @@ class RowSampler {
       done_ = true;
       return;
     }
+    if (options_.stop_before && options_.stop_before(row_, token)) {
+      result_.stopped = true;
+      done_ = true;
+      return;
+    }
     result_.token_logprobs.push_back(static_cast<float>(logprob));
     sampled_.push_back(token);
     input_ = token;
@@ -336,6 +342,7 @@ class RowSampler {
   }
 
  private:
+  const int row_;
   const Vocabulary& vocabulary_;
   const SpecialTokens& special_;
   const GreedyOptions& options_;
@@ -595,7 +602,7 @@ absl::StatusOr<GreedyResult> DecodeGreedy(const WhisperModel& model, const Vocab
                                           const GreedyOptions& options, DecoderState& state) {
   ASSIGN_OR_RETURN(const PromptPlan plan,
                    PlanPrompt(vocabulary.special(), prompt, options, model.dims().n_text_ctx));
-  RowSampler row(vocabulary, options, prompt, plan);
+  RowSampler row(vocabulary, options, prompt, plan, /*row=*/0);
   RETURN_IF_ERROR(Prefill(model, vocabulary.special(), prompt, plan, state, &row.result()));
   const size_t n_vocab = static_cast<size_t>(model.dims().n_vocab);
   while (!row.done()) {
@@ -676,7 +683,7 @@ absl::StatusOr<std::vector<GreedyResult>> DecodeGreedyBatch(
                           absl::StrCat("batch row ", b, ": ", plan.status().message()));
     }
     plans.push_back(*plan);
-    rows.emplace_back(vocabulary, options, prompt, *plan);
+    rows.emplace_back(vocabulary, options, prompt, *plan, b);
     if (!batch_prefill) {
       RETURN_IF_ERROR(Prefill(model, special, prompt, *plan, pool.Row(b), &rows.back().result()));
     }

@@ -35,6 +35,13 @@ struct GreedyOptions {
   // fall back to sampling, which a streaming decoder has no time for. 0 (the reference's
   // behaviour, for offline parity): never.
   int max_repeats = 0;
+  // When set: called with each row's sampled token before the row keeps it (<|endoftext|>
+  // aside), on the thread that sampled that row (DecodeGreedyBatch may sample rows on several
+  // threads; DecodeGreedy's row is row 0). True ends the row there as <|endoftext|> would: the
+  // token is not kept (its log-probability counts in sum_logprob as <|endoftext|>'s would) and
+  // GreedyResult::stopped is set. For policies that know when more tokens are of no use, e.g.
+  // a streaming partial whose words start over (streaming::RestartWatch). Default: none.
+  std::function<bool(int row, int token)> stop_before;
   // DecodeGreedyBatch: prefill the rows' prompts in one batched pass (WhisperModel::PrefillRows)
   // instead of one row at a time. kAuto: on backends whose device is not the CPU (on the CPU a
   // pass over more rows may take another GEMM path and differ in the last bits). Default: kAuto.
@@ -67,6 +74,7 @@ struct GreedyResult {
   float no_speech_prob = 0;           // P(<|nospeech|>) at the <|startoftranscript|> position
   int steps = 0;                      // single-token decoder steps (the prefill not counted)
   bool cut_repetition = false;        // stopped by GreedyOptions::max_repeats
+  bool stopped = false;               // stopped by GreedyOptions::stop_before
 };
 
 // The logit rules on one row of logits (in place: disallowed entries become −inf).

@@ -124,6 +124,27 @@ TEST_F(LogitRulesTest, SpecialTokensAreWhereTheModelExpectsThem) {
             vocabulary_->tokenizer().Decode(std::vector<int>{843}));
 }
 
+// The table of tokens whose text begins with a space (a word's first token) against decoding
+// each token, on random ids below <|endoftext|>; special tokens and ids out of range are none.
+TEST_F(LogitRulesTest, TokensThatBeginWithASpace) {
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_int_distribution<int> id(0, s_.eot - 1);
+  int spaced = 0;
+  for (int i = 0; i < 2000; ++i) {
+    const int token = id(rng);
+    const std::string piece = vocabulary_->tokenizer().Decode(std::vector<int>{token});
+    const bool want = !piece.empty() && piece[0] == ' ';
+    ASSERT_EQ(vocabulary_->BeginsWithSpace(token), want) << token << " '" << piece << "'";
+    spaced += want ? 1 : 0;
+  }
+  EXPECT_GT(spaced, 0);
+  EXPECT_LT(spaced, 2000);
+  EXPECT_TRUE(vocabulary_->BeginsWithSpace(220));  // " "
+  for (const int token : {-1, s_.eot, s_.sot, s_.no_timestamps, Ts(3), 1 << 20}) {
+    EXPECT_FALSE(vocabulary_->BeginsWithSpace(token)) << token;
+  }
+}
+
 // Wherever FixedMask names a mask, Apply disables exactly that mask's tokens and leaves every
 // other logit as it was, on random logits after random histories of text and timestamps.
 TEST_F(LogitRulesTest, FixedMasksEqualApplyWhereTheyApply) {

@@ -46,6 +46,11 @@ absl::StatusOr<Vocabulary> Vocabulary::Create(text::BpeTokenizer tokenizer, int 
   vocabulary.suppressed_ = vocabulary.TokenizeSuppressed();
   const std::vector<int> space = vocabulary.tokenizer_.Encode(" ");
   if (!space.empty()) vocabulary.blank_token_ = space[0];
+  vocabulary.begins_with_space_.resize(static_cast<size_t>(s.eot));
+  for (int token = 0; token < s.eot; ++token) {
+    const std::string piece = vocabulary.tokenizer_.Decode(absl::MakeConstSpan(&token, 1));
+    vocabulary.begins_with_space_[static_cast<size_t>(token)] = !piece.empty() && piece[0] == ' ';
+  }
   return vocabulary;
 }
 

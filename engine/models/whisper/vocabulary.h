@@ -46,6 +46,14 @@ class Vocabulary {
   // Text of the tokens below <|endoftext|> (timestamps and control tokens are dropped).
   std::string DecodeText(const std::vector<int>& tokens) const;
 
+  // Whether the text of `token` (below <|endoftext|>) begins with a space: in Whisper's
+  // byte-level BPE, the first token of a word. False for special tokens and ids out of range.
+  // Looked up in a table made in Create (the streaming policy asks for every decoded token).
+  bool BeginsWithSpace(int token) const {
+    return token >= 0 && static_cast<size_t>(token) < begins_with_space_.size() &&
+           begins_with_space_[static_cast<size_t>(token)];
+  }
+
  private:
   Vocabulary(text::BpeTokenizer tokenizer, SpecialTokens special, int n_vocab)
       : tokenizer_(std::move(tokenizer)), special_(special), n_vocab_(n_vocab) {}
@@ -56,6 +64,7 @@ class Vocabulary {
   int n_vocab_;
   std::vector<int> suppressed_;
   int blank_token_ = -1;
+  std::vector<bool> begins_with_space_;  // by token, below <|endoftext|>
 };
 
 }  // namespace waav::whisper

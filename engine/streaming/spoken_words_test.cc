@@ -1,0 +1,123 @@
+// RestartWatch: where it stops a partial's tokens, and that a partial stopped there shows what
+// the whole decode's partial shows (UtteranceDecoder cuts the restart either way).
+#include "engine/streaming/spoken_words.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/streaming/utterance_decoder.h"
+#include "gtest/gtest.h"
+#include "tests/support/test_env.h"
+
+namespace waav::streaming {
+namespace {
+
+class RestartWatchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto model = testing::TinyEnModelDir();
+    if (!model) GTEST_SKIP() << "models/whisper-tiny.en absent (its tokenizer is needed)";
+    auto tokenizer = text::BpeTokenizer::FromTokenizerJson(*model + "/tokenizer.json");
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    auto vocabulary = whisper::Vocabulary::Create(std::move(*tokenizer), 51864);
+    ASSERT_TRUE(vocabulary.ok()) << vocabulary.status();
+    vocabulary_ = std::make_unique<whisper::Vocabulary>(std::move(*vocabulary));
+  }
+
+  std::vector<int> Encode(const std::string& text) const {
+    return vocabulary_->tokenizer().Encode(text);
+  }
+  std::string Decode(const std::vector<int>& tokens) const {
+    return vocabulary_->tokenizer().Decode(tokens);
+  }
+
+  // The tokens of `sampled` a row keeps when the watch stops it (all of them if it never does).
+  std::vector<int> Kept(const std::vector<int>& committed, const std::vector<int>& sampled,
+                        int run_words) const {
+    RestartWatch watch(*vocabulary_, committed, run_words);
+    for (size_t i = 0; i < sampled.size(); ++i) {
+      if (watch.StopsBefore(sampled[i])) return {sampled.begin(), sampled.begin() + i};
+    }
+    return sampled;
+  }
+
+  // A stream's first partial of `decoded` (tokens after no committed words).
+  std::string Partial(const std::vector<int>& decoded) const {
+    UtteranceDecoder utterance(*vocabulary_, StreamOptions{});
+    whisper::GreedyResult result;
+    result.tokens = decoded;
+    result.token_logprobs.assign(decoded.size(), -0.1f);
+    result.sum_logprob = -0.1 * static_cast<double>(decoded.size() + 1);
+    return utterance.Finish(result, 0, 16000 * 5, /*is_final=*/false, EndReason::kSilence)
+        .transcript;
+  }
+
+  std::unique_ptr<whisper::Vocabulary> vocabulary_;
+};
+
+// Whisper's restart on a short window (LJ001-0002's words): the watch stops before the word
+// after a run of 3 repeated words; the partial of what was kept equals the whole decode's.
+TEST_F(RestartWatchTest, StopsAfterARunOfRepeatedWords) {
+  const std::vector<int> sampled = Encode(
+      " in being comparatively modern. In being comparatively modern. In being comparatively "
+      "modern.");
+  const std::vector<int> kept = Kept({}, sampled, 3);
+  EXPECT_EQ(Decode(kept), " in being comparatively modern. In being comparatively");
+  EXPECT_EQ(Partial(kept), "in being comparatively modern.");
+  EXPECT_EQ(Partial(kept), Partial(sampled));
+  // A run of 2 stops a word sooner, of 4 a word later.
+  EXPECT_EQ(Decode(Kept({}, sampled, 2)), " in being comparatively modern. In being");
+  EXPECT_EQ(Decode(Kept({}, sampled, 4)),
+            " in being comparatively modern. In being comparatively modern.");
+  // Below 2 counts as 2: a single repeated word is no restart.
+  EXPECT_EQ(Kept({}, sampled, 1), Kept({}, sampled, 2));
+}
+
+// Words that come back without restarting the utterance's words, and runs shorter than asked:
+// nothing stops.
+TEST_F(RestartWatchTest, RepeatsThatAreNoRestartDoNotStop) {
+  for (const std::string text :
+       {" And so my fellow Americans, ask not what your country can do for you, ask what you can "
+        "do for your country.",
+        " Ask not what your country can do for you, ask not what I",  // a run of 3, asked 4
+        " the the the the cat sat on the mat.",  // a restart must begin at word 2 or later
+        " One, two, three."}) {
+    const std::vector<int> sampled = Encode(text);
+    const int run = text.starts_with(" Ask not") ? 4 : 3;
+    EXPECT_EQ(Kept({}, sampled, run), sampled) << text;
+  }
+}
+
+// The committed words are where the utterance starts: their restart in the sampled tokens
+// stops the row (the partial keeps the committed words), and so does one that begins in them.
+TEST_F(RestartWatchTest, TheCommittedWordsCount) {
+  const std::vector<int> committed = Encode(" And so my");
+  const std::vector<int> sampled = Encode(" fellow Americans. And so my fellow Americans.");
+  EXPECT_EQ(Decode(Kept(committed, sampled, 3)), " fellow Americans. And so my");
+  // Without the committed words the same tokens restart nowhere.
+  EXPECT_EQ(Kept({}, sampled, 3), sampled);
+}
+
+// Words are compared without case or punctuation; words of punctuation alone are left out.
+TEST_F(RestartWatchTest, WordsAreComparedAsThePartialCutCompares) {
+  const std::vector<int> sampled = Encode(" Hello, world... HELLO world! ... hello");
+  EXPECT_EQ(Decode(Kept({}, sampled, 2)), " Hello, world... HELLO world!");
+  EXPECT_EQ(ComparedWord(*vocabulary_, Encode(" Americans,")), "americans");
+  EXPECT_EQ(ComparedWord(*vocabulary_, Encode(" ...")), "");
+  EXPECT_TRUE(StartsWord(*vocabulary_, Encode(" Hello")[0]));
+  EXPECT_FALSE(StartsWord(*vocabulary_, Encode(",")[0]));
+  EXPECT_TRUE(StartsWord(*vocabulary_, vocabulary_->special().eot));
+}
+
+// Special tokens are no words and split none.
+TEST_F(RestartWatchTest, SpecialTokensAreNoWords) {
+  std::vector<int> sampled = Encode(" go home");
+  sampled.push_back(vocabulary_->special().no_timestamps);
+  for (const int token : Encode(" go home go")) sampled.push_back(token);
+  const std::vector<int> kept = Kept({}, sampled, 2);
+  EXPECT_EQ(kept.size(), sampled.size() - 1);
+}
+
+}  // namespace
+}  // namespace waav::streaming
