@@ -19,6 +19,13 @@
 #          [--lj-duration-s 60] [--chunk-ms 100] [--tail-silence-ms 1000] [--spread-ms 2000]
 #          [--out DIR]
 #          [--waavd-cpus LIST] [--load-cpus LIST] [--skip-jfk] [--skip-lj]
+#          [--reference-words FILE | --reference-model DIR]
+#
+# --reference-words FILE measures each word's latency from the word times in FILE (`waav
+# transcribe --json --word-timestamps` output of the streamed files) instead of the server's own
+# (its finals' alignment, which moves with the server's configuration: docs/client.md);
+# --reference-model DIR makes that file first, with `waav transcribe` on the CPU and the model in
+# DIR, into OUT/reference-words.jsonl. Use one of them to compare server configurations.
 #
 # --waavd-cpus/--load-cpus pin the server and the load generator with taskset (for example
 # 0 and 1, or both 0,1 on a 2-core machine: the load generator needs little, one pacer thread and
@@ -44,6 +51,8 @@ WAAVD_CPUS=""
 LOAD_CPUS=""
 RUN_JFK=1
 RUN_LJ=1
+REFERENCE_WORDS=""
+REFERENCE_MODEL=""
 
 die() { echo "streaming_latency: $*" >&2; exit 2; }
 
@@ -66,7 +75,9 @@ while [[ $# -gt 0 ]]; do
     --load-cpus) LOAD_CPUS="$2"; shift 2 ;;
     --skip-jfk) RUN_JFK=0; shift ;;
     --skip-lj) RUN_LJ=0; shift ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    --reference-words) REFERENCE_WORDS="$2"; shift 2 ;;
+    --reference-model) REFERENCE_MODEL="$2"; shift 2 ;;
+    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
     *) die "unknown argument $1 (--help lists them)" ;;
   esac
 done
@@ -88,6 +99,18 @@ LJ_DIR="$DATA/speech/ljspeech"
 [[ $RUN_LJ == 0 || -d "$LJ_DIR" ]] || die "$LJ_DIR not found (--data DIR)"
 [[ -n "$OUT" ]] || OUT="$(mktemp -d /tmp/waav-streaming-latency.XXXXXX)"
 mkdir -p "$OUT"
+[[ -z "$REFERENCE_WORDS" || -z "$REFERENCE_MODEL" ]] ||
+  die "--reference-words and --reference-model: one or the other"
+[[ -z "$REFERENCE_WORDS" || -f "$REFERENCE_WORDS" ]] || die "$REFERENCE_WORDS not found"
+if [[ -n "$REFERENCE_MODEL" ]]; then
+  REFERENCE_WORDS="$OUT/reference-words.jsonl"
+  ref_files=()
+  [[ $RUN_JFK == 1 ]] && ref_files+=("$JFK")
+  [[ $RUN_LJ == 1 ]] && mapfile -t -O "${#ref_files[@]}" ref_files < <(find "$LJ_DIR" -maxdepth 1 -name '*.wav' | sort)
+  echo "reference words: $WAAV transcribe --json --word-timestamps --model $REFERENCE_MODEL (CPU)"
+  "$WAAV" transcribe --json --word-timestamps --model "$REFERENCE_MODEL" "${ref_files[@]}" \
+    > "$REFERENCE_WORDS" || die "waav transcribe failed to make the reference words"
+fi
 
 pin() {  # pin CPUS CMD...: run CMD under taskset when CPUS is set
   local cpus="$1"; shift
@@ -124,6 +147,7 @@ echo "git:        $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo un
 echo "waavd:      $WAAVD $WAAVD_ARGS (cpus: ${WAAVD_CPUS:-any})"
 echo "waav-load:  $WAAV_LOAD (cpus: ${LOAD_CPUS:-any})"
 echo "output:     $OUT"
+echo "reference:  ${REFERENCE_WORDS:-the server's own word times (its finals' alignment)}"
 echo
 echo "method: every stream sends a WAV file as LINEAR16 at its own rate, ${CHUNK_MS} ms per"
 echo "message at real-time pace (steady clock), then ${TAIL_MS} ms of silence, then half-closes;"
@@ -157,7 +181,8 @@ run_load() {  # run_load NAME REPETITION-OPTION VALUE FILE...
   local name="$1" repetition="$2" value="$3"; shift 3
   local cmd=("$WAAV_LOAD" --server "$SERVER" --ramp "$RAMP" "$repetition" "$value"
              --chunk-ms "$CHUNK_MS" --tail-silence-ms "$TAIL_MS" --spread-ms "$SPREAD_MS"
-             --settle-s 3 -v --json-out "$OUT/$name.json")
+             --settle-s 3 -v --json-out "$OUT/$name.json"
+             ${REFERENCE_WORDS:+--reference-words "$REFERENCE_WORDS"})
   echo "== $name: $# file(s) =="
   echo "command: ${cmd[*]} FILES"
   pin "$LOAD_CPUS" "${cmd[@]}" "$@" | tee "$OUT/$name.txt"

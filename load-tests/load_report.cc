@@ -61,12 +61,21 @@ std::string DescribeRun(const LoadOptions& options,
   return out;
 }
 
-std::string DescribeReference(const RampReport& ramp) {
+std::string DescribeReference(const LoadOptions& options, const RampReport& ramp) {
   int words = 0;
   int utterances = 0;
+  size_t matched = 0, unmatched = 0;
   for (const StepReport& s : ramp.steps) {
     words += s.streams_word_reference;
     utterances += s.streams_utterance_reference;
+    matched += s.reference_matched;
+    unmatched += s.reference_unmatched;
+  }
+  if (words > 0 && utterances == 0 && !options.reference_words.empty()) {
+    return absl::StrFormat(
+        "latency reference: the end of each word in the reference word times (%s): %d of %d "
+        "final words matched one (the others are not measured)",
+        options.reference_words_path, matched, matched + unmatched);
   }
   if (words > 0 && utterances == 0) {
     return "latency reference: the end of each word (the server's word time offsets)";
@@ -154,6 +163,8 @@ nlohmann::json StepJson(const StepReport& step) {
           {"errors", errors},
           {"streams_word_reference", step.streams_word_reference},
           {"streams_utterance_reference", step.streams_utterance_reference},
+          {"reference_words_matched", step.reference_matched},
+          {"reference_words_unmatched", step.reference_unmatched},
           {"finals", step.finals},
           {"words", step.words},
           {"first_partial_ms", SummaryJson(step.first_partial_ms)},
@@ -197,6 +208,7 @@ nlohmann::json ReportJson(const LoadOptions& options,
                          {"language", options.stream.language},
                          {"silence_ms", options.stream.silence_ms},
                          {"match_slack_ms", options.match_slack_ms},
+                         {"reference_words", options.reference_words_path},
                          {"keep_up",
                           {{"max_final_ms", c.max_final_ms},
                            {"max_backlog_ms", c.max_backlog_ms},
@@ -205,7 +217,7 @@ nlohmann::json ReportJson(const LoadOptions& options,
   nlohmann::json steps = nlohmann::json::array();
   for (const StepReport& s : ramp.steps) steps.push_back(StepJson(s));
   return {{"tool", "waav-load"}, {"options", opts},
-          {"files", files},      {"latency_reference", DescribeReference(ramp)},
+          {"files", files},      {"latency_reference", DescribeReference(options, ramp)},
           {"steps", steps},      {"largest_concurrency_keeping_up", ramp.largest_keeping_up}};
 }
 

@@ -13,7 +13,7 @@ std::string DescribeRun(const LoadOptions& options,
                         const std::vector<std::shared_ptr<const cli::ClientAudio>>& audio);
 
 // Which reference the steps used: word ends, utterance ends (saying why), or a mix.
-std::string DescribeReference(const RampReport& ramp);
+std::string DescribeReference(const LoadOptions& options, const RampReport& ramp);
 
 // The header and one row per step of the main table.
 std::string StepTableHeader();

@@ -122,7 +122,7 @@ TEST(ReportTest, TablesAndJsonHaveEveryField) {
                                        "streams failed (UNAVAILABLE x1)"),
             std::string::npos)
       << DescribeVerdict(ramp);
-  EXPECT_NE(DescribeReference(ramp).find("end of each word"), std::string::npos);
+  EXPECT_NE(DescribeReference(LoadOptions{}, ramp).find("end of each word"), std::string::npos);
   EXPECT_NE(StageTable(ramp.steps[0]).find("audio_to_result (final)"), std::string::npos);
   EXPECT_NE(DescribeRun(options, {audio}).find("AUDIO_ENCODING_LINEAR16"), std::string::npos);
 

@@ -202,9 +202,16 @@ StepReport Aggregate(int concurrency, const std::vector<StreamRecord>& records,
     }
     backlog.push_back(record.max_backlog_ms);
     send_delay.push_back(record.max_send_delay_ms);
-    const StreamLatencies latencies = AnalyzeStream(record, options.match_slack_ms);
+    const std::vector<ReferenceWord>* reference = nullptr;
+    if (const auto it = options.reference_words.find(FileNameOf(record.file));
+        it != options.reference_words.end()) {
+      reference = &it->second;
+    }
+    const StreamLatencies latencies = AnalyzeStream(record, options.match_slack_ms, reference);
     report.finals += latencies.finals;
     report.words += latencies.words;
+    report.reference_matched += latencies.reference_matched;
+    report.reference_unmatched += latencies.reference_unmatched;
     if (latencies.finals > 0) {
       ++(latencies.reference == Reference::kWordEnds ? report.streams_word_reference
                                                      : report.streams_utterance_reference);

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "load-tests/latency_stats.h"
 #include "load-tests/load_stream.h"
+#include "load-tests/reference_words.h"
 #include "load-tests/stream_record.h"
 #include "tools/waav/client_audio.h"
 
@@ -52,6 +53,10 @@ struct LoadOptions {
   // shared round robin.
   int connections = 0;
   uint32_t match_slack_ms = 500;  // word matching between interim and final results
+  // When not empty: each streamed file's words from a reference transcription, to measure word
+  // latencies from (AnalyzeStream); every file streamed must have its words here.
+  ReferenceWords reference_words;
+  std::string reference_words_path;  // where they came from, for the report
   KeepUpCriteria criteria;
 };
 
@@ -64,6 +69,9 @@ struct StepReport {
   std::map<std::string, std::string> error_sample;  // status code name -> one message
   int streams_word_reference = 0;                   // streams measured at word ends
   int streams_utterance_reference = 0;  // streams measured at utterance ends (no word offsets)
+  // With reference words: final words measured from their reference word, and left out.
+  size_t reference_matched = 0;
+  size_t reference_unmatched = 0;
   size_t finals = 0;
   size_t words = 0;
   Summary first_partial_ms;

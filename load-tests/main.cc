@@ -75,6 +75,9 @@ void AddOptions(CLI::App& app, Args* a) {
   app.add_option("--match-slack-ms", o.match_slack_ms,
                  "How far an interim word's end may be from the final word's to match, ms")
       ->capture_default_str();
+  app.add_option("--reference-words", o.reference_words_path,
+                 "Measure word latencies from these word times (`waav transcribe --json "
+                 "--word-timestamps FILE...` output), not the server's own");
   app.add_option("--max-final-ms", o.criteria.max_final_ms,
                  "Keeps up: each final within this long after its utterance's end, ms")
       ->capture_default_str();
@@ -119,6 +122,19 @@ std::string Validate(Args& a) {
   }
   o.stream.interim_results = !a.no_interim;
   o.stream.word_time_offsets = !a.no_words;
+  if (!o.reference_words_path.empty()) {
+    if (a.no_words) return "--reference-words needs word offsets (drop --no-words)";
+    absl::StatusOr<waav::load::ReferenceWords> reference =
+        waav::load::LoadReferenceWords(o.reference_words_path);
+    if (!reference.ok()) return std::string(reference.status().message());
+    o.reference_words = std::move(*reference);
+    for (const std::string& file : o.files) {
+      if (!o.reference_words.contains(waav::load::FileNameOf(file))) {
+        return absl::StrCat("--reference-words ", o.reference_words_path, " has no words for ",
+                            waav::load::FileNameOf(file));
+      }
+    }
+  }
   return "";
 }
 
@@ -162,7 +178,7 @@ int main(int argc, char** argv) {
                             std::cout << waav::load::StepTableRow(step) << std::flush;
                             if (args.verbose) stage_tables += waav::load::StageTable(step);
                           });
-  std::cout << '\n' << waav::load::DescribeReference(ramp) << '\n';
+  std::cout << '\n' << waav::load::DescribeReference(args.options, ramp) << '\n';
   if (!stage_tables.empty()) std::cout << '\n' << stage_tables;
   for (const waav::load::StepReport& step : ramp.steps) {
     for (const auto& [name, sample] : step.error_sample) {

@@ -3,11 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 
 #include "absl/strings/ascii.h"
+#include "load-tests/reference_words.h"
 
 namespace waav::load {
 namespace {
+
+constexpr int64_t kReferenceSlackMs = 2000;
 
 // Seconds since t0 at which stream time `ms` was "spoken" at `speed`.
 double SpokenAt(uint32_t ms, double speed) { return ms / 1000.0 / speed; }
@@ -67,7 +71,8 @@ ObservedResult ObserveResult(const v1::StreamingRecognitionResult& result, doubl
   return observed;
 }
 
-StreamLatencies AnalyzeStream(const StreamRecord& record, uint32_t match_slack_ms) {
+StreamLatencies AnalyzeStream(const StreamRecord& record, uint32_t match_slack_ms,
+                              const std::vector<ReferenceWord>* reference) {
   StreamLatencies out;
   for (const ObservedResult& r : record.results) {
     if (!r.is_final) continue;
@@ -77,6 +82,26 @@ StreamLatencies AnalyzeStream(const StreamRecord& record, uint32_t match_slack_m
   }
   if (!(record.speed > 0)) return out;
   const double speed = record.speed;
+  // A final word's reference word: the first of the same text after the last one taken (the
+  // words come in spoken order) that ends within kReferenceSlackMs of the server's end time
+  // (two alignments of a word can disagree by over a second where it runs into a pause).
+  ptrdiff_t last_taken = -1;
+  auto reference_end = [&](const ObservedWord& word) -> std::optional<uint32_t> {
+    const int64_t earliest_ms = static_cast<int64_t>(word.end_ms) - kReferenceSlackMs;
+    const auto from = std::lower_bound(
+        reference->begin(), reference->end(), earliest_ms,
+        [](const ReferenceWord& w, int64_t ms) { return static_cast<int64_t>(w.end_ms) < ms; });
+    for (size_t r = std::max(static_cast<size_t>(from - reference->begin()),
+                             static_cast<size_t>(last_taken + 1));
+         r < reference->size(); ++r) {
+      const ReferenceWord& candidate = (*reference)[r];
+      if (static_cast<int64_t>(candidate.end_ms) - word.end_ms > kReferenceSlackMs) break;
+      if (candidate.text != word.text) continue;
+      last_taken = static_cast<ptrdiff_t>(r);
+      return candidate.end_ms;
+    }
+    return std::nullopt;
+  };
 
   for (const ObservedResult& final : record.results) {
     if (!final.is_final) continue;
@@ -97,14 +122,21 @@ StreamLatencies AnalyzeStream(const StreamRecord& record, uint32_t match_slack_m
         const int rank = static_cast<int>(
             std::count_if(final.words.begin(), final.words.begin() + static_cast<ptrdiff_t>(i),
                           [&](const ObservedWord& w) { return w.text == word.text; }));
+        uint32_t end_ms = word.end_ms;
+        if (reference != nullptr) {
+          const std::optional<uint32_t> end = reference_end(word);
+          ++(end ? out.reference_matched : out.reference_unmatched);
+          if (!end) continue;
+          end_ms = *end;
+        }
         const double first = earliest(
             [&](const ObservedResult& r) { return HasWord(r, word, rank, match_slack_ms); });
-        out.first_partial_ms.push_back(LatencyMs(first, word.end_ms, speed));
+        out.first_partial_ms.push_back(LatencyMs(first, end_ms, speed));
         const double stable = earliest([&](const ObservedResult& r) {
           return r.is_final || HasWord(r, word, rank, match_slack_ms, /*stable_only=*/true);
         });
-        out.first_stable_ms.push_back(LatencyMs(stable, word.end_ms, speed));
-        out.final_ms.push_back(LatencyMs(final.received_s, word.end_ms, speed));
+        out.first_stable_ms.push_back(LatencyMs(stable, end_ms, speed));
+        out.final_ms.push_back(LatencyMs(final.received_s, end_ms, speed));
       }
       continue;
     }

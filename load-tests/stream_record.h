@@ -88,17 +88,29 @@ struct StreamLatencies {
   // kWordEnds only: the earliest result (the final at the latest) in which the word is marked
   // stable, i.e. committed by the server's streaming policy and never to change.
   std::vector<double> first_stable_ms;
-  std::vector<double> final_ms;          // same points
+  std::vector<double> final_ms;  // same points
   // Per final result: its arrival minus its end_ms (the keep-up criterion's measure).
   std::vector<double> utterance_final_ms;
   size_t finals = 0;
   size_t words = 0;
+  // With reference words: final words measured from a reference word, and those without one
+  // (not measured: a word the reference does not have near that time).
+  size_t reference_matched = 0;
+  size_t reference_unmatched = 0;
 };
 
 // Computes the latencies of one stream (see the top of this file). For speed <= 0 (no pacing)
 // stream time does not map to wall time: the latency lists stay empty and only counts are set.
 // A stream is in kWordEnds mode when any of its final results carries words.
-StreamLatencies AnalyzeStream(const StreamRecord& record, uint32_t match_slack_ms);
+//
+// `reference`, when given (the stream's file's words from a reference transcription:
+// reference_words.h), replaces each final word's end time by its reference word's: the first
+// reference word of the same text after the last one taken that ends within 2 s of the server's
+// end time. A final word without one is left out of the latencies (counted in
+// reference_unmatched). Matching interim words to final words still uses the server's times.
+struct ReferenceWord;
+StreamLatencies AnalyzeStream(const StreamRecord& record, uint32_t match_slack_ms,
+                              const std::vector<ReferenceWord>* reference = nullptr);
 
 // Wall time from t0 to the final status over the audio's duration: about 1 / speed plus the
 // tail after the last audio for a paced stream; the throughput-bound processing speed without

@@ -28,7 +28,8 @@ RestartWatch::RestartWatch(const whisper::Vocabulary& vocabulary, absl::Span<con
                            int run_words)
     : vocabulary_(&vocabulary), run_words_(std::max(2, run_words)) {
   for (const int token : committed) {
-    if (token < vocabulary_->special().eot && StartsWord(*vocabulary_, token) && !pending_.empty()) {
+    if (token < vocabulary_->special().eot && StartsWord(*vocabulary_, token) &&
+        !pending_.empty()) {
       AddWord(ComparedWord(*vocabulary_, pending_));
       pending_.clear();
     }

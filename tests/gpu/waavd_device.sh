@@ -17,7 +17,11 @@
 # set, runs whisper_gpu_bench with them (random weights: micro benchmarks) after part 1, into
 # bench.tsv / bench.log; WAAV_TORCH_ARGS, when set, then runs the PyTorch anchor
 # (torch_whisper_anchor.py, staged beside this script) with them in the same call, into
-# torch.tsv / torch.log; WAAV_MAX_STREAMS (default 80) is waavd's --max-streams.
+# torch.tsv / torch.log; WAAV_MAX_STREAMS (default 80) is waavd's --max-streams. The ramps
+# measure word latencies from reference word times (`waav transcribe --json --word-timestamps`
+# of jfk.wav on the CPU, made once before them: docs/client.md), the same for every server
+# configuration; WAAV_REFERENCE=0 measures from each server's own finals instead, as before
+# session 33.
 # Everything lands in $OUT/results.tar.xz (re-packed after each part) and $OUT/summary.txt.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -151,17 +155,27 @@ else
 fi
 pack
 
+reference=()
+if [ "${WAAV_REFERENCE:-1}" = 1 ]; then
+  if "$d/bin/waav" transcribe --json --word-timestamps --model "$model" "$d/data/speech/jfk.wav" \
+      > "$r/reference-words.jsonl" 2> "$r/reference-words.err"; then
+    reference=(--reference-words "$r/reference-words.jsonl")
+    say "reference words: $(wc -l < "$r/reference-words.jsonl") file(s), waav transcribe on the CPU"
+  else
+    say "reference words failed ($(tail -1 "$r/reference-words.err")): the servers' own times"
+  fi
+fi
 ramp_run() {  # ramp_run NAME RAMP WAAVD-ARGS [WAAVD-BINARY]
   local name=$1 steps=$2 args=$3 binary=${4:-waavd}
   if (( SECONDS > budget_s - 150 )); then say "skipped $name: ${SECONDS} s used"; return; fi
   say "== 3. ramp $name ($steps): $binary $args"
   timeout $(( budget_s - SECONDS )) bash "$d/bench/streaming_latency.sh" --waavd "$d/bin/$binary" \
     --waav "$d/bin/waav" --waav-load "$d/bin/waav-load" --data "$d/data" --skip-lj --port 50171 \
-    --ramp "$steps" --out "$r/$name" \
+    --ramp "$steps" --out "$r/$name" "${reference[@]}" \
     --waavd-args "--model-dir $model --vad-model $vad --max-streams $max_streams $args" \
     > "$r/$name.log" 2>&1
   say "$name rc=$?"
-  grep -E '^ *[0-9]+ +[0-9]+ |largest N|does not keep up|^ *N ' "$r/$name.log" | tee -a "$r/summary.txt"
+  grep -E '^ *[0-9]+ +[0-9]+ |largest N|does not keep up|latency reference|^ *N ' "$r/$name.log" | tee -a "$r/summary.txt"
   # The per-batch profile (waavd --log-level debug lines), medians per batch-size range.
   local logs; logs=$(find "$r/$name" -name 'waavd*.log' 2>/dev/null)
   if [ -n "$logs" ] && command -v python3 > /dev/null; then
