@@ -139,7 +139,8 @@ std::string PartialText(const waav::whisper::Vocabulary& vocabulary,
                         const waav::whisper::GreedyResult& decoded, size_t samples) {
   waav::streaming::UtteranceDecoder utterance(vocabulary, waav::streaming::StreamOptions{});
   return utterance
-      .Finish(decoded, 0, samples, /*is_final=*/false, waav::streaming::EndReason::kSilence, nullptr)
+      .Finish(decoded, 0, samples, /*is_final=*/false, waav::streaming::EndReason::kSilence,
+              nullptr)
       .transcript;
 }
 
@@ -281,7 +282,8 @@ int main(int argc, char** argv) {
           size_t kept = 0;
           while (kept < decoded->tokens.size() && !watch.StopsBefore(decoded->tokens[kept])) ++kept;
           // Stopped before token `kept`: its step was the last.
-          const int steps = kept < decoded->tokens.size() ? static_cast<int>(kept) + 1 : decoded->steps;
+          const int steps =
+              kept < decoded->tokens.size() ? static_cast<int>(kept) + 1 : decoded->steps;
           t.stop_steps[k] += steps;
           t.stop_max_steps[k] = std::max(t.stop_max_steps[k], steps);
           if (kept == decoded->tokens.size()) continue;
@@ -291,11 +293,11 @@ int main(int argc, char** argv) {
           stopped.token_logprobs.resize(kept);
           if (PartialText(vocabulary, stopped, end) != text) {
             ++t.stop_changed[k];
-            std::printf("  %s @%.1f s [%s]: stopped at a restart of %d words changes\n    %s\n"
-                        "    to %s\n",
-                        clip.name.c_str(), static_cast<double>(end) / 16000,
-                        rules[r].name.c_str(), kStopRuns[k], text.c_str(),
-                        PartialText(vocabulary, stopped, end).c_str());
+            std::printf(
+                "  %s @%.1f s [%s]: stopped at a restart of %d words changes\n    %s\n"
+                "    to %s\n",
+                clip.name.c_str(), static_cast<double>(end) / 16000, rules[r].name.c_str(),
+                kStopRuns[k], text.c_str(), PartialText(vocabulary, stopped, end).c_str());
           }
         }
         t.encoder_ms += ms;
@@ -339,14 +341,13 @@ int main(int argc, char** argv) {
                 t.reference_words > 0 ? 100.0 * t.clip_edits / t.reference_words : 0.0,
                 static_cast<double>(t.positions) / t.encodes, t.encoder_ms / t.encodes);
   }
-  std::printf("\n%-20s %9s %11s %10s %10s", "rule", "decodes", "steps", "max steps",
-              ">20 steps");
+  std::printf("\n%-20s %9s %11s %10s %10s", "rule", "decodes", "steps", "max steps", ">20 steps");
   for (const int run : kStopRuns) std::printf("  stop at %d: steps / max / stopped / changed", run);
   std::printf("\n");
   for (size_t r = 0; r < rules.size(); ++r) {
     const Tally& t = tallies[r];
-    std::printf("%-20s %9d %11ld %10d %10d", rules[r].name.c_str(), t.encodes, t.steps,
-                t.max_steps, t.long_decodes);
+    std::printf("%-20s %9d %11ld %10d %10d", rules[r].name.c_str(), t.encodes, t.steps, t.max_steps,
+                t.long_decodes);
     for (size_t k = 0; k < kNumStopRuns; ++k) {
       std::printf("  %32ld / %d / %d / %d", t.stop_steps[k], t.stop_max_steps[k], t.stopped[k],
                   t.stop_changed[k]);

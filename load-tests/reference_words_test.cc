@@ -1,5 +1,5 @@
 // Reference word times: `waav transcribe --json --word-timestamps` output parsed, bad files
-// refused with the line and the reason, and word latencies measured from them.
+// refused with the line and the reason (latencies measured from them: stream_record_test).
 #include "load-tests/reference_words.h"
 
 #include <cstdio>
@@ -8,7 +8,6 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "load-tests/stream_record.h"
 
 namespace waav::load {
 namespace {
@@ -117,60 +116,6 @@ TEST(ReferenceWordsTest, LoadNamesTheFile) {
   ASSERT_FALSE(big.ok());
   EXPECT_THAT(std::string(big.status().message()), HasSubstr("larger than 64 MiB"));
   std::remove(path.c_str());
-}
-
-ObservedResult Result(double received_s, uint32_t utterance, bool final,
-                      std::vector<ObservedWord> words) {
-  ObservedResult r;
-  r.received_s = received_s;
-  r.utterance = utterance;
-  r.is_final = final;
-  r.has_text = true;
-  r.words = std::move(words);
-  r.end_ms = r.words.empty() ? 0 : r.words.back().end_ms;
-  return r;
-}
-
-// With reference words each final word is measured from its reference word's end: the first of
-// the same text after the last one taken, within 2 s; a final word with none is left out and
-// counted.
-TEST(ReferenceWordsTest, LatenciesAreMeasuredFromTheReference) {
-  const std::vector<ReferenceWord> reference = {
-      {"and", 300}, {"so", 620}, {"and", 1250}, {"so", 2800}, {"end", 5600}};
-  StreamRecord record;
-  record.speed = 1;
-  // The server's final places every word 100 ms before the reference (the last "so" 1.4 s
-  // before: a word that ran into a pause) and adds a word the reference does not have ("um"),
-  // and one far from where the reference has it ("end").
-  record.results = {
-      Result(0.8, 0, false, {{"and", 250}}),
-      Result(1.0, 0, true, {{"and", 200}, {"so", 520}}),
-      Result(1.9, 1, false, {{"and", 1150}, {"so", 1400}}),
-      Result(2.2, 1, true, {{"and", 1150}, {"um", 1300}, {"so", 1400}, {"end", 1600}}),
-  };
-  const StreamLatencies own = AnalyzeStream(record, 500);
-  const StreamLatencies l = AnalyzeStream(record, 500, &reference);
-  EXPECT_EQ(own.first_partial_ms.size(), 6u);
-  EXPECT_EQ(l.reference_matched, 4u);
-  EXPECT_EQ(l.reference_unmatched, 2u);
-  ASSERT_EQ(l.first_partial_ms.size(), 4u);
-  EXPECT_NEAR(l.first_partial_ms[0], 800 - 300, 1e-9);
-  EXPECT_NEAR(l.first_partial_ms[1], 1000 - 620, 1e-9);   // first seen in the final
-  EXPECT_NEAR(l.first_partial_ms[2], 1900 - 1250, 1e-9);  // the second "and", not the first
-  EXPECT_NEAR(l.first_partial_ms[3], 1900 - 2800, 1e-9);
-  ASSERT_EQ(l.final_ms.size(), 4u);
-  EXPECT_NEAR(l.final_ms[0], 1000 - 300, 1e-9);
-  EXPECT_NEAR(l.final_ms[3], 2200 - 2800, 1e-9);
-  // The server's own times.
-  EXPECT_NEAR(own.first_partial_ms[0], 800 - 200, 1e-9);
-  EXPECT_NEAR(own.first_partial_ms[4], 1900 - 1400, 1e-9);  // [3] is "um"
-  // A reference whose words all end over 2 s from the server's: nothing is measured.
-  const std::vector<ReferenceWord> far = {{"and", 4000}, {"so", 4100}};
-  const StreamLatencies none = AnalyzeStream(record, 500, &far);
-  EXPECT_EQ(none.reference_matched, 0u);
-  EXPECT_EQ(none.reference_unmatched, 6u);
-  EXPECT_TRUE(none.first_partial_ms.empty());
-  EXPECT_TRUE(none.final_ms.empty());
 }
 
 }  // namespace

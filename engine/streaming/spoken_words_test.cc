@@ -8,7 +8,7 @@
 
 #include "engine/streaming/utterance_decoder.h"
 #include "gtest/gtest.h"
-#include "tests/support/test_env.h"
+#include "tests/support/tiny_en_vocabulary.h"
 
 namespace waav::streaming {
 namespace {
@@ -16,13 +16,10 @@ namespace {
 class RestartWatchTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto model = testing::TinyEnModelDir();
-    if (!model) GTEST_SKIP() << "models/whisper-tiny.en absent (its tokenizer is needed)";
-    auto tokenizer = text::BpeTokenizer::FromTokenizerJson(*model + "/tokenizer.json");
-    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-    auto vocabulary = whisper::Vocabulary::Create(std::move(*tokenizer), 51864);
+    auto vocabulary = testing::LoadTinyEnVocabulary();
+    if (absl::IsNotFound(vocabulary.status())) GTEST_SKIP() << vocabulary.status().message();
     ASSERT_TRUE(vocabulary.ok()) << vocabulary.status();
-    vocabulary_ = std::make_unique<whisper::Vocabulary>(std::move(*vocabulary));
+    vocabulary_ = std::move(*vocabulary);
   }
 
   std::vector<int> Encode(const std::string& text) const {

@@ -425,7 +425,7 @@ class StreamingEngine::Impl {
     UtteranceInput input = {};
     absl::Status prepared = absl::OkStatus();  // Prepare's (an error fails the row's stream)
     double encoder_ms = 0;
-    int encoder_positions = 0;  // of the window it was encoded in
+    int encoder_positions = 0;                       // of the window it was encoded in
     std::optional<RestartWatch> restart_watch = {};  // partials (EngineOptions::restart_stop_words)
   };
 
@@ -691,10 +691,10 @@ class StreamingEngine::Impl {
           row.input = std::move(*input);
           if (row.job.kind == Job::kPartial && options_.restart_stop_words > 0) {
             const std::vector<int>& prompt = row.input.prompt;
-            row.restart_watch.emplace(
-                vocabulary,
-                absl::MakeConstSpan(prompt).last(std::min(row.input.committed_tokens, prompt.size())),
-                options_.restart_stop_words);
+            row.restart_watch.emplace(vocabulary,
+                                      absl::MakeConstSpan(prompt).last(
+                                          std::min(row.input.committed_tokens, prompt.size())),
+                                      options_.restart_stop_words);
           }
         } else {
           row.prepared = input.status();
@@ -829,14 +829,15 @@ class StreamingEngine::Impl {
       align_ms = MsSince(align_start);
       for (size_t k = 0; k < deferred.size(); ++k) {
         const int i = deferred[k].row;
-        send(i, deferred[k].decoded,
-             [&, k, i](const std::vector<int>& text_tokens)
-                 -> absl::StatusOr<std::vector<whisper::TimedWord>> {
-               if (text_tokens == texts[k]) return aligned[k];
-               return aligner->Align(text_tokens, rows[static_cast<size_t>(i)].job.audio.size(),
-                                     decoders_->Row(i));
-             },
-             send_ms);
+        send(
+            i, deferred[k].decoded,
+            [&, k, i](const std::vector<int>& text_tokens)
+                -> absl::StatusOr<std::vector<whisper::TimedWord>> {
+              if (text_tokens == texts[k]) return aligned[k];
+              return aligner->Align(text_tokens, rows[static_cast<size_t>(i)].job.audio.size(),
+                                    decoders_->Row(i));
+            },
+            send_ms);
       }
     }
     // Every result of the batch sent before its streams go back to the queue (their next

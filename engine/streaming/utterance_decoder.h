@@ -26,7 +26,7 @@ struct UtteranceInput {
   // audio; the rest of the window is zero, written as the window is staged
   // (WhisperModel::StageMel), not here: a 30 s window is 960 KB a row.
   std::vector<float> mel;
-  std::vector<int> prompt;  // the decoder prompt (see UtteranceDecoder::Prepare)
+  std::vector<int> prompt;      // the decoder prompt (see UtteranceDecoder::Prepare)
   size_t committed_tokens = 0;  // the prompt's last tokens that are the committed prefix
 };
 

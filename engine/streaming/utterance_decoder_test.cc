@@ -8,8 +8,9 @@
 #include <cmath>
 #include <vector>
 
+#include "engine/streaming/spoken_words.h"
 #include "gtest/gtest.h"
-#include "tests/support/test_env.h"
+#include "tests/support/tiny_en_vocabulary.h"
 
 namespace waav::streaming {
 namespace {
@@ -17,13 +18,10 @@ namespace {
 class UtteranceDecoderWordsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto model = testing::TinyEnModelDir();
-    if (!model) GTEST_SKIP() << "models/whisper-tiny.en absent (its tokenizer is needed)";
-    auto tokenizer = text::BpeTokenizer::FromTokenizerJson(*model + "/tokenizer.json");
-    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-    auto vocabulary = whisper::Vocabulary::Create(std::move(*tokenizer), 51864);
+    auto vocabulary = testing::LoadTinyEnVocabulary();
+    if (absl::IsNotFound(vocabulary.status())) GTEST_SKIP() << vocabulary.status().message();
     ASSERT_TRUE(vocabulary.ok()) << vocabulary.status();
-    vocabulary_ = std::make_unique<whisper::Vocabulary>(std::move(*vocabulary));
+    vocabulary_ = std::move(*vocabulary);
     options_.word_time_offsets = true;
     // " Hello, big world." -> tokens; log-probabilities −0.1 each except the last (−0.5).
     decoded_.tokens = vocabulary_->tokenizer().Encode(" Hello, big world.");
@@ -225,6 +223,49 @@ TEST_F(UtteranceDecoderWordsTest, APartialThatStartsOverIsCut) {
     EXPECT_EQ(result(decoder, whole.substr(committed.size() + 1), false),
               "in being comparatively modern");
   }
+}
+
+// The prompt ends with the committed tokens and says how many (UtteranceInput::committed_tokens):
+// the engine watches a partial's decode for a restart from them (RestartWatch), and a decode
+// stopped there shows what the whole decode's partial shows.
+TEST_F(UtteranceDecoderWordsTest, ThePromptNamesItsCommittedTokens) {
+  const frontend::LogMel log_mel;
+  const std::vector<float> audio(16000 * 2, 0.0f);
+  auto decode = [&](UtteranceDecoder& decoder, const std::vector<int>& tokens) {
+    whisper::GreedyResult decoded;
+    decoded.tokens = tokens;
+    decoded.token_logprobs.assign(tokens.size(), -0.1f);
+    return decoder.Finish(decoded, 0, audio.size(), /*is_final=*/false, EndReason::kSilence);
+  };
+  UtteranceDecoder decoder(*vocabulary_, options_);
+  auto first = decoder.Prepare(log_mel, 3000, audio, 0);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->committed_tokens, 0u);
+  const std::vector<int> said = vocabulary_->tokenizer().Encode(" And so my fellow");
+  decode(decoder, said);
+  const std::string committed = decode(decoder, said).stable_transcript;
+  ASSERT_FALSE(committed.empty());
+  auto input = decoder.Prepare(log_mel, 3000, audio, 0);
+  ASSERT_TRUE(input.ok()) << input.status();
+  ASSERT_GT(input->committed_tokens, 0u);
+  ASSERT_LE(input->committed_tokens, input->prompt.size());
+  const std::vector<int> tail(input->prompt.end() - static_cast<ptrdiff_t>(input->committed_tokens),
+                              input->prompt.end());
+  EXPECT_EQ(vocabulary_->DecodeText(tail), " " + committed);
+  // After the committed words the decode goes on, then starts them over.
+  const std::string full = " And so my fellow Americans. And so my fellow Americans. And so";
+  ASSERT_EQ(full.substr(0, committed.size() + 1), " " + committed);
+  const std::vector<int> rest = vocabulary_->tokenizer().Encode(full.substr(committed.size() + 1));
+  RestartWatch watch(*vocabulary_, tail, 4);
+  size_t kept = 0;
+  while (kept < rest.size() && !watch.StopsBefore(rest[kept])) ++kept;
+  ASSERT_LT(kept, rest.size()) << "the restart was not seen";
+  UtteranceDecoder whole_decoder = decoder;
+  const std::string whole = decode(whole_decoder, rest).transcript;
+  const std::string stopped =
+      decode(decoder, std::vector<int>(rest.begin(), rest.begin() + kept)).transcript;
+  EXPECT_EQ(stopped, whole);
+  EXPECT_EQ(stopped, "And so my fellow Americans.");
 }
 
 // A final that goes on after the committed words with words the model is unsure of (below

@@ -568,16 +568,15 @@ TEST_F(GreedyBatchTest, RowsStopWhereThePolicySays) {
       }
       const auto kept = static_cast<std::ptrdiff_t>(stop_at[b]);
       EXPECT_TRUE(got[b].stopped) << row;
-      EXPECT_EQ(got[b].tokens, std::vector<int>(whole[b].tokens.begin(),
-                                                whole[b].tokens.begin() + kept))
+      EXPECT_EQ(got[b].tokens,
+                std::vector<int>(whole[b].tokens.begin(), whole[b].tokens.begin() + kept))
           << row;
-      EXPECT_EQ(got[b].token_logprobs,
-                std::vector<float>(whole[b].token_logprobs.begin(),
-                                   whole[b].token_logprobs.begin() + kept))
+      EXPECT_EQ(got[b].token_logprobs, std::vector<float>(whole[b].token_logprobs.begin(),
+                                                          whole[b].token_logprobs.begin() + kept))
           << row;
       EXPECT_EQ(got[b].steps, kept + 1) << row;
-      EXPECT_EQ(asked[b], std::vector<int>(whole[b].tokens.begin(),
-                                           whole[b].tokens.begin() + kept + 1))
+      EXPECT_EQ(asked[b],
+                std::vector<int>(whole[b].tokens.begin(), whole[b].tokens.begin() + kept + 1))
           << row;
     }
     std::cout << what << ": rows 1 and 3 stopped before tokens " << stop_at[1] << " and "

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "tests/support/test_env.h"
+#include "tests/support/tiny_en_vocabulary.h"
 
 namespace waav::whisper {
 namespace {
@@ -14,13 +14,10 @@ namespace {
 class LogitRulesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto dir = waav::testing::TinyEnModelDir();
-    if (!dir) GTEST_SKIP() << "models/whisper-tiny.en absent: run scripts/setup";
-    auto tokenizer = text::BpeTokenizer::FromTokenizerJson(*dir + "/tokenizer.json");
-    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-    auto vocabulary = Vocabulary::Create(std::move(*tokenizer), 51864);
+    auto vocabulary = waav::testing::LoadTinyEnVocabulary();
+    if (absl::IsNotFound(vocabulary.status())) GTEST_SKIP() << vocabulary.status().message();
     ASSERT_TRUE(vocabulary.ok()) << vocabulary.status();
-    vocabulary_ = std::make_unique<Vocabulary>(std::move(*vocabulary));
+    vocabulary_ = std::move(*vocabulary);
     s_ = vocabulary_->special();
   }
 

@@ -10,6 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/support/test_env.h"
+#include "tests/support/tiny_en_vocabulary.h"
 
 namespace waav::whisper {
 namespace {
@@ -248,12 +249,10 @@ TEST_F(AlignmentHeadsTest, BadFilesGiveClearErrors) {
 }
 
 TEST(SplitWordsTest, SplitsLikeFasterWhisper) {
-  const auto model = testing::TinyEnModelDir();
-  if (!model) GTEST_SKIP() << "models/whisper-tiny.en absent: run scripts/setup";
-  auto tokenizer = text::BpeTokenizer::FromTokenizerJson(*model + "/tokenizer.json");
-  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-  auto vocabulary = Vocabulary::Create(std::move(*tokenizer), 51864);
-  ASSERT_TRUE(vocabulary.ok()) << vocabulary.status();
+  auto loaded = testing::LoadTinyEnVocabulary();
+  if (absl::IsNotFound(loaded.status())) GTEST_SKIP() << loaded.status().message();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const std::unique_ptr<Vocabulary>& vocabulary = *loaded;
   const std::vector<int> tokens =
       vocabulary->tokenizer().Encode(" Printing, in the well-known sense.");
   std::vector<std::string> got;
