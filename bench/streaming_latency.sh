@@ -77,7 +77,7 @@ while [[ $# -gt 0 ]]; do
     --skip-lj) RUN_LJ=0; shift ;;
     --reference-words) REFERENCE_WORDS="$2"; shift 2 ;;
     --reference-model) REFERENCE_MODEL="$2"; shift 2 ;;
-    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) die "unknown argument $1 (--help lists them)" ;;
   esac
 done
