@@ -27,27 +27,23 @@ std::string ComparedWord(const whisper::Vocabulary& vocabulary, absl::Span<const
 RestartWatch::RestartWatch(const whisper::Vocabulary& vocabulary, absl::Span<const int> committed,
                            int run_words)
     : vocabulary_(&vocabulary), run_words_(std::max(2, run_words)) {
-  for (const int token : committed) {
-    if (token < vocabulary_->special().eot && StartsWord(*vocabulary_, token) &&
-        !pending_.empty()) {
-      AddWord(ComparedWord(*vocabulary_, pending_));
-      pending_.clear();
-    }
-    pending_.push_back(token);
-  }
+  for (const int token : committed) StopsBefore(token);
   // The committed words end with a whole word (LocalAgreement commits whole words only).
-  if (!pending_.empty()) AddWord(ComparedWord(*vocabulary_, pending_));
-  pending_.clear();
+  CompletePendingWord();
 }
 
 bool RestartWatch::StopsBefore(int token) {
-  if (token < vocabulary_->special().eot && StartsWord(*vocabulary_, token) && !pending_.empty()) {
-    const bool restarted = AddWord(ComparedWord(*vocabulary_, pending_));
-    pending_.clear();
-    if (restarted) return true;
-  }
+  const bool starts = token < vocabulary_->special().eot && StartsWord(*vocabulary_, token);
+  if (starts && CompletePendingWord()) return true;
   pending_.push_back(token);
   return false;
+}
+
+bool RestartWatch::CompletePendingWord() {
+  if (pending_.empty()) return false;
+  const bool restarted = AddWord(ComparedWord(*vocabulary_, pending_));
+  pending_.clear();
+  return restarted;
 }
 
 bool RestartWatch::AddWord(std::string word) {

@@ -40,6 +40,8 @@ class RestartWatch {
   bool StopsBefore(int token);
 
  private:
+  // Adds the word being read, if any, as a whole word; true when a run has reached run_words.
+  bool CompletePendingWord();
   // Adds a whole word (its compared text); true when a run has reached run_words.
   bool AddWord(std::string word);
 

@@ -725,10 +725,12 @@ class StreamingEngine::Impl {
     const double encode_ms = MsSince(encode_start);
     std::vector<std::vector<int>> prompts;
     for (Row& row : rows) prompts.push_back(std::move(row.input.prompt));
-    greedy.stop_before = [&rows](int b, int token) {
-      std::optional<RestartWatch>& watch = rows[static_cast<size_t>(b)].restart_watch;
-      return watch.has_value() && watch->StopsBefore(token);
-    };
+    if (options_.restart_stop_words > 0) {
+      greedy.stop_before = [&rows](int b, int token) {
+        std::optional<RestartWatch>& watch = rows[static_cast<size_t>(b)].restart_watch;
+        return watch.has_value() && watch->StopsBefore(token);
+      };
+    }
     const int batch = static_cast<int>(rows.size());
     metrics::StageMetrics* m = options_.stage_metrics;
     std::vector<bool> delivered(rows.size(), false);
