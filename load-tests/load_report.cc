@@ -1,5 +1,7 @@
 #include "load-tests/load_report.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -22,6 +24,21 @@ std::string Errors(const StepReport& step) {
   std::vector<std::string> parts;
   for (const auto& [name, n] : step.errors) parts.push_back(absl::StrCat(name, " x", n));
   return absl::StrJoin(parts, ", ");
+}
+
+nlohmann::json ReferenceWordsJson(const StepReport& step) {
+  nlohmann::json words = nlohmann::json::array();
+  for (const ReferenceWordReport& w : step.reference_words) {
+    words.push_back({{"file", w.file},
+                     {"index", w.index},
+                     {"word", w.text},
+                     {"end_ms", w.end_ms},
+                     {"measured", w.measured},
+                     {"first_shown_by_final", w.first_shown_by_final},
+                     {"first_partial_ms", SummaryJson(w.first_partial_ms)},
+                     {"final_ms", SummaryJson(w.final_ms)}});
+  }
+  return words;
 }
 
 }  // namespace
@@ -127,6 +144,34 @@ std::string StageTable(const StepReport& step) {
   return out;
 }
 
+std::string LateWordTable(const StepReport& step, size_t rows) {
+  std::vector<const ReferenceWordReport*> words;
+  for (const ReferenceWordReport& w : step.reference_words) {
+    if (w.measured > 0) words.push_back(&w);
+  }
+  if (words.empty() || rows == 0) return "";
+  std::stable_sort(words.begin(), words.end(),
+                   [](const ReferenceWordReport* a, const ReferenceWordReport* b) {
+                     return a->first_partial_ms.p95 > b->first_partial_ms.p95;
+                   });
+  if (words.size() > rows) words.resize(rows);
+  std::string out = absl::StrFormat(
+      "  latest words at N=%d (of %d reference words; first partial p95, then the rest):\n",
+      step.concurrency, step.reference_words.size());
+  absl::StrAppendFormat(&out, "    %-16s %-14s %8s %9s %9s  %-20s %9s\n", "file", "word", "end ms",
+                        "measured", "in final", "first p50 / p95 / max", "final p50");
+  for (const ReferenceWordReport* w : words) {
+    absl::StrAppendFormat(
+        &out, "    %-16s %-14s %8d %9d %9d  %-20s %9.0f\n", w->file.substr(0, 16),
+        absl::StrCat("#", w->index, " ", w->text).substr(0, 14), w->end_ms, w->measured,
+        w->first_shown_by_final,
+        absl::StrFormat("%.0f / %.0f / %.0f", w->first_partial_ms.p50, w->first_partial_ms.p95,
+                        w->first_partial_ms.max),
+        w->final_ms.p50);
+  }
+  return out;
+}
+
 std::string DescribeVerdict(const RampReport& ramp) {
   std::string out;
   if (ramp.largest_keeping_up > 0) {
@@ -174,6 +219,7 @@ nlohmann::json StepJson(const StepReport& step) {
           {"rtf", SummaryJson(step.rtf)},
           {"backlog_ms", SummaryJson(step.backlog_ms)},
           {"send_delay_ms", SummaryJson(step.send_delay_ms)},
+          {"reference_words", ReferenceWordsJson(step)},
           {"server_stages_ms", stages},
           {"audio_s", step.audio_s},
           {"wall_s", step.wall_s},

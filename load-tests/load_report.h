@@ -22,6 +22,12 @@ std::string StepTableRow(const StepReport& step);
 // The server-reported per-stage latencies of one step (ms, p50/p95/p99/max, count).
 std::string StageTable(const StepReport& step);
 
+// With reference words: the `rows` reference words of one step with the largest first-partial p95
+// (ties: the earlier word), one line each: file, word, its reference end, streams measured, how
+// many first appeared in the final, first-partial p50 / p95 / max and final p50 (ms). Empty
+// without reference words.
+std::string LateWordTable(const StepReport& step, size_t rows);
+
 // The verdict in words: the largest N that keeps up and why the next one did not.
 std::string DescribeVerdict(const RampReport& ramp);
 

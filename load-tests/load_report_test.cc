@@ -86,6 +86,52 @@ TEST(AggregateTest, NoFinalsOrNoPacingGivesNoVerdict) {
   EXPECT_FALSE(Aggregate(1, {}, LoadOptions{}, 0).keeps_up);
 }
 
+// With reference words, each reference word's latencies over the step's streams: the late one
+// is named first in the table, a word no stream said is listed unmeasured.
+TEST(AggregateTest, ReferenceWordsAreReportedOneByOne) {
+  LoadOptions options;
+  options.reference_words["a.wav"] = {{"one", 1000}, {"two", 1500}, {"three", 2500}};
+  std::vector<StreamRecord> records;
+  for (int i = 0; i < 3; ++i) {
+    StreamRecord r = OkStream(0.8);
+    r.file = "dir/a.wav";
+    // "one" shown by the interim at 1.3 s; "two" only by the final, which comes at 1.8 + i / 10.
+    r.results[1].received_s = 1.8 + i / 10.0;
+    r.results[1].words = {{"one", 1000}, {"two", 1500}};
+    records.push_back(r);
+  }
+  const StepReport step = Aggregate(3, records, options, 3.0);
+  ASSERT_EQ(step.reference_words.size(), 3u);
+  const ReferenceWordReport& one = step.reference_words[0];
+  const ReferenceWordReport& two = step.reference_words[1];
+  EXPECT_EQ(one.file, "a.wav");
+  EXPECT_EQ(one.text, "one");
+  EXPECT_EQ(one.measured, 3u);
+  EXPECT_EQ(one.first_shown_by_final, 0u);
+  EXPECT_NEAR(one.first_partial_ms.max, 300, 1e-6);
+  EXPECT_EQ(two.index, 1u);
+  EXPECT_EQ(two.end_ms, 1500u);
+  EXPECT_EQ(two.first_shown_by_final, 3u);
+  EXPECT_NEAR(two.first_partial_ms.min, 300, 1e-6);
+  EXPECT_NEAR(two.first_partial_ms.max, 500, 1e-6);
+  EXPECT_NEAR(two.final_ms.p50, 400, 1e-6);
+  EXPECT_EQ(step.reference_words[2].measured, 0u);
+  EXPECT_EQ(step.reference_words[2].first_partial_ms.count, 0u);
+
+  const std::string table = LateWordTable(step, 1);
+  EXPECT_NE(table.find("#1 two"), std::string::npos) << table;
+  EXPECT_EQ(table.find("#0 one"), std::string::npos) << table;
+  EXPECT_NE(LateWordTable(step, 5).find("#0 one"), std::string::npos);
+  EXPECT_EQ(LateWordTable(step, 5).find("three"), std::string::npos);  // nothing measured
+  EXPECT_EQ(LateWordTable(Aggregate(1, {OkStream(0.7)}, LoadOptions{}, 2.0), 5), "");
+
+  const nlohmann::json words = StepJson(step)["reference_words"];
+  ASSERT_EQ(words.size(), 3u);
+  EXPECT_EQ(words[1]["word"], "two");
+  EXPECT_EQ(words[1]["first_shown_by_final"], 3);
+  EXPECT_TRUE(words[2]["first_partial_ms"].is_null());
+}
+
 TEST(ParseRampTest, IncreasingPositiveCounts) {
   EXPECT_EQ(*ParseRamp("1,2,4,8"), (std::vector<int>{1, 2, 4, 8}));
   EXPECT_EQ(*ParseRamp(" 3 , 10 "), (std::vector<int>{3, 10}));
@@ -152,7 +198,8 @@ TEST(ReportTest, TablesAndJsonHaveEveryField) {
                           "keeps_up",
                           "failures",
                           "streams_word_reference",
-                          "streams_utterance_reference"}) {
+                          "streams_utterance_reference",
+                          "reference_words"}) {
     EXPECT_TRUE(j["steps"][0].contains(key)) << key;
   }
   for (const char* key : {"count", "min", "max", "mean", "p50", "p95", "p99"}) {

@@ -5,6 +5,7 @@
 #include <functional>
 #include <mutex>
 #include <queue>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -191,6 +192,13 @@ StepReport Aggregate(int concurrency, const std::vector<StreamRecord>& records,
   report.paced = options.stream.speed > 0;
   std::vector<double> first, stable, final, utterance_final, rtf, backlog, send_delay;
   std::map<std::string, std::vector<double>> stages;
+  // Per reference word ((file, index)): its first-partial and final latencies, and how many of
+  // them the final showed first.
+  struct WordSamples {
+    std::vector<double> first, final;
+    size_t first_shown_by_final = 0;
+  };
+  std::map<std::pair<std::string, size_t>, WordSamples> by_reference_word;
   for (const StreamRecord& record : records) {
     report.audio_s += static_cast<double>(record.audio_us) / 1e6;
     if (record.code == grpc::StatusCode::OK) {
@@ -203,7 +211,8 @@ StepReport Aggregate(int concurrency, const std::vector<StreamRecord>& records,
     backlog.push_back(record.max_backlog_ms);
     send_delay.push_back(record.max_send_delay_ms);
     const std::vector<ReferenceWord>* reference = nullptr;
-    if (const auto it = options.reference_words.find(FileNameOf(record.file));
+    const std::string file_name = FileNameOf(record.file);
+    if (const auto it = options.reference_words.find(file_name);
         it != options.reference_words.end()) {
       reference = &it->second;
     }
@@ -221,6 +230,12 @@ StepReport Aggregate(int concurrency, const std::vector<StreamRecord>& records,
     final.insert(final.end(), latencies.final_ms.begin(), latencies.final_ms.end());
     utterance_final.insert(utterance_final.end(), latencies.utterance_final_ms.begin(),
                            latencies.utterance_final_ms.end());
+    for (size_t i = 0; i < latencies.reference_index.size(); ++i) {
+      WordSamples& word = by_reference_word[{file_name, latencies.reference_index[i]}];
+      word.first.push_back(latencies.first_partial_ms[i]);
+      word.final.push_back(latencies.final_ms[i]);
+      word.first_shown_by_final += latencies.first_shown_by_final[i] ? 1 : 0;
+    }
     for (const ObservedResult& r : record.results) {
       const v1::ResultLatency& l = r.latency;
       AddStage(&stages, r.is_final ? "audio_to_result (final)" : "audio_to_result (interim)",
@@ -243,6 +258,28 @@ StepReport Aggregate(int concurrency, const std::vector<StreamRecord>& records,
   report.backlog_ms = Summarize(std::move(backlog));
   report.send_delay_ms = Summarize(std::move(send_delay));
   for (auto& [name, values] : stages) report.server_stages[name] = Summarize(std::move(values));
+  // Every reference word of the files streamed, measured or not (a word no stream matched is
+  // worth seeing too).
+  std::set<std::string> files_streamed;
+  for (const StreamRecord& record : records) files_streamed.insert(FileNameOf(record.file));
+  for (const std::string& file : files_streamed) {
+    const auto words = options.reference_words.find(file);
+    if (words == options.reference_words.end()) continue;
+    for (size_t i = 0; i < words->second.size(); ++i) {
+      ReferenceWordReport word;
+      word.file = file;
+      word.index = i;
+      word.text = words->second[i].text;
+      word.end_ms = words->second[i].end_ms;
+      if (auto it = by_reference_word.find({file, i}); it != by_reference_word.end()) {
+        word.measured = it->second.first.size();
+        word.first_shown_by_final = it->second.first_shown_by_final;
+        word.first_partial_ms = Summarize(std::move(it->second.first));
+        word.final_ms = Summarize(std::move(it->second.final));
+      }
+      report.reference_words.push_back(std::move(word));
+    }
+  }
 
   // The verdict.
   const KeepUpCriteria& c = options.criteria;

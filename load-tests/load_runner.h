@@ -60,6 +60,19 @@ struct LoadOptions {
   KeepUpCriteria criteria;
 };
 
+// With reference words: one reference word's latencies over the step's streams of its file, to
+// tell which words make the tail (docs/client.md, "Which words are late").
+struct ReferenceWordReport {
+  std::string file;  // the file's name (its last path component)
+  size_t index = 0;  // the word's place in the file's reference words
+  std::string text;
+  uint32_t end_ms = 0;
+  size_t measured = 0;              // final words matched to it (at most one per stream)
+  size_t first_shown_by_final = 0;  // of those, the ones no interim result showed first
+  Summary first_partial_ms;
+  Summary final_ms;
+};
+
 // One step, aggregated.
 struct StepReport {
   int concurrency = 0;
@@ -81,6 +94,8 @@ struct StepReport {
   Summary rtf;                 // per stream
   Summary backlog_ms;          // per stream: its largest backlog
   Summary send_delay_ms;       // per stream: its largest send delay
+  // With reference words: every reference word of the files streamed, by file then index.
+  std::vector<ReferenceWordReport> reference_words;
   // The server's ResultLatency over all results: "audio_to_result (interim)",
   // "audio_to_result (final)", "server", "ingest_wait", "frontend", "queue", "encoder",
   // "decoder", "processing", "batch_size" (a count, not ms).

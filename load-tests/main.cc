@@ -172,11 +172,13 @@ int main(int argc, char** argv) {
   std::cout << waav::load::DescribeRun(args.options, *audio) << '\n'
             << waav::load::StepTableHeader() << std::flush;
   std::string stage_tables;
+  constexpr size_t kLateWordRows = 8;
   const waav::load::RampReport ramp =
       waav::load::RunRamp(args.options, *audio, steps, args.keep_going || args.ramp.empty(),
                           args.settle_s, [&](const waav::load::StepReport& step) {
                             std::cout << waav::load::StepTableRow(step) << std::flush;
                             if (args.verbose) stage_tables += waav::load::StageTable(step);
+                            stage_tables += waav::load::LateWordTable(step, kLateWordRows);
                           });
   std::cout << '\n' << waav::load::DescribeReference(args.options, ramp) << '\n';
   if (!stage_tables.empty()) std::cout << '\n' << stage_tables;

@@ -86,7 +86,7 @@ StreamLatencies AnalyzeStream(const StreamRecord& record, uint32_t match_slack_m
   // words come in spoken order) that ends within kReferenceSlackMs of the server's end time
   // (two alignments of a word can disagree by over a second where it runs into a pause).
   ptrdiff_t last_taken = -1;
-  auto reference_end = [&](const ObservedWord& word) -> std::optional<uint32_t> {
+  auto reference_of = [&](const ObservedWord& word) -> std::optional<size_t> {
     const int64_t earliest_ms = static_cast<int64_t>(word.end_ms) - kReferenceSlackMs;
     const auto from = std::lower_bound(
         reference->begin(), reference->end(), earliest_ms,
@@ -98,7 +98,7 @@ StreamLatencies AnalyzeStream(const StreamRecord& record, uint32_t match_slack_m
       if (static_cast<int64_t>(candidate.end_ms) - word.end_ms > kReferenceSlackMs) break;
       if (candidate.text != word.text) continue;
       last_taken = static_cast<ptrdiff_t>(r);
-      return candidate.end_ms;
+      return r;
     }
     return std::nullopt;
   };
@@ -124,14 +124,16 @@ StreamLatencies AnalyzeStream(const StreamRecord& record, uint32_t match_slack_m
                           [&](const ObservedWord& w) { return w.text == word.text; }));
         uint32_t end_ms = word.end_ms;
         if (reference != nullptr) {
-          const std::optional<uint32_t> end = reference_end(word);
-          ++(end ? out.reference_matched : out.reference_unmatched);
-          if (!end) continue;
-          end_ms = *end;
+          const std::optional<size_t> index = reference_of(word);
+          ++(index ? out.reference_matched : out.reference_unmatched);
+          if (!index) continue;
+          end_ms = (*reference)[*index].end_ms;
+          out.reference_index.push_back(*index);
         }
         const double first = earliest(
             [&](const ObservedResult& r) { return HasWord(r, word, rank, match_slack_ms); });
         out.first_partial_ms.push_back(LatencyMs(first, end_ms, speed));
+        out.first_shown_by_final.push_back(first >= final.received_s);
         const double stable = earliest([&](const ObservedResult& r) {
           return r.is_final || HasWord(r, word, rank, match_slack_ms, /*stable_only=*/true);
         });

@@ -89,6 +89,11 @@ struct StreamLatencies {
   // stable, i.e. committed by the server's streaming policy and never to change.
   std::vector<double> first_stable_ms;
   std::vector<double> final_ms;  // same points
+  // kWordEnds only, one per point: whether the final was the first result to show the word (no
+  // interim result of its utterance had it), and, when measured from a reference, the index of
+  // the word's reference word (docs/client.md: "Which words are late").
+  std::vector<bool> first_shown_by_final;
+  std::vector<size_t> reference_index;
   // Per final result: its arrival minus its end_ms (the keep-up criterion's measure).
   std::vector<double> utterance_final_ms;
   size_t finals = 0;

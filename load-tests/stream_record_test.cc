@@ -199,6 +199,12 @@ TEST(AnalyzeStreamTest, ReferenceWordTimesReplaceTheServers) {
   ASSERT_EQ(l.final_ms.size(), 4u);
   EXPECT_NEAR(l.final_ms[0], 1000 - 300, 1e-9);
   EXPECT_NEAR(l.final_ms[3], 2200 - 2800, 1e-9);
+  // Which reference word each measured word was, and whether only the final showed it.
+  EXPECT_EQ(l.reference_index, (std::vector<size_t>{0, 1, 2, 3}));
+  EXPECT_EQ(l.first_shown_by_final, (std::vector<bool>{false, true, false, false}));
+  EXPECT_TRUE(own.reference_index.empty());
+  EXPECT_EQ(own.first_shown_by_final,
+            (std::vector<bool>{false, true, false, true, false, true}));
   // The server's own times.
   EXPECT_NEAR(own.first_partial_ms[0], 800 - 200, 1e-9);
   EXPECT_NEAR(own.first_partial_ms[4], 1900 - 1400, 1e-9);  // [3] is "um"
@@ -209,6 +215,8 @@ TEST(AnalyzeStreamTest, ReferenceWordTimesReplaceTheServers) {
   EXPECT_EQ(none.reference_unmatched, 6u);
   EXPECT_TRUE(none.first_partial_ms.empty());
   EXPECT_TRUE(none.final_ms.empty());
+  EXPECT_TRUE(none.reference_index.empty());
+  EXPECT_TRUE(none.first_shown_by_final.empty());
 }
 
 }  // namespace
