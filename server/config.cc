@@ -128,6 +128,9 @@ absl::Status ServerConfig::Validate() const {
   RETURN_IF_ERROR(IntInRange("endpointing.min_speech_ms", endpointing.min_speech_ms, 0, 5000));
   RETURN_IF_ERROR(IntInRange("partial_interval_ms", partial_interval_ms, 100, 10000));
   RETURN_IF_ERROR(IntInRange("pause_partial_ms", pause_partial_ms, 0, 10000));
+  RETURN_IF_ERROR(IntInRange("gap_partial_db", gap_partial_db, 0, 60));
+  RETURN_IF_ERROR(IntInRange("start_partial_ms", start_partial_ms, -1, 10000));
+  RETURN_IF_ERROR(IntInRange("gap_partial_min_ms", gap_partial_min_ms, 0, 10000));
   metrics::LatencyBudgets budgets;
   if (absl::Status s = budgets.ApplyOverrides(latency_budgets); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("latency_budgets: ", s.message()));

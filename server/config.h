@@ -127,6 +127,14 @@ struct ServerConfig {
   // Silence after speech that decodes an interim result at once (the words before a pause, not
   // up to partial_interval_ms later). Default: 32 ms (the first silent VAD frame); 0 (off)..10000.
   int pause_partial_ms = 32;
+  // A drop in level this many dB below the speech's recent peak (a gap between words) decodes an
+  // interim result at once, with the word before it, once gap_partial_min_ms of speech came
+  // since the last one. Default: 0 (off); 0..60. Spacing: default 200 ms; 0..10000.
+  int gap_partial_db = 0;
+  // An interim result this long after an utterance's start is detected (its first words would
+  // otherwise wait for the interval). Default: 0 (at once); -1 (off)..10000.
+  int start_partial_ms = 0;
+  int gap_partial_min_ms = 200;
 
   // ---- Observability -------------------------------------------------------------------------
   // Per-stage latency budget overrides, "name=ms[,name=ms...]" (names: capture, preprocessing,

@@ -157,6 +157,18 @@ std::vector<ConfigField> MakeFields() {
   f.push_back(Field(
       "pause_partial_ms", "silence (ms) after speech that sends an interim result at once; 0: off",
       [](auto& c) -> auto& { return c.pause_partial_ms; }));
+  f.push_back(Field(
+      "start_partial_ms",
+      "delay (ms) after an utterance's start is detected of its first interim result; -1: none",
+      [](auto& c) -> auto& { return c.start_partial_ms; }));
+  f.push_back(Field(
+      "gap_partial_db",
+      "a level drop (dB below the recent peak) between words that sends an interim result at "
+      "once; 0: off",
+      [](auto& c) -> auto& { return c.gap_partial_db; }));
+  f.push_back(Field(
+      "gap_partial_min_ms", "speech (ms) since the last interim result before a gap sends one",
+      [](auto& c) -> auto& { return c.gap_partial_min_ms; }));
   ConfigField budgets = Field(
       "latency_budgets", "stage budget overrides 'name=ms,...' (YAML: also a map)",
       [](auto& c) -> auto& { return c.latency_budgets; });

@@ -198,6 +198,9 @@ absl::StatusOr<StreamSetup> ResolveStreamingConfig(const v1::StreamingRecognitio
   setup.options.single_utterance = config.single_utterance();
   setup.options.partial_interval_ms = server.partial_interval_ms;
   setup.options.pause_partial_ms = server.pause_partial_ms;
+  setup.options.gap_partial_db = server.gap_partial_db;
+  setup.options.start_partial_ms = server.start_partial_ms;
+  setup.options.gap_partial_min_ms = server.gap_partial_min_ms;
   setup.options.initial_prompt = recognition.initial_prompt();
   setup.options.word_time_offsets = recognition.enable_word_time_offsets();
   return setup;

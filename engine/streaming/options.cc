@@ -15,6 +15,15 @@ absl::Status StreamOptions::Validate() const {
   if (pause_partial_ms < 0 || pause_partial_ms > 10000) {
     return absl::InvalidArgumentError("pause partial delay must be in [0, 10000] ms (0: off)");
   }
+  if (start_partial_ms < -1 || start_partial_ms > 10000) {
+    return absl::InvalidArgumentError("start partial delay must be in [-1, 10000] ms (-1: off)");
+  }
+  if (gap_partial_db < 0 || gap_partial_db > 60) {
+    return absl::InvalidArgumentError("gap partial drop must be in [0, 60] dB (0: off)");
+  }
+  if (gap_partial_min_ms < 0 || gap_partial_min_ms > 10000) {
+    return absl::InvalidArgumentError("gap partial spacing must be in [0, 10000] ms");
+  }
   if (initial_prompt.size() > 1024) {
     return absl::InvalidArgumentError("initial prompt is longer than 1024 bytes");
   }

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "engine/models/whisper/vocabulary.h"
 #include "engine/streaming/endpointer.h"
+#include "engine/streaming/word_gaps.h"
 #include "engine/streaming/stream_types.h"
 #include "engine/streaming/utterance_decoder.h"
 #include "engine/streaming/voice_activity.h"
@@ -41,6 +42,7 @@ struct Stream {
         sink(std::move(s)),
         vad_state(std::move(vad)),
         endpointer(o.endpoint),
+        word_gaps(static_cast<float>(o.gap_partial_db)),
         decoder(vocabulary, o) {}
 
   uint64_t id = 0;
@@ -54,6 +56,7 @@ struct Stream {
   // Frontend worker only.
   std::unique_ptr<VadStreamState> vad_state;
   Endpointer endpointer;
+  WordGapDetector word_gaps;  // used when options.gap_partial_db > 0
   std::vector<float> pending;   // arrived, not yet through the VAD
   int64_t vad_samples = 0;      // samples through the VAD so far
   std::vector<float> retained;  // audio [retained_begin, vad_samples)
@@ -61,6 +64,7 @@ struct Stream {
   int64_t last_partial_sample = 0;
   int64_t last_partial_end = 0;    // end of the audio the latest partial job covered
   int64_t paused_partial_at = -1;  // the pause (its silence_since) that had its partial
+  int64_t start_partial_at = -1;   // when the utterance's start partial is due; -1: none
   int utterance_index = 0;
   bool end_of_stream = false;
   bool frontend_done = false;

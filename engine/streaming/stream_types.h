@@ -25,6 +25,16 @@ struct StreamOptions {
   // left streams waiting). 0: only the interval. Default: 32 ms (the first VAD frame judged
   // silence; docs/benchmarks.md, session 31).
   int pause_partial_ms = 32;
+  // Also decode a partial right after a gap between words: a frame whose level drops this many
+  // dB below the speech's recent peak (WordGapDetector, word_gaps.h), once gap_partial_min_ms
+  // of speech has arrived since the last partial. The interval then counts from that partial,
+  // so it is the fallback for speech without gaps. 0: off. Default: 0.
+  int gap_partial_db = 0;
+  // Also decode a partial this long after an utterance's start is detected (the VAD has heard
+  // endpoint.min_speech_ms of speech by then, often a whole first word, which would otherwise
+  // wait for the interval); the interval then counts from it. -1: none. Default: 0 (at once).
+  int start_partial_ms = 0;
+  int gap_partial_min_ms = 200;
   // Prompt each utterance with the text of the previous ones (Whisper's conditioning).
   // Default: true.
   bool condition_on_previous_text = true;

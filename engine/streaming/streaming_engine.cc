@@ -277,26 +277,34 @@ class StreamingEngine::Impl {
           continue;
         }
         const int64_t frame_start = s.vad_samples;
+        const bool word_gap =
+            s.options.gap_partial_db > 0 &&
+            s.word_gaps.Push(absl::MakeConstSpan(s.pending.data(), static_cast<size_t>(frame)));
         s.retained.insert(s.retained.end(), s.pending.begin(), s.pending.begin() + frame);
         s.pending.erase(s.pending.begin(), s.pending.begin() + frame);
         s.vad_samples += frame;
         const Endpointer::Update update = s.endpointer.Push(probabilities[i], frame_start, frame);
-        HandleUpdate(batch[i], update, vad_ms);
+        HandleUpdate(batch[i], update, word_gap, vad_ms);
         TrimRetained(s);
       }
     }
   }
 
   void HandleUpdate(const std::shared_ptr<Stream>& stream, const Endpointer::Update& update,
-                    double frontend_ms) {
+                    bool word_gap, double frontend_ms) {
     Stream& s = *stream;
     if (update.ended) {
+      s.start_partial_at = -1;
       EmitFinal(stream, *update.ended, frontend_ms);
       if (s.frontend_done) return;
     }
     if (update.started) {
       s.last_partial_sample = s.vad_samples;
       s.last_partial_end = 0;
+      if (s.options.start_partial_ms >= 0) {
+        s.start_partial_at =
+            s.vad_samples + static_cast<int64_t>(s.options.start_partial_ms) * kSampleRateHz / 1000;
+      }
       Enqueue(stream, Job{.kind = Job::kSpeechStarted,
                           .utterance_index = s.utterance_index,
                           .offset_ms = SamplesToMs(update.started->start_sample),
@@ -323,10 +331,22 @@ class StreamingEngine::Impl {
       }
       return;
     }
+    // The utterance's start: the speech that confirmed it is decoded at once (or after
+    // start_partial_ms). A gap between words: the word before it is decoded at once, unless the
+    // stream's previous window is still being decoded (then the interval, counted from that
+    // one, stays the fallback).
+    const bool start_partial = s.start_partial_at >= 0 && s.vad_samples >= s.start_partial_at;
+    const int64_t since_partial = s.vad_samples - s.last_partial_sample;
+    const bool gap_partial =
+        word_gap && s.endpointer.in_speech() && s.options.interim_results &&
+        since_partial >= static_cast<int64_t>(s.options.gap_partial_min_ms) * kSampleRateHz / 1000 &&
+        !s.decoding.load(std::memory_order_relaxed);
     if (s.endpointer.in_speech() && s.options.interim_results &&
-        s.vad_samples - s.last_partial_sample >=
-            static_cast<int64_t>(s.options.partial_interval_ms) * kSampleRateHz / 1000) {
+        (start_partial || gap_partial ||
+         since_partial >=
+             static_cast<int64_t>(s.options.partial_interval_ms) * kSampleRateHz / 1000)) {
       s.last_partial_sample = s.vad_samples;
+      s.start_partial_at = -1;
       // Interim decodes stop at the (padded) end of the speech heard so far: over a pause that
       // may be the endpoint, Whisper would only be asked to transcribe silence (where it
       // hallucinates) and the result could not change. No new speech, no new decode.

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "absl/strings/ascii.h"
@@ -24,6 +25,7 @@
 #include "engine/runtime/backend_registry.h"
 #include "engine/streaming/engine_test_sinks.h"
 #include "engine/streaming/silero_voice_activity.h"
+#include "engine/streaming/word_gaps.h"
 #include "gtest/gtest.h"
 #include "tests/support/test_env.h"
 #include "tests/support/text_compare.h"
@@ -270,6 +272,7 @@ TEST_F(StreamingEngineTest, APauseSendsAPartialAtOnce) {
     StreamOptions options;
     options.endpoint.silence_ms = 3000;   // the pause is not an endpoint
     options.partial_interval_ms = 10000;  // and no interval partial comes in 2 s of speech
+    options.start_partial_ms = -1;        // nor one at the utterance's start
     options.pause_partial_ms = pause_ms;
     auto id = engine->OpenStream(options, sink);
     ASSERT_TRUE(id.ok());
@@ -314,6 +317,7 @@ TEST_F(StreamingEngineTest, APauseWhileTheSchedulerIsBehindSendsNoPartial) {
     StreamOptions options;
     options.endpoint.silence_ms = 3000;
     options.partial_interval_ms = 10000;  // no interval partials: only a pause's
+    options.start_partial_ms = -1;
     options.pause_partial_ms = 32;
     Gate first_gate, second_gate;
     std::atomic<bool> first_arrived{false}, second_arrived{false};
@@ -410,6 +414,7 @@ TEST_F(StreamingEngineTest, APauseWhileItsWindowIsDecodedSendsNoPartial) {
     StreamOptions options;
     options.endpoint.silence_ms = 3000;
     options.partial_interval_ms = 10000;  // no interval partials: only the pauses'
+    options.start_partial_ms = -1;
     options.pause_partial_ms = 32;
     Gate gate;
     std::atomic<bool> arrived{false};
@@ -448,6 +453,103 @@ TEST_F(StreamingEngineTest, APauseWhileItsWindowIsDecodedSendsNoPartial) {
     ASSERT_TRUE(sink->Wait().ok());
     ASSERT_TRUE(marker->Wait().ok());
     EXPECT_EQ(partials(), in_flight ? 1 : 2) << (in_flight ? "in flight" : "not in flight");
+  }
+}
+
+// Streams `speech` at once, waits for its first partial (up to 60 s; or 1.5 s when none is
+// expected) and 1.5 s more for any after it, then finishes; returns the partials. (Finishing
+// first would queue the final, which drops the partials still waiting.)
+std::vector<Event> PartialsOf(StreamingEngine& engine, const StreamOptions& options,
+                              const std::vector<float>& speech, bool expect_one) {
+  auto sink = std::make_shared<RecordingSink>();
+  auto id = engine.OpenStream(options, sink);
+  EXPECT_TRUE(id.ok());
+  if (!id.ok()) return {};
+  for (size_t at = 0; at < speech.size(); at += 1600) {
+    const size_t n = std::min<size_t>(1600, speech.size() - at);
+    EXPECT_TRUE(engine.PushAudio(*id, absl::MakeConstSpan(speech.data() + at, n)).ok());
+  }
+  auto partials = [&] {
+    std::vector<Event> out;
+    for (const Event& e : sink->events()) {
+      if (e.kind == "partial") out.push_back(e);
+    }
+    return out;
+  };
+  for (int i = 0; i < (expect_one ? 600 : 15) && partials().empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_TRUE(engine.FinishStream(*id).ok());
+  EXPECT_TRUE(sink->Wait().ok());
+  return partials();
+}
+
+// The utterance's start sends a partial at once (start_partial_ms 0), of the speech heard up to
+// the start's detection (jfk.wav's "And" begins at ~0.35 s; the VAD confirms it 250 ms and a
+// frame or two later), with no interval partial in the 1.2 s; off (-1), none comes.
+TEST_F(StreamingEngineTest, TheUtterancesStartSendsAPartialAtOnce) {
+  const std::vector<float> speech(jfk_.begin(), jfk_.begin() + 1200 * 16);
+  for (const int start_ms : {0, -1}) {
+    auto engine = MakeEngine();
+    StreamOptions options;
+    options.endpoint.silence_ms = 3000;
+    options.partial_interval_ms = 10000;
+    options.pause_partial_ms = 0;
+    options.start_partial_ms = start_ms;
+    const std::vector<Event> partials = PartialsOf(*engine, options, speech, start_ms >= 0);
+    if (start_ms < 0) {
+      EXPECT_TRUE(partials.empty()) << partials.front().result.transcript;
+      continue;
+    }
+    ASSERT_EQ(partials.size(), 1u);
+    EXPECT_GE(partials[0].result.end_ms, 500);
+    EXPECT_LE(partials[0].result.end_ms, 800);
+  }
+}
+
+// A gap between words sends a partial at once (gap_partial_db): in jfk.wav's first 2.4 s ("And
+// so my fellow Americans") the level drops between the words. Every partial ends where a
+// WordGapDetector run over the same audio finds a gap, at least gap_partial_min_ms after the
+// one before (a gap met while the stream's previous window is decoded sends none, so not every
+// gap has one). Off (0), or with a spacing longer than the speech, none comes.
+TEST_F(StreamingEngineTest, AGapBetweenWordsSendsAPartial) {
+  const std::vector<float> speech(jfk_.begin(), jfk_.begin() + 2400 * 16);
+  std::set<int64_t> gap_ends_ms;
+  WordGapDetector detector(12);
+  const int frame = vad_.frame_samples();
+  for (size_t at = 0; at + frame <= speech.size(); at += frame) {
+    if (detector.Push(absl::MakeConstSpan(speech.data() + at, static_cast<size_t>(frame)))) {
+      gap_ends_ms.insert(static_cast<int64_t>(at + frame) / 16);
+    }
+  }
+  ASSERT_GE(gap_ends_ms.size(), 3u);
+  struct Case {
+    int drop_db;
+    int min_ms;
+  };
+  for (const Case c : {Case{12, 200}, Case{0, 200}, Case{12, 10000}}) {
+    auto engine = MakeEngine();
+    StreamOptions options;
+    options.endpoint.silence_ms = 3000;
+    options.partial_interval_ms = 10000;
+    options.pause_partial_ms = 0;
+    options.start_partial_ms = -1;
+    options.gap_partial_db = c.drop_db;
+    options.gap_partial_min_ms = c.min_ms;
+    const bool expected = c.drop_db > 0 && c.min_ms < 2000;
+    const std::vector<Event> partials = PartialsOf(*engine, options, speech, expected);
+    if (!expected) {
+      EXPECT_TRUE(partials.empty()) << c.drop_db << " dB, " << c.min_ms << " ms";
+      continue;
+    }
+    ASSERT_GE(partials.size(), 1u);
+    int64_t previous_end = 0;
+    for (const Event& e : partials) {
+      EXPECT_TRUE(gap_ends_ms.count(e.result.end_ms)) << e.result.end_ms << " ms is no gap";
+      EXPECT_GE(e.result.end_ms - previous_end, 200) << e.result.transcript;
+      previous_end = e.result.end_ms;
+    }
   }
 }
 
@@ -681,6 +783,21 @@ TEST_F(StreamingEngineTest, BadOptionsAreRefused) {
   options.endpoint.threshold = 2.0f;
   EXPECT_EQ(engine->OpenStream(options, std::make_shared<RecordingSink>()).status().code(),
             absl::StatusCode::kInvalidArgument);
+  auto with = [](auto set) {
+    StreamOptions o;
+    set(o);
+    return o;
+  };
+  for (const auto& [bad, what] : std::vector<std::pair<StreamOptions, std::string>>{
+           {with([](StreamOptions& o) { o.start_partial_ms = -2; }), "start partial"},
+           {with([](StreamOptions& o) { o.start_partial_ms = 10001; }), "start partial"},
+           {with([](StreamOptions& o) { o.gap_partial_db = -1; }), "gap partial drop"},
+           {with([](StreamOptions& o) { o.gap_partial_db = 61; }), "gap partial drop"},
+           {with([](StreamOptions& o) { o.gap_partial_min_ms = -1; }), "gap partial spacing"}}) {
+    const absl::Status status = engine->OpenStream(bad, std::make_shared<RecordingSink>()).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(status.message().find(what), absl::string_view::npos) << status;
+  }
   for (int pause_ms : {-1, 10001}) {
     StreamOptions bad_pause;
     bad_pause.pause_partial_ms = pause_ms;

@@ -14,7 +14,9 @@
 #   With WAAV_STAGE_THREE_CALLS=1 (when the repository and call 2 outgrow the 64 MiB a call
 #   carries), part_b goes to DEST/callb instead, sent between the two:
 #     carry DEST/callb, command: cp DEST/callb/part_b /tmp/waav-model/
-#   (and, with WAAV_STAGE_BINARIES, && tar -C /tmp/waav-model -xJf DEST/callb/bins.tar.xz)
+#   (and, with WAAV_STAGE_BINARIES, && tar -C /tmp/waav-model -xJf DEST/callb/bins.tar.xz;
+#   with WAAV_STAGE_LJ=1, all 32 LJ Speech clips for ramps whose fifth field is "lj",
+#   && tar -C /tmp/waav-model -xf DEST/callb/lj.tar)
 #
 #   tests/gpu/stage_waavd_device.sh BUILD_DIR DEST MODELS_DIR SHARED_DATA
 set -euo pipefail
@@ -72,6 +74,8 @@ if [ "${WAAV_STAGE_THREE_CALLS:-}" = 1 ]; then
   mkdir -p "$dest/callb"
   mv "$stage/part_01" "$dest/callb/part_b"
   if [ -n "${WAAV_STAGE_BINARIES:-}" ]; then tar -C "$stage/extra" -cJf "$dest/callb/bins.tar.xz" bin; fi
+  # All of LJ Speech's clips (9.4 MB; WAV does not compress) for ramps over many words.
+  if [ "${WAAV_STAGE_LJ:-}" = 1 ]; then tar -C "$data/speech" -cf "$dest/callb/lj.tar" ljspeech; fi
 else
   mv "$stage/part_01" "$dest/call2/part_b"
 fi

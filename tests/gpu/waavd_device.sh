@@ -11,7 +11,10 @@
 #      or, when WAAV_RAMPS is set, the ramps it lists ("name|steps|waavd args;..."), e.g.
 #      WAAV_RAMPS="b32|64,128,256|--backend cuda --max-batch 32 --log-level debug"; a fourth
 #      field names another server binary staged in bin/ (WAAV_STAGE_EXTRA), e.g. a waavd built
-#      with other backend defaults, for an A/B on one machine.
+#      with other backend defaults, for an A/B on one machine; a fifth field "lj" streams all
+#      of LJ Speech's clips instead of jfk.wav (each slot streams clips in turn for
+#      WAAV_LJ_DURATION_S, default 30), when call b brought them (WAAV_STAGE_LJ=1 in
+#      stage_waavd_device.sh: /tmp/waav-model/ljspeech).
 # Options (environment): WAAV_SKIP_CPU=1 leaves the CPU out of part 2; WAAV_BACKEND_TEST, when
 # set, runs cuda_backend_test with that --gtest_filter after part 1; WAAV_BENCH_ARGS, when
 # set, runs whisper_gpu_bench with them (random weights: micro benchmarks) after part 1, into
@@ -43,8 +46,10 @@ if [ ! -f /tmp/waav-model/part_a ] || [ ! -f "$part_b" ]; then
   say "part_a or part_b is missing: the machine was not kept warm between the calls"; pack; exit 3
 fi
 cat /tmp/waav-model/part_a "$part_b" > "$model/model.bin"
-# Prebuilt server binaries brought by call b (stage_waavd_device.sh, WAAV_STAGE_BINARIES).
+# Prebuilt server binaries brought by call b (stage_waavd_device.sh, WAAV_STAGE_BINARIES), and
+# all of LJ Speech's clips (WAAV_STAGE_LJ).
 [ -d /tmp/waav-model/bin ] && cp /tmp/waav-model/bin/* "$d/bin/"
+[ -d /tmp/waav-model/ljspeech ] && cp /tmp/waav-model/ljspeech/*.wav "$d/data/speech/ljspeech/"
 if [ "$(sha256sum "$model/model.bin" | cut -d' ' -f1)" != "$(cat "$model/model.sha256")" ]; then
   say "model.bin does not match its sha256"; pack; exit 4
 fi
@@ -158,24 +163,27 @@ pack
 reference=()
 if [ "${WAAV_REFERENCE:-1}" = 1 ]; then
   if "$d/bin/waav" transcribe --json --word-timestamps --model "$model" "$d/data/speech/jfk.wav" \
-      > "$r/reference-words.jsonl" 2> "$r/reference-words.err"; then
+      "$d"/data/speech/ljspeech/*.wav > "$r/reference-words.jsonl" 2> "$r/reference-words.err"; then
     reference=(--reference-words "$r/reference-words.jsonl")
     say "reference words: $(wc -l < "$r/reference-words.jsonl") file(s), waav transcribe on the CPU"
   else
     say "reference words failed ($(tail -1 "$r/reference-words.err")): the servers' own times"
   fi
 fi
-ramp_run() {  # ramp_run NAME RAMP WAAVD-ARGS [WAAVD-BINARY]
-  local name=$1 steps=$2 args=$3 binary=${4:-waavd}
+ramp_run() {  # ramp_run NAME RAMP WAAVD-ARGS [WAAVD-BINARY] [jfk|lj]
+  local name=$1 steps=$2 args=$3 binary=${4:-waavd} files=(--skip-lj)
+  [ "${5:-jfk}" = lj ] && files=(--skip-jfk --lj-duration-s "${WAAV_LJ_DURATION_S:-30}")
   if (( SECONDS > budget_s - 150 )); then say "skipped $name: ${SECONDS} s used"; return; fi
   say "== 3. ramp $name ($steps): $binary $args"
   timeout $(( budget_s - SECONDS )) bash "$d/bench/streaming_latency.sh" --waavd "$d/bin/$binary" \
-    --waav "$d/bin/waav" --waav-load "$d/bin/waav-load" --data "$d/data" --skip-lj --port 50171 \
+    --waav "$d/bin/waav" --waav-load "$d/bin/waav-load" --data "$d/data" "${files[@]}" --port 50171 \
     --ramp "$steps" --out "$r/$name" "${reference[@]}" \
     --waavd-args "--model-dir $model --vad-model $vad --max-streams $max_streams $args" \
     > "$r/$name.log" 2>&1
   say "$name rc=$?"
   grep -E '^ *[0-9]+ +[0-9]+ |largest N|does not keep up|latency reference|^ *N ' "$r/$name.log" | tee -a "$r/summary.txt"
+  # The words that make the tail (waav-load's table of the latest reference words).
+  sed -n '/latest words at/,/^$/p' "$r/$name.log" | tee -a "$r/summary.txt"
   # The per-batch profile (waavd --log-level debug lines), medians per batch-size range.
   local logs; logs=$(find "$r/$name" -name 'waavd*.log' 2>/dev/null)
   if [ -n "$logs" ] && command -v python3 > /dev/null; then
@@ -188,8 +196,8 @@ ramp_run() {  # ramp_run NAME RAMP WAAVD-ARGS [WAAVD-BINARY]
 if [ -n "${WAAV_RAMPS:-}" ]; then
   IFS=';' read -r -a specs <<< "$WAAV_RAMPS"
   for spec in "${specs[@]}"; do
-    IFS='|' read -r name steps args binary <<< "$spec"
-    ramp_run "$name" "$steps" "$args" "$binary"
+    IFS='|' read -r name steps args binary files <<< "$spec"
+    ramp_run "$name" "$steps" "$args" "$binary" "$files"
   done
 else
   ramp_run cuda "$ramp" "--backend cuda"
