@@ -161,13 +161,12 @@ std::string LateWordTable(const StepReport& step, size_t rows) {
   absl::StrAppendFormat(&out, "    %-16s %-14s %8s %9s %9s  %-20s %9s\n", "file", "word", "end ms",
                         "measured", "in final", "first p50 / p95 / max", "final p50");
   for (const ReferenceWordReport* w : words) {
-    absl::StrAppendFormat(
-        &out, "    %-16s %-14s %8d %9d %9d  %-20s %9.0f\n", w->file.substr(0, 16),
-        absl::StrCat("#", w->index, " ", w->text).substr(0, 14), w->end_ms, w->measured,
-        w->first_shown_by_final,
-        absl::StrFormat("%.0f / %.0f / %.0f", w->first_partial_ms.p50, w->first_partial_ms.p95,
-                        w->first_partial_ms.max),
-        w->final_ms.p50);
+    absl::StrAppendFormat(&out, "    %-16s %-14s %8d %9d %9d  %-20s %9.0f\n", w->file.substr(0, 16),
+                          absl::StrCat("#", w->index, " ", w->text).substr(0, 14), w->end_ms,
+                          w->measured, w->first_shown_by_final,
+                          absl::StrFormat("%.0f / %.0f / %.0f", w->first_partial_ms.p50,
+                                          w->first_partial_ms.p95, w->first_partial_ms.max),
+                          w->final_ms.p50);
   }
   return out;
 }

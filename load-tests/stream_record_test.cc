@@ -203,8 +203,7 @@ TEST(AnalyzeStreamTest, ReferenceWordTimesReplaceTheServers) {
   EXPECT_EQ(l.reference_index, (std::vector<size_t>{0, 1, 2, 3}));
   EXPECT_EQ(l.first_shown_by_final, (std::vector<bool>{false, true, false, false}));
   EXPECT_TRUE(own.reference_index.empty());
-  EXPECT_EQ(own.first_shown_by_final,
-            (std::vector<bool>{false, true, false, true, false, true}));
+  EXPECT_EQ(own.first_shown_by_final, (std::vector<bool>{false, true, false, true, false, true}));
   // The server's own times.
   EXPECT_NEAR(own.first_partial_ms[0], 800 - 200, 1e-9);
   EXPECT_NEAR(own.first_partial_ms[4], 1900 - 1400, 1e-9);  // [3] is "um"

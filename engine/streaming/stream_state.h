@@ -13,10 +13,10 @@
 #include "absl/status/status.h"
 #include "engine/models/whisper/vocabulary.h"
 #include "engine/streaming/endpointer.h"
-#include "engine/streaming/word_gaps.h"
 #include "engine/streaming/stream_types.h"
 #include "engine/streaming/utterance_decoder.h"
 #include "engine/streaming/voice_activity.h"
+#include "engine/streaming/word_gaps.h"
 
 namespace waav::streaming::internal {
 
@@ -56,7 +56,7 @@ struct Stream {
   // Frontend worker only.
   std::unique_ptr<VadStreamState> vad_state;
   Endpointer endpointer;
-  WordGapDetector word_gaps;  // used when options.gap_partial_db > 0
+  WordGapDetector word_gaps;    // used when options.gap_partial_db > 0
   std::vector<float> pending;   // arrived, not yet through the VAD
   int64_t vad_samples = 0;      // samples through the VAD so far
   std::vector<float> retained;  // audio [retained_begin, vad_samples)

@@ -337,10 +337,10 @@ class StreamingEngine::Impl {
     // one, stays the fallback).
     const bool start_partial = s.start_partial_at >= 0 && s.vad_samples >= s.start_partial_at;
     const int64_t since_partial = s.vad_samples - s.last_partial_sample;
-    const bool gap_partial =
-        word_gap && s.endpointer.in_speech() && s.options.interim_results &&
-        since_partial >= static_cast<int64_t>(s.options.gap_partial_min_ms) * kSampleRateHz / 1000 &&
-        !s.decoding.load(std::memory_order_relaxed);
+    const bool gap_partial = word_gap && s.endpointer.in_speech() && s.options.interim_results &&
+                             since_partial >= static_cast<int64_t>(s.options.gap_partial_min_ms) *
+                                                  kSampleRateHz / 1000 &&
+                             !s.decoding.load(std::memory_order_relaxed);
     if (s.endpointer.in_speech() && s.options.interim_results &&
         (start_partial || gap_partial ||
          since_partial >=

@@ -43,9 +43,9 @@ TEST(WordGapDetectorTest, ADropBetweenWordsIsOneGapWhereItStarts) {
   std::mt19937 rng(7);
   // Silence, a 320 ms "word" at -10 dB, a 64 ms drop to -35 dB, another word, then a long
   // quiet stretch at -40 dB.
-  const std::vector<float> audio = Join({Noise(-60, 128, &rng), Noise(-10, 320, &rng),
-                                         Noise(-35, 64, &rng), Noise(-10, 320, &rng),
-                                         Noise(-40, 640, &rng)});
+  const std::vector<float> audio =
+      Join({Noise(-60, 128, &rng), Noise(-10, 320, &rng), Noise(-35, 64, &rng),
+            Noise(-10, 320, &rng), Noise(-40, 640, &rng)});
   WordGapDetector detector(15);
   const std::vector<int> gaps = Gaps(detector, audio);
   // The first word ends at 448 ms = sample 7168, the start of frame 14; the second at 832 ms =
@@ -56,9 +56,9 @@ TEST(WordGapDetectorTest, ADropBetweenWordsIsOneGapWhereItStarts) {
 TEST(WordGapDetectorTest, ShallowDipsAndQuietWithoutSpeechAreNoGaps) {
   std::mt19937 rng(11);
   // 10 dB dips are less than the 15 asked for; silence before any speech cannot drop.
-  const std::vector<float> audio = Join({Noise(-60, 320, &rng), Noise(-10, 320, &rng),
-                                         Noise(-20, 64, &rng), Noise(-10, 320, &rng),
-                                         Noise(-20, 64, &rng), Noise(-10, 320, &rng)});
+  const std::vector<float> audio =
+      Join({Noise(-60, 320, &rng), Noise(-10, 320, &rng), Noise(-20, 64, &rng),
+            Noise(-10, 320, &rng), Noise(-20, 64, &rng), Noise(-10, 320, &rng)});
   WordGapDetector detector(15);
   EXPECT_TRUE(Gaps(detector, audio).empty());
   WordGapDetector looser(8);  // the same dips count at 8 dB
@@ -70,9 +70,9 @@ TEST(WordGapDetectorTest, TheLevelMustRiseAgainBeforeTheNextGap) {
   // After the drop the level comes back only to -25 dB (not within 6 dB of the -10 dB peak):
   // the second drop is part of the same gap. Once the peak has aged out (0.6 s) the -25 dB
   // stretch is the new reference and a drop from it is a gap again.
-  const std::vector<float> audio = Join({Noise(-10, 320, &rng), Noise(-40, 64, &rng),
-                                         Noise(-25, 160, &rng), Noise(-45, 64, &rng),
-                                         Noise(-25, 800, &rng), Noise(-45, 96, &rng)});
+  const std::vector<float> audio =
+      Join({Noise(-10, 320, &rng), Noise(-40, 64, &rng), Noise(-25, 160, &rng),
+            Noise(-45, 64, &rng), Noise(-25, 800, &rng), Noise(-45, 96, &rng)});
   WordGapDetector detector(15);
   const std::vector<int> gaps = Gaps(detector, audio);
   ASSERT_EQ(gaps.size(), 2u);
