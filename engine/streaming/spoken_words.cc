@@ -46,15 +46,35 @@ bool RestartWatch::CompletePendingWord() {
   return restarted;
 }
 
+size_t RestartStart(const std::vector<std::string>& words, size_t min_words) {
+  for (size_t p = 2; p < words.size(); ++p) {
+    const size_t length = words.size() - p;
+    for (size_t from = 0; from <= kRestartMaxSkippedWords && from + 2 <= p; ++from) {
+      const size_t needed = from == 0 ? min_words : std::max(min_words, kSkippingRestartMinWords);
+      const auto begin = words.begin() + static_cast<std::ptrdiff_t>(from);
+      if (length >= needed &&
+          std::equal(words.begin() + static_cast<std::ptrdiff_t>(p), words.end(), begin)) {
+        return p;
+      }
+    }
+  }
+  return words.size();
+}
+
 bool RestartWatch::AddWord(std::string word) {
   if (word.empty()) return false;  // punctuation alone
   const size_t n = words_.size();  // the new word's index
-  // A run from p goes on when the new word repeats the word p places before it.
-  std::erase_if(runs_, [&](size_t p) { return words_[n - p] != word; });
-  if (n >= 2 && words_.front() == word) runs_.push_back(n);
+  // A run goes on when the new word repeats the word as far after the run's `from`.
+  std::erase_if(runs_, [&](const Run& run) { return words_[run.from + n - run.start] != word; });
+  for (size_t from = 0; from <= kRestartMaxSkippedWords && from + 2 <= n; ++from) {
+    if (words_[from] == word) runs_.push_back({.start = n, .from = from});
+  }
   words_.push_back(std::move(word));
-  // The longest run is the one that started first.
-  return !runs_.empty() && n + 1 - runs_.front() >= static_cast<size_t>(run_words_);
+  const auto run_words = static_cast<size_t>(run_words_);
+  return std::ranges::any_of(runs_, [&](const Run& run) {
+    const size_t needed = run.from == 0 ? run_words : std::max(run_words, kSkippingRestartMinWords);
+    return n + 1 - run.start >= needed;
+  });
 }
 
 }  // namespace waav::streaming

@@ -18,6 +18,19 @@ bool StartsWord(const whisper::Vocabulary& vocabulary, int token);
 // left out); empty for a word of punctuation alone.
 std::string ComparedWord(const whisper::Vocabulary& vocabulary, absl::Span<const int> tokens);
 
+// Whisper's restarts repeat the utterance's words from the first, or from the second or third
+// where the window's first words were misheard and the restart says them right (LJ001-0005 on
+// a short window: "in the invention of movable ... century. The invention of movable ..."). A
+// restart that leaves out first words must run this many words or more to count: speech does
+// repeat a few of an utterance's words ("... may be considered as the invention of the art").
+inline constexpr size_t kRestartMaxSkippedWords = 2;
+inline constexpr size_t kSkippingRestartMinWords = 4;
+
+// Where `words`' restart begins (see above): the least p such that words[p..] repeats
+// words[s..] for an s <= kRestartMaxSkippedWords, p >= s + 2, with at least `min_words` words
+// (kSkippingRestartMinWords or more where s > 0); words.size() when there is none.
+size_t RestartStart(const std::vector<std::string>& words, size_t min_words);
+
 // Whisper on a window of the audio's length sometimes says the utterance's words, then says them
 // again from the first ("in being comparatively modern in being comparatively modern"), and
 // goes on until the repeat cut (GreedyOptions::max_repeats) or the length limit: a batch of
@@ -25,8 +38,8 @@ std::string ComparedWord(const whisper::Vocabulary& vocabulary, absl::Span<const
 // watch reads a partial's sampled tokens as they come and says when the words restart with a
 // run of `run_words` words, so that decoding stops there: the partial would cut that restart
 // anyway (UtteranceDecoder::BeforeRestart: the words from word p >= 2 to the end repeat the
-// utterance's words from the first). Words are compared as ComparedWord; a word counts once the
-// next word starts.
+// utterance's words from the first, or from the second or third: RestartStart). Words are compared
+// as ComparedWord; a word counts once the next word starts.
 class RestartWatch {
  public:
   // `committed`: the forced prefix (the words committed before this window), which the restart
@@ -49,8 +62,13 @@ class RestartWatch {
   int run_words_;
   std::vector<std::string> words_;
   std::vector<int> pending_;  // the tokens of the word being read
-  // Starts p >= 2 of runs that repeat the words from the first: words_[p..] == words_[0..].
-  std::vector<size_t> runs_;
+  // A run of words from `start` on that repeats the utterance's words from `from` on:
+  // words_[start..] == words_[from..], from <= kRestartMaxSkippedWords, start >= from + 2.
+  struct Run {
+    size_t start;
+    size_t from;
+  };
+  std::vector<Run> runs_;
 };
 
 }  // namespace waav::streaming

@@ -107,6 +107,46 @@ TEST_F(RestartWatchTest, WordsAreComparedAsThePartialCutCompares) {
   EXPECT_TRUE(StartsWord(*vocabulary_, vocabulary_->special().eot));
 }
 
+// A restart that leaves out the utterance's first one or two words (misheard on the window's
+// start, said right the second time) stops the row once it runs 4 words, whatever run_words
+// asks below that; a run of 3 such words does not, nor does speech that repeats three words.
+TEST_F(RestartWatchTest, ARestartThatLeavesOutFirstWordsStopsAfterFourWords) {
+  const std::vector<int> sampled =
+      Encode(" invention of movable metal letters. The invention of movable metal letters.");
+  for (const int run : {2, 3, 4}) {
+    EXPECT_EQ(Decode(Kept(Encode(" in the"), sampled, run)),
+              " invention of movable metal letters. The invention of movable")
+        << run;
+  }
+  // From the third word: two misheard words before it.
+  EXPECT_EQ(Decode(Kept(Encode(" and in the"), sampled, 4)),
+            " invention of movable metal letters. The invention of movable");
+  // From the fourth: no restart.
+  EXPECT_EQ(Kept(Encode(" and so in the"), sampled, 4), sampled);
+  const std::vector<int> three = Encode(" invention of it. The invention of");
+  EXPECT_EQ(Kept(Encode(" in the"), three, 3), three);
+  const std::vector<int> genuine = Encode(
+      " The invention of movable metal letters in the middle of the 15th century may justly be "
+      "considered as the invention of the art of printing.");
+  EXPECT_EQ(Kept({}, genuine, 4), genuine);
+}
+
+TEST(RestartStartTest, FindsTheEarliestRestartThatRunsToTheEnd) {
+  using Words = std::vector<std::string>;
+  EXPECT_EQ(RestartStart({"in", "being", "in", "being"}, 2), 2u);
+  EXPECT_EQ(RestartStart({"in", "being", "modern", "in"}, 2), 4u);  // 1 word: too short
+  EXPECT_EQ(RestartStart({"in", "being", "modern", "in", "being"}, 3), 5u);
+  const Words skipping = {"in",  "the",       "invention", "of",     "movable",
+                          "the", "invention", "of",        "movable"};
+  EXPECT_EQ(RestartStart(skipping, 2), 5u);
+  EXPECT_EQ(RestartStart(Words(skipping.begin(), skipping.end() - 1), 2), 8u);    // 3 words
+  EXPECT_EQ(RestartStart({"a", "b", "c", "d", "e", "c", "d", "e", "f"}, 2), 9u);  // not to the end
+  EXPECT_EQ(RestartStart({"a", "b", "c", "d", "e", "f", "c", "d", "e", "f"}, 2), 6u);
+  EXPECT_EQ(RestartStart({"a", "b", "c", "d", "e", "f", "g", "d", "e", "f", "g"}, 2), 11u);
+  EXPECT_EQ(RestartStart({}, 2), 0u);
+  EXPECT_EQ(RestartStart({"a", "a"}, 2), 2u);
+}
+
 // Special tokens are no words and split none.
 TEST_F(RestartWatchTest, SpecialTokensAreNoWords) {
   std::vector<int> sampled = Encode(" go home");

@@ -54,7 +54,8 @@ struct EngineOptions {
   // 5000; 0 or 1000..30000.
   int partial_window_ms = 5000;
   // A partial's decoding stops once its words start over from the utterance's first word with
-  // a run of this many words (streaming::RestartWatch): the partial would cut that restart
+  // a run of this many words (streaming::RestartWatch; from its second or third word, at least
+  // 4 words: streaming::RestartStart): the partial would cut that restart
   // anyway (Whisper does it on short windows, above all), and a batch's steps last as long as
   // its longest row. 0: never (rows run to <|endoftext|>, the repeat cut or the length limit).
   // Default: 4 (speakers do repeat an utterance's first three words: "The invention of ... may

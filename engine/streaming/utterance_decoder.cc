@@ -125,12 +125,9 @@ size_t UtteranceDecoder::BeforeRestart(const std::vector<int>& decoded) const {
     begin = end;
   }
   constexpr size_t kRepeatedWords = 2;
-  for (size_t p = 2; p + kRepeatedWords <= words.size(); ++p) {
-    if (std::equal(words.begin() + static_cast<std::ptrdiff_t>(p), words.end(), words.begin())) {
-      return word_starts[p] > committed.size() ? word_starts[p] - committed.size() : 0;
-    }
-  }
-  return decoded.size();
+  const size_t p = RestartStart(words, kRepeatedWords);
+  if (p == words.size()) return decoded.size();
+  return word_starts[p] > committed.size() ? word_starts[p] - committed.size() : 0;
 }
 
 size_t UtteranceDecoder::FinalTokens(const whisper::GreedyResult& decoded) const {

@@ -92,8 +92,9 @@ class UtteranceDecoder {
   // decoded) start over: Whisper on a short window (EngineOptions::partial_window_ms) sometimes
   // says the audio's words, then says them again from the first ("in being comparatively
   // modern in being comparatively modern"). A restart is a run of at least two words that, from
-  // word p >= 2 on to the end, repeats the words from the first on (words compared without case
-  // or punctuation); the partial keeps what comes before it. Finals are not cut.
+  // word p >= 2 on to the end, repeats the words from the first on, or of at least four that
+  // repeats them from the second or third on (RestartStart; words compared without case or
+  // punctuation); the partial keeps what comes before it. Finals are not cut.
   size_t BeforeRestart(const std::vector<int>& decoded) const;
   // How many of a final's decoded tokens it takes: SpokenTokens, less, where partials had
   // committed words, its trailing words whose tokens average a log-probability below -1

@@ -205,6 +205,15 @@ TEST_F(UtteranceDecoderWordsTest, APartialThatStartsOverIsCut) {
   EXPECT_EQ(partial(genuine), genuine.substr(1));
   EXPECT_EQ(partial(" No, no, no."), "No, no, no.");
   EXPECT_EQ(partial(" And so my fellow Americans. And"), "And so my fellow Americans. And");
+  // A restart that leaves out misheard first words counts from 4 words on.
+  EXPECT_EQ(partial(" in the invention of movable metal. The invention of movable metal."),
+            "in the invention of movable metal.");
+  EXPECT_EQ(partial(" in the invention of it. The invention of"),
+            "in the invention of it. The invention of");
+  const std::string considered =
+      " The invention of movable metal letters in the middle of the 15th century may justly be "
+      "considered as the invention of the art";
+  EXPECT_EQ(partial(considered), considered.substr(1));
   {
     UtteranceDecoder decoder(*vocabulary_, options_);
     EXPECT_EQ(result(decoder, " in being modern in being modern", true),
