@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "engine/models/whisper/vocabulary.h"
 #include "engine/streaming/endpointer.h"
+#include "engine/streaming/partial_triggers.h"
 #include "engine/streaming/stream_types.h"
 #include "engine/streaming/utterance_decoder.h"
 #include "engine/streaming/voice_activity.h"
@@ -43,6 +44,7 @@ struct Stream {
         vad_state(std::move(vad)),
         endpointer(o.endpoint),
         word_gaps(static_cast<float>(o.gap_partial_db)),
+        partial_triggers(o),
         decoder(vocabulary, o) {}
 
   uint64_t id = 0;
@@ -61,10 +63,7 @@ struct Stream {
   int64_t vad_samples = 0;      // samples through the VAD so far
   std::vector<float> retained;  // audio [retained_begin, vad_samples)
   int64_t retained_begin = 0;
-  int64_t last_partial_sample = 0;
-  int64_t last_partial_end = 0;    // end of the audio the latest partial job covered
-  int64_t paused_partial_at = -1;  // the pause (its silence_since) that had its partial
-  int64_t start_partial_at = -1;   // when the utterance's start partial is due; -1: none
+  PartialTriggers partial_triggers;
   int utterance_index = 0;
   bool end_of_stream = false;
   bool frontend_done = false;

@@ -294,67 +294,26 @@ class StreamingEngine::Impl {
                     bool word_gap, double frontend_ms) {
     Stream& s = *stream;
     if (update.ended) {
-      s.start_partial_at = -1;
+      s.partial_triggers.UtteranceEnded();
       EmitFinal(stream, *update.ended, frontend_ms);
       if (s.frontend_done) return;
     }
     if (update.started) {
-      s.last_partial_sample = s.vad_samples;
-      s.last_partial_end = 0;
-      if (s.options.start_partial_ms >= 0) {
-        s.start_partial_at =
-            s.vad_samples + static_cast<int64_t>(s.options.start_partial_ms) * kSampleRateHz / 1000;
-      }
+      s.partial_triggers.UtteranceStarted(s.vad_samples);
       Enqueue(stream, Job{.kind = Job::kSpeechStarted,
                           .utterance_index = s.utterance_index,
                           .offset_ms = SamplesToMs(update.started->start_sample),
                           .detected_ms = SamplesToMs(update.started->detected_sample)});
     }
-    // A pause: what was said before it is decoded at once (the words a speaker stops on would
-    // otherwise wait for the interval, or for the final when the pause is the endpoint). It
-    // covers the speech heard so far, so the interval decodes nothing more until speech resumes.
-    // A pause heard while the scheduler is behind (its latest round left streams waiting), or
-    // while this stream's previous window is still being decoded, gets none: at that load the
-    // extra windows cost more latency than they save (docs/benchmarks.md, sessions 31-32).
-    const int64_t pause = s.endpointer.silence_since();
-    if (pause >= 0 && s.options.interim_results && s.options.pause_partial_ms > 0 &&
-        pause != s.paused_partial_at &&
-        s.vad_samples - pause >=
-            static_cast<int64_t>(s.options.pause_partial_ms) * kSampleRateHz / 1000) {
-      s.paused_partial_at = pause;
-      const int64_t end = std::min(s.vad_samples, s.endpointer.padded_speech_end());
-      if (end > s.last_partial_end && !scheduler_behind_.load(std::memory_order_relaxed) &&
-          !s.decoding.load(std::memory_order_relaxed)) {
-        s.last_partial_sample = s.vad_samples;
-        s.last_partial_end = s.endpointer.padded_speech_end();
-        Enqueue(stream, UtteranceJob(s, Job::kPartial, end, frontend_ms));
-      }
-      return;
-    }
-    // The utterance's start: the speech that confirmed it is decoded at once (or after
-    // start_partial_ms). A gap between words: the word before it is decoded at once, unless the
-    // stream's previous window is still being decoded (then the interval, counted from that
-    // one, stays the fallback).
-    const bool start_partial = s.start_partial_at >= 0 && s.vad_samples >= s.start_partial_at;
-    const int64_t since_partial = s.vad_samples - s.last_partial_sample;
-    const bool gap_partial = word_gap && s.endpointer.in_speech() && s.options.interim_results &&
-                             since_partial >= static_cast<int64_t>(s.options.gap_partial_min_ms) *
-                                                  kSampleRateHz / 1000 &&
-                             !s.decoding.load(std::memory_order_relaxed);
-    if (s.endpointer.in_speech() && s.options.interim_results &&
-        (start_partial || gap_partial ||
-         since_partial >=
-             static_cast<int64_t>(s.options.partial_interval_ms) * kSampleRateHz / 1000)) {
-      s.last_partial_sample = s.vad_samples;
-      s.start_partial_at = -1;
-      // Interim decodes stop at the (padded) end of the speech heard so far: over a pause that
-      // may be the endpoint, Whisper would only be asked to transcribe silence (where it
-      // hallucinates) and the result could not change. No new speech, no new decode.
-      const int64_t end = std::min(s.vad_samples, s.endpointer.padded_speech_end());
-      if (end > s.last_partial_end) {
-        s.last_partial_end = end;
-        Enqueue(stream, UtteranceJob(s, Job::kPartial, end, frontend_ms));
-      }
+    const HeardSpeech heard{.samples = s.vad_samples,
+                            .in_speech = s.endpointer.in_speech(),
+                            .silence_since = s.endpointer.silence_since(),
+                            .padded_speech_end = s.endpointer.padded_speech_end(),
+                            .word_gap = word_gap};
+    const DecodeLoad load{.scheduler_behind = scheduler_behind_.load(std::memory_order_relaxed),
+                          .stream_decoding = s.decoding.load(std::memory_order_relaxed)};
+    if (const std::optional<int64_t> end = s.partial_triggers.Judge(heard, load)) {
+      Enqueue(stream, UtteranceJob(s, Job::kPartial, *end, frontend_ms));
     }
   }
 
