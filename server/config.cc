@@ -131,6 +131,7 @@ absl::Status ServerConfig::Validate() const {
   RETURN_IF_ERROR(IntInRange("gap_partial_db", gap_partial_db, 0, 60));
   RETURN_IF_ERROR(IntInRange("start_partial_ms", start_partial_ms, -1, 10000));
   RETURN_IF_ERROR(IntInRange("gap_partial_min_ms", gap_partial_min_ms, 0, 10000));
+  RETURN_IF_ERROR(IntInRange("commit_min_audio_ms", commit_min_audio_ms, 0, 30000));
   metrics::LatencyBudgets budgets;
   if (absl::Status s = budgets.ApplyOverrides(latency_budgets); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("latency_budgets: ", s.message()));

@@ -135,6 +135,9 @@ struct ServerConfig {
   // otherwise wait for the interval). Default: 0 (at once); -1 (off)..10000.
   int start_partial_ms = 0;
   int gap_partial_min_ms = 200;
+  // Interim results commit no word (stable, forced into later results) from a window holding less
+  // than this much of the utterance. Default: 1000 ms; 0 (no minimum)..30000.
+  int commit_min_audio_ms = 1000;
 
   // ---- Observability -------------------------------------------------------------------------
   // Per-stage latency budget overrides, "name=ms[,name=ms...]" (names: capture, preprocessing,

@@ -169,6 +169,10 @@ std::vector<ConfigField> MakeFields() {
   f.push_back(Field(
       "gap_partial_min_ms", "speech (ms) since the last interim result before a gap sends one",
       [](auto& c) -> auto& { return c.gap_partial_min_ms; }));
+  f.push_back(Field(
+      "commit_min_audio_ms",
+      "utterance audio (ms) an interim result's window needs before it commits words; 0: any",
+      [](auto& c) -> auto& { return c.commit_min_audio_ms; }));
   ConfigField budgets = Field(
       "latency_budgets", "stage budget overrides 'name=ms,...' (YAML: also a map)",
       [](auto& c) -> auto& { return c.latency_budgets; });

@@ -87,6 +87,8 @@ TEST(ServerConfigTest, ValidateNamesTheSettingAndValue) {
       {[](ServerConfig& c) { c.gap_partial_db = 61; }, "gap_partial_db"},
       {[](ServerConfig& c) { c.gap_partial_min_ms = -1; }, "gap_partial_min_ms"},
       {[](ServerConfig& c) { c.gap_partial_min_ms = 10001; }, "gap_partial_min_ms"},
+      {[](ServerConfig& c) { c.commit_min_audio_ms = -1; }, "commit_min_audio_ms"},
+      {[](ServerConfig& c) { c.commit_min_audio_ms = 30001; }, "commit_min_audio_ms"},
       {[](ServerConfig& c) { c.endpointing.max_utterance_ms = 60000; }, "max_utterance_ms"},
       {[](ServerConfig& c) { c.endpointing.vad_threshold = 1; }, "vad_threshold"},
       {[](ServerConfig& c) { c.latency_budgets = "stt=abc"; }, "latency_budgets"},

@@ -201,6 +201,7 @@ absl::StatusOr<StreamSetup> ResolveStreamingConfig(const v1::StreamingRecognitio
   setup.options.gap_partial_db = server.gap_partial_db;
   setup.options.start_partial_ms = server.start_partial_ms;
   setup.options.gap_partial_min_ms = server.gap_partial_min_ms;
+  setup.options.commit_min_audio_ms = server.commit_min_audio_ms;
   setup.options.initial_prompt = recognition.initial_prompt();
   setup.options.word_time_offsets = recognition.enable_word_time_offsets();
   return setup;

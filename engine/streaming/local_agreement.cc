@@ -4,9 +4,9 @@
 
 namespace waav::streaming {
 
-size_t LocalAgreement::Update(const std::vector<int>& tail) {
+size_t LocalAgreement::Update(const std::vector<int>& tail, bool may_commit) {
   size_t agreed = 0;
-  if (has_previous_) {
+  if (has_previous_ && may_commit) {
     const std::vector<int>& previous = previous_tail_;
     const size_t limit = std::min(tail.size(), previous.size());
     while (agreed < limit && tail[agreed] == previous[agreed]) ++agreed;
@@ -23,7 +23,8 @@ size_t LocalAgreement::Update(const std::vector<int>& tail) {
       while (agreed > 0 && !boundary(agreed)) --agreed;
     }
   }
-  committed_.insert(committed_.end(), tail.begin(), tail.begin() + static_cast<std::ptrdiff_t>(agreed));
+  committed_.insert(committed_.end(), tail.begin(),
+                    tail.begin() + static_cast<std::ptrdiff_t>(agreed));
   previous_tail_.assign(tail.begin() + static_cast<std::ptrdiff_t>(agreed), tail.end());
   has_previous_ = true;
   return agreed;

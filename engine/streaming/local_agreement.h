@@ -19,8 +19,9 @@ class LocalAgreement {
       : starts_word_(std::move(starts_word)) {}
 
   // Feeds the tokens decoded after the committed prefix. Returns how many of them were newly
-  // committed (now part of committed()).
-  size_t Update(const std::vector<int>& tail);
+  // committed (now part of committed()). With `may_commit` false the tail is only remembered,
+  // for the next hypothesis to agree with.
+  size_t Update(const std::vector<int>& tail, bool may_commit = true);
 
   const std::vector<int>& committed() const { return committed_; }
   const std::vector<int>& last_tail() const { return previous_tail_; }

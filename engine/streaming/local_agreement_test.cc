@@ -28,7 +28,7 @@ TEST(LocalAgreementTest, CommitsWholeWordsTwoHypothesesShare) {
 
 TEST(LocalAgreementTest, DoesNotCommitAWordThatContinuesDifferently) {
   LocalAgreement la = Make();
-  la.Update({100, 101, 5});       // "a b·x"
+  la.Update({100, 101, 5});                 // "a b·x"
   EXPECT_EQ(la.Update({100, 101, 6}), 1u);  // "a b·y": "b" is not a settled word
   EXPECT_EQ(la.committed(), std::vector<int>{100});
 }
@@ -47,6 +47,16 @@ TEST(LocalAgreementTest, IdenticalHypothesesCommitEverything) {
   EXPECT_EQ(la.Update({}), 0u);
 }
 
+TEST(LocalAgreementTest, AHypothesisThatMayNotCommitIsStillAgreedWith) {
+  LocalAgreement la = Make();
+  EXPECT_EQ(la.Update({100, 101, 102}, /*may_commit=*/false), 0u);
+  EXPECT_EQ(la.Update({100, 101, 103}, /*may_commit=*/false), 0u);
+  EXPECT_TRUE(la.committed().empty());
+  EXPECT_EQ(la.last_tail(), (std::vector<int>{100, 101, 103}));
+  EXPECT_EQ(la.Update({100, 101, 103, 104}), 2u) << "agrees with the latest, uncommitted one";
+  EXPECT_EQ(la.committed(), (std::vector<int>{100, 101}));
+}
+
 TEST(LocalAgreementTest, CommittedPrefixOnlyGrowsOnRandomHypotheses) {
   std::random_device rd;
   const unsigned seed = rd();
@@ -54,7 +64,8 @@ TEST(LocalAgreementTest, CommittedPrefixOnlyGrowsOnRandomHypotheses) {
   std::mt19937 rng(seed);
   LocalAgreement la = Make();
   std::vector<int> truth(60);
-  for (int& t : truth) t = (rng() % 3 == 0) ? static_cast<int>(rng() % 50) : 100 + static_cast<int>(rng() % 50);
+  for (int& t : truth)
+    t = (rng() % 3 == 0) ? static_cast<int>(rng() % 50) : 100 + static_cast<int>(rng() % 50);
   std::vector<int> before;
   for (int round = 0; round < 200; ++round) {
     // A noisy continuation of what is committed: a prefix of the truth, sometimes corrupted.

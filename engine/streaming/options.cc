@@ -24,6 +24,9 @@ absl::Status StreamOptions::Validate() const {
   if (gap_partial_min_ms < 0 || gap_partial_min_ms > 10000) {
     return absl::InvalidArgumentError("gap partial spacing must be in [0, 10000] ms");
   }
+  if (commit_min_audio_ms < 0 || commit_min_audio_ms > 30000) {
+    return absl::InvalidArgumentError("commit minimum audio must be in [0, 30000] ms");
+  }
   if (initial_prompt.size() > 1024) {
     return absl::InvalidArgumentError("initial prompt is longer than 1024 bytes");
   }

@@ -35,6 +35,12 @@ struct StreamOptions {
   // wait for the interval); the interval then counts from it. -1: none. Default: 0 (at once).
   int start_partial_ms = 0;
   int gap_partial_min_ms = 200;
+  // An interim result commits (marks stable, and forces into every later result) no word while
+  // its window holds less than this much of the utterance's audio: on the first few hundred ms
+  // Whisper often mishears the first word, and two such early windows agreeing would commit it.
+  // The hypothesis still counts as the one the next window must agree with. 0: no minimum.
+  // Default: 1000 ms (docs/benchmarks.md, session 36).
+  int commit_min_audio_ms = 1000;
   // Prompt each utterance with the text of the previous ones (Whisper's conditioning).
   // Default: true.
   bool condition_on_previous_text = true;
@@ -47,11 +53,11 @@ struct StreamOptions {
 };
 
 struct WordResult {
-  std::string word;       // without surrounding spaces
-  int64_t start_ms = 0;   // finals: aligned; partials: estimated (docs/streaming.md)
+  std::string word;      // without surrounding spaces
+  int64_t start_ms = 0;  // finals: aligned; partials: estimated (docs/streaming.md)
   int64_t end_ms = 0;
-  float confidence = 0;   // geometric mean of the word's token probabilities
-  bool stable = false;    // committed: it will be in every later result of the utterance
+  float confidence = 0;  // geometric mean of the word's token probabilities
+  bool stable = false;   // committed: it will be in every later result of the utterance
 };
 
 // Where the time between an utterance's audio and its result went, for one result.
@@ -77,7 +83,7 @@ struct RecognitionResult {
   int64_t start_ms = 0;
   int64_t end_ms = 0;
   EndReason end_reason = EndReason::kSilence;  // finals only
-  std::vector<WordResult> words;  // when word_time_offsets
+  std::vector<WordResult> words;               // when word_time_offsets
   ResultLatency latency;
 };
 

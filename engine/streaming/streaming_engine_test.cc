@@ -793,7 +793,8 @@ TEST_F(StreamingEngineTest, BadOptionsAreRefused) {
            {with([](StreamOptions& o) { o.start_partial_ms = 10001; }), "start partial"},
            {with([](StreamOptions& o) { o.gap_partial_db = -1; }), "gap partial drop"},
            {with([](StreamOptions& o) { o.gap_partial_db = 61; }), "gap partial drop"},
-           {with([](StreamOptions& o) { o.gap_partial_min_ms = -1; }), "gap partial spacing"}}) {
+           {with([](StreamOptions& o) { o.gap_partial_min_ms = -1; }), "gap partial spacing"},
+           {with([](StreamOptions& o) { o.commit_min_audio_ms = 30001; }), "commit minimum"}}) {
     const absl::Status status = engine->OpenStream(bad, std::make_shared<RecordingSink>()).status();
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(status.message().find(what), absl::string_view::npos) << status;

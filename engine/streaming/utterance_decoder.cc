@@ -198,7 +198,9 @@ RecognitionResult UtteranceDecoder::Finish(const whisper::GreedyResult& decoded,
     }
     stable = tokens.size();
   } else if (!no_speech) {
-    const size_t newly = agreement_.Update(decoded_tokens);
+    const bool may_commit = static_cast<int64_t>(audio_samples) * 1000 >=
+                            static_cast<int64_t>(options_.commit_min_audio_ms) * kSampleRateHz;
+    const size_t newly = agreement_.Update(decoded_tokens, may_commit);
     committed_logprobs_.insert(committed_logprobs_.end(), decoded_logprobs.begin(),
                                decoded_logprobs.begin() + static_cast<std::ptrdiff_t>(newly));
     tokens = agreement_.committed();

@@ -332,6 +332,31 @@ TEST_F(UtteranceDecoderWordsTest, AnUnsureTailAfterCommittedWordsIsLeftOut) {
   }
 }
 
+// Partials from windows under commit_min_audio_ms commit nothing, however they agree; the first
+// window at the minimum commits what it shares with the one before it. With no minimum the
+// second short window commits.
+TEST_F(UtteranceDecoderWordsTest, AShortWindowCommitsNoWord) {
+  whisper::GreedyResult decoded;
+  decoded.tokens = vocabulary_->tokenizer().Encode(" In the invention of");
+  decoded.token_logprobs.assign(decoded.tokens.size(), -0.1f);
+  auto stable = [&](UtteranceDecoder& decoder, int audio_ms) {
+    return decoder
+        .Finish(decoded, 0, static_cast<size_t>(audio_ms) * 16, false, EndReason::kSilence)
+        .stable_transcript;
+  };
+  options_.commit_min_audio_ms = 1000;
+  UtteranceDecoder decoder(*vocabulary_, options_);
+  EXPECT_EQ(stable(decoder, 300), "");
+  EXPECT_EQ(stable(decoder, 600), "");
+  EXPECT_EQ(stable(decoder, 999), "");
+  EXPECT_EQ(stable(decoder, 1000), "In the invention of");
+
+  options_.commit_min_audio_ms = 0;
+  UtteranceDecoder eager(*vocabulary_, options_);
+  EXPECT_EQ(stable(eager, 300), "");
+  EXPECT_EQ(stable(eager, 600), "In the invention of");
+}
+
 TEST_F(UtteranceDecoderWordsTest, NoWordsWithoutWordTimeOffsets) {
   options_.word_time_offsets = false;
   UtteranceDecoder decoder(*vocabulary_, options_);
