@@ -141,7 +141,7 @@ TEST(PartialTriggersTest, APauseWhileBehindOrDecodingGetsNoneAndIsNotRetried) {
   }
 }
 
-TEST(PartialTriggersTest, NoNewSpeechNoNewDecode) {
+TEST(PartialTriggersTest, APauseIsDecodedOnlyUpToItsPaddedEnd) {
   StreamOptions options = Options();
   options.pause_partial_ms = 0;  // only the interval
   options.start_partial_ms = -1;
