@@ -32,6 +32,10 @@ absl::Status EndpointConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("speech padding must be in [0, 1000] ms; got ", speech_pad_ms));
   }
+  if (start_pad_ms < 0 || start_pad_ms > 1000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("start padding must be in [0, 1000] ms; got ", start_pad_ms));
+  }
   return absl::OkStatus();
 }
 
@@ -60,7 +64,7 @@ Endpointer::Update Endpointer::Push(float probability, int64_t frame_start, int 
       if (speech) last_speech_end_ = frame_end;
       if (frame_end - candidate_start_ >= Ms(config_.min_speech_ms)) {
         state_ = State::kSpeech;
-        utterance_start_ = std::max<int64_t>(0, candidate_start_ - Ms(config_.speech_pad_ms));
+        utterance_start_ = std::max(start_floor_, candidate_start_ - Ms(config_.start_pad_ms));
         silence_since_ = -1;
         update.started = UtteranceStart{utterance_start_, frame_end};
       }
@@ -77,10 +81,13 @@ Endpointer::Update Endpointer::Push(float probability, int64_t frame_start, int 
         update.ended =
             UtteranceEnd{std::min(frame_end, last_speech_end_ + Ms(config_.speech_pad_ms)),
                          frame_end, EndReason::kSilence};
+        start_floor_ = update.ended->end_sample;
       } else if (frame_end - utterance_start_ >= Ms(config_.max_utterance_ms)) {
-        // Cut here; speech that goes on starts the next utterance at once.
+        // Cut here; speech that goes on starts the next utterance at once, reaching back over
+        // the cut by the end's padding (a word there is heard by both).
         state_ = speech ? State::kMaybeSpeech : State::kSilence;
         candidate_start_ = frame_end;
+        start_floor_ = std::max<int64_t>(0, frame_end - Ms(config_.speech_pad_ms));
         update.ended = UtteranceEnd{frame_end, frame_end, EndReason::kMaxLength};
       }
       break;

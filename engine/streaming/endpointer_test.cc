@@ -58,7 +58,7 @@ TEST(EndpointerTest, SpeechThenSilenceGivesOneUtteranceWithPadding) {
   for (size_t i = 0; i < run.updates.size(); ++i) {
     if (run.updates[i].started) {
       ++starts;
-      EXPECT_EQ(run.updates[i].started->start_sample, 31 * kFrame - 200 * 16);  // padded
+      EXPECT_EQ(run.updates[i].started->start_sample, 31 * kFrame - 400 * 16);  // padded
     }
     if (run.updates[i].ended) {
       ++ends;
@@ -71,6 +71,59 @@ TEST(EndpointerTest, SpeechThenSilenceGivesOneUtteranceWithPadding) {
   }
   EXPECT_EQ(starts, 1);
   EXPECT_EQ(ends, 1);
+}
+
+TEST(EndpointerTest, TheStartIsPaddedMoreThanTheEndButNotPastTheStreamsStart) {
+  EndpointConfig config;
+  config.start_pad_ms = 640;  // 20 frames
+  config.speech_pad_ms = 96;  // 3 frames
+  Endpointer e(config);
+  const FeedLog run = Feed(e, Concat({Repeat(0.05f, 30), Repeat(0.95f, 40), Repeat(0.05f, 30)}));
+  std::vector<UtteranceStart> starts;
+  std::vector<UtteranceEnd> ends;
+  for (const auto& u : run.updates) {
+    if (u.started) starts.push_back(*u.started);
+    if (u.ended) ends.push_back(*u.ended);
+  }
+  ASSERT_EQ(starts.size(), 1u);
+  ASSERT_EQ(ends.size(), 1u);
+  EXPECT_EQ(starts[0].start_sample, (30 - 20) * kFrame);
+  EXPECT_EQ(ends[0].end_sample, (30 + 40 + 3) * kFrame);
+
+  // Speech from the stream's first frames: the start is the stream's start.
+  Endpointer early(config);
+  const FeedLog run2 = Feed(early, Concat({Repeat(0.05f, 5), Repeat(0.95f, 20)}));
+  bool started = false;
+  for (const auto& u : run2.updates) {
+    if (u.started) {
+      EXPECT_EQ(u.started->start_sample, 0);
+      started = true;
+    }
+  }
+  EXPECT_TRUE(started);
+}
+
+TEST(EndpointerTest, AStartNeverReachesBackIntoThePreviousUtterance) {
+  EndpointConfig config;
+  config.silence_ms = 160;    // 5 frames
+  config.start_pad_ms = 640;  // 20 frames: more than the gap between the two
+  config.speech_pad_ms = 64;  // 2 frames
+  Endpointer e(config);
+  // Speech, 10 frames of silence (the endpoint after 5), speech again.
+  const FeedLog run =
+      Feed(e, Concat({Repeat(0.95f, 30), Repeat(0.05f, 10), Repeat(0.95f, 30), Repeat(0.05f, 10)}));
+  std::vector<UtteranceStart> starts;
+  std::vector<UtteranceEnd> ends;
+  for (const auto& u : run.updates) {
+    if (u.started) starts.push_back(*u.started);
+    if (u.ended) ends.push_back(*u.ended);
+  }
+  ASSERT_EQ(starts.size(), 2u);
+  ASSERT_EQ(ends.size(), 2u);
+  EXPECT_EQ(ends[0].end_sample, (30 + 2) * kFrame);
+  // The second start is padded back to the first's padded end, not 20 frames.
+  EXPECT_EQ(starts[1].start_sample, ends[0].end_sample);
+  EXPECT_GT(starts[1].detected_sample, ends[0].detected_sample);
 }
 
 TEST(EndpointerTest, HysteresisKeepsSpeechThroughUncertainFrames) {
@@ -106,6 +159,19 @@ TEST(EndpointerTest, MaxLengthCutsAndEndOfAudioCloses) {
     }
   }
   EXPECT_EQ(max_cuts, 1);
+  // The next utterance reaches back over the cut by the end's padding only (200 ms), not by the
+  // start's: a word at the cut is heard by both, the rest of the first by the first alone.
+  int next_starts = 0;
+  for (size_t i = 0; i < run.updates.size(); ++i) {
+    if (!run.updates[i].started || run.updates[i].started->start_sample == 0) continue;
+    ++next_starts;
+    int64_t cut = 0;
+    for (const auto& u : run.updates) {
+      if (u.ended) cut = u.ended->end_sample;
+    }
+    EXPECT_EQ(run.updates[i].started->start_sample, cut - 200 * 16);
+  }
+  EXPECT_EQ(next_starts, 1);
   const auto end = e.Finish(100 * kFrame);
   ASSERT_TRUE(end);
   EXPECT_EQ(end->reason, EndReason::kEndOfAudio);
@@ -135,6 +201,11 @@ TEST(EndpointerTest, ConfigValidation) {
   EXPECT_FALSE(bad.Validate().ok());
   bad = EndpointConfig{};
   bad.silence_ms = 10;
+  EXPECT_FALSE(bad.Validate().ok());
+  bad = EndpointConfig{};
+  bad.start_pad_ms = -1;
+  EXPECT_FALSE(bad.Validate().ok());
+  bad.start_pad_ms = 1001;
   EXPECT_FALSE(bad.Validate().ok());
   bad = EndpointConfig{};
   bad.max_utterance_ms = 60000;

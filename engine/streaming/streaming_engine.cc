@@ -368,7 +368,7 @@ class StreamingEngine::Impl {
       keep_from = s.endpointer.utterance_start();
     } else {
       const EndpointConfig& e = s.options.endpoint;
-      keep_from = s.vad_samples - static_cast<int64_t>(e.min_speech_ms + e.speech_pad_ms + 100) *
+      keep_from = s.vad_samples - static_cast<int64_t>(e.min_speech_ms + e.start_pad_ms + 100) *
                                       kSampleRateHz / 1000;
     }
     keep_from = std::clamp(keep_from, s.retained_begin, s.vad_samples);
