@@ -11,8 +11,9 @@ Three cases of what the VAD heard before the clip:
   zeros  1 s of digital silence;
   warm   another clip and then 1 s of faint noise (-60 dBFS), as in a stream of utterances.
 
-The engine pads an utterance's start by `start_pad_ms` (docs/streaming.md, "Endpointing"): a lag
-longer than that puts the window's start inside the first word. Needs numpy and onnxruntime
+The engine pads a stream's first utterance's start by `first_start_pad_ms` and later ones by
+`speech_pad_ms` (docs/streaming.md, "Endpointing"): a lag longer than that puts the window's
+start inside the first word. Needs numpy and onnxruntime
 (scripts/setup puts them in .venv):
 
   .venv/bin/python bench/vad_onset_lag.py --model models/silero-vad/silero_vad_16k_op15.onnx

@@ -32,9 +32,9 @@ absl::Status EndpointConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("speech padding must be in [0, 1000] ms; got ", speech_pad_ms));
   }
-  if (start_pad_ms < 0 || start_pad_ms > 1000) {
+  if (first_start_pad_ms < 0 || first_start_pad_ms > 1000) {
     return absl::InvalidArgumentError(
-        absl::StrCat("start padding must be in [0, 1000] ms; got ", start_pad_ms));
+        absl::StrCat("first start padding must be in [0, 1000] ms; got ", first_start_pad_ms));
   }
   return absl::OkStatus();
 }
@@ -64,7 +64,10 @@ Endpointer::Update Endpointer::Push(float probability, int64_t frame_start, int 
       if (speech) last_speech_end_ = frame_end;
       if (frame_end - candidate_start_ >= Ms(config_.min_speech_ms)) {
         state_ = State::kSpeech;
-        utterance_start_ = std::max(start_floor_, candidate_start_ - Ms(config_.start_pad_ms));
+        utterance_start_ = std::max(
+            start_floor_, candidate_start_ - Ms(started_before_ ? config_.speech_pad_ms
+                                                                : config_.first_start_pad_ms));
+        started_before_ = true;
         silence_since_ = -1;
         update.started = UtteranceStart{utterance_start_, frame_end};
       }

@@ -24,17 +24,17 @@ struct EndpointConfig {
   int silence_ms = 500;
   // An utterance is cut here even without silence. Default: 30000 ms (one Whisper window).
   int max_utterance_ms = 30000;
-  // Audio kept after the end of the speech, so the last word's edge is not clipped. Default:
-  // 200 ms.
+  // Audio kept before the detected start and after the end, so word edges are not clipped.
+  // Default: 200 ms.
   int speech_pad_ms = 200;
-  // Audio kept before the first frame judged speech. Longer than the end's padding because
-  // Silero VAD judges a word's onset late, most of all from a fresh state at a stream's start
-  // (an unvoiced "pr", "th", "it" at 0.1-0.5 until 150-350 ms into the speech on LJ Speech
-  // clips), and a window that starts inside the first word loses it: the final of
-  // LJ001-0001.wav said "in the only sense" for "Printing, in the only sense". Never reaches
-  // back before the previous utterance's padded end. Default: 400 ms (faster-whisper's
-  // speech_pad_ms).
-  int start_pad_ms = 400;
+  // The same before the start of a stream's first utterance. Silero VAD from a fresh state
+  // judges onsets late (an unvoiced "pr", "th", "it" below 0.5 until 160-350 ms into the
+  // speech on 6 of 32 LJ Speech clips; 0-32 ms once it has heard speech), and a window that
+  // starts inside the first word loses it: the final of LJ001-0001.wav said "in the only
+  // sense" for "Printing, in the only sense". Later utterances keep `speech_pad_ms` (400 there
+  // made a start partial worse on jfk.wav's last sentence). A start never reaches back before
+  // the previous utterance's padded end. Default: 400 ms (faster-whisper's VAD padding).
+  int first_start_pad_ms = 400;
 
   [[nodiscard]] absl::Status Validate() const;
 };
@@ -86,6 +86,7 @@ class Endpointer {
   int64_t candidate_start_ = 0;  // first speech frame of a not yet confirmed start
   int64_t utterance_start_ = 0;  // padded start of the confirmed utterance
   int64_t start_floor_ = 0;      // the earliest sample the next utterance may start at
+  bool started_before_ = false;  // an utterance was confirmed earlier in the stream
   int64_t last_speech_end_ = 0;  // end of the latest frame at or above threshold
   int64_t silence_since_ = -1;   // start of the current run of silent frames, −1 if none
 };

@@ -368,8 +368,9 @@ class StreamingEngine::Impl {
       keep_from = s.endpointer.utterance_start();
     } else {
       const EndpointConfig& e = s.options.endpoint;
-      keep_from = s.vad_samples - static_cast<int64_t>(e.min_speech_ms + e.start_pad_ms + 100) *
-                                      kSampleRateHz / 1000;
+      const int pad_ms = std::max(e.speech_pad_ms, e.first_start_pad_ms);
+      keep_from = s.vad_samples -
+                  static_cast<int64_t>(e.min_speech_ms + pad_ms + 100) * kSampleRateHz / 1000;
     }
     keep_from = std::clamp(keep_from, s.retained_begin, s.vad_samples);
     // Erase in large steps only: the copy is linear in what remains.

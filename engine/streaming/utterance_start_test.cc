@@ -2,7 +2,7 @@
 // speech keeps its first word. Silero, from a fresh state, judges LJ001-0001.wav's "Printing" to
 // be speech only at 288 ms, 256 ms after the word begins (bench/vad_onset_lag.py); padded by
 // 200 ms the window started inside the word and the final read "in the only sense ..." (with
-// `start_pad_ms` 200 both checks below fail: docs/benchmarks.md, session 37).
+// `first_start_pad_ms` 200 both checks below fail: docs/benchmarks.md, session 37).
 #include <algorithm>
 #include <chrono>
 #include <string>
@@ -55,7 +55,7 @@ TEST(UtteranceStartTest, AStreamThatBeginsWithSpeechKeepsItsFirstWord) {
   ASSERT_TRUE(audio.ok()) << audio.status();
 
   auto sink = std::make_shared<RecordingSink>();
-  StreamOptions options;               // the defaults, start_pad_ms 400
+  StreamOptions options;               // the defaults, first_start_pad_ms 400
   options.endpoint.silence_ms = 1500;  // one utterance
   auto id = (*engine)->OpenStream(options, sink);
   ASSERT_TRUE(id.ok());
