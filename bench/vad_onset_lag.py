@@ -5,15 +5,17 @@ For every LJ Speech clip of ../shared/data: the clip's onset (its first 32 ms fr
 is within --onset-db of its loudest frame) and the first frame whose speech probability reaches
 --threshold, both in ms from the clip's start, and their difference (the lag). Silero runs as
 waav runs it: 512-sample frames at 16 kHz with 64 samples of context, one state per stream.
-Three cases of what the VAD heard before the clip:
+Cases of what the VAD heard before the clip:
 
   cold   nothing: the clip is the stream's first audio (a fresh state);
   zeros  1 s of digital silence;
-  warm   another clip and then 1 s of faint noise (-60 dBFS), as in a stream of utterances.
+  warm   another clip and then 1 s of faint noise (-60 dBFS), as in a stream of utterances;
+  N s    another clip and then N s of faint noise: a pause (Silero's state cools again).
 
-The engine pads a stream's first utterance's start by `first_start_pad_ms` and later ones by
-`speech_pad_ms` (docs/streaming.md, "Endpointing"): a lag longer than that puts the window's
-start inside the first word. Needs numpy and onnxruntime
+The engine pads the start of an utterance by `cold_start_pad_ms` where the VAD hears it cold (a
+stream's first, or one after `cold_after_ms` without an utterance) and by `speech_pad_ms`
+otherwise (docs/streaming.md, "Endpointing"): a lag longer than that puts the window's start
+inside the first word. Needs numpy and onnxruntime
 (scripts/setup puts them in .venv):
 
   .venv/bin/python bench/vad_onset_lag.py --model models/silero-vad/silero_vad_16k_op15.onnx
@@ -76,17 +78,22 @@ def main():
     rng = np.random.default_rng(1)
     print(f"threshold {args.threshold}, onset: first frame within {args.onset_db} dB of the "
           f"loudest; lag = first speech frame - onset (ms; a frame is 32 ms)")
-    print(f"{'clip':16} {'onset':>6} " + " ".join(f"{c:>12}" for c in ("cold", "zeros", "warm")))
-    lags = {"cold": [], "zeros": [], "warm": []}
+    pauses_s = (5, 10, 30)
+    cases = ["cold", "zeros", "warm"] + [f"{n} s" for n in pauses_s]
+    print(f"{'clip':16} {'onset':>6} " + " ".join(f"{c:>12}" for c in cases))
+    lags = {case: [] for case in cases}
     for n, path in enumerate(files):
         x = read_16k(path)
         onset = onset_frame(x, args.onset_db)
+        other = read_16k(files[(n + 1) % len(files)])
         leads = {
             "cold": np.zeros(0, np.float32),
             "zeros": np.zeros(RATE, np.float32),
-            "warm": np.concatenate([read_16k(files[(n + 1) % len(files)]),
-                                    (0.001 * rng.standard_normal(RATE)).astype(np.float32)]),
+            "warm": np.concatenate([other, (0.001 * rng.standard_normal(RATE)).astype(np.float32)]),
         }
+        for pause in pauses_s:
+            noise = (0.001 * rng.standard_normal(pause * RATE)).astype(np.float32)
+            leads[f"{pause} s"] = np.concatenate([other, noise])
         cells = []
         for case, lead in leads.items():
             lead = lead[:len(lead) // FRAME * FRAME]

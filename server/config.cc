@@ -127,7 +127,7 @@ absl::Status ServerConfig::Validate() const {
   }
   RETURN_IF_ERROR(IntInRange("endpointing.min_speech_ms", endpointing.min_speech_ms, 0, 5000));
   RETURN_IF_ERROR(
-      IntInRange("endpointing.first_start_pad_ms", endpointing.first_start_pad_ms, 0, 1000));
+      IntInRange("endpointing.cold_start_pad_ms", endpointing.cold_start_pad_ms, 0, 1000));
   RETURN_IF_ERROR(IntInRange("partial_interval_ms", partial_interval_ms, 100, 10000));
   RETURN_IF_ERROR(IntInRange("pause_partial_ms", pause_partial_ms, 0, 10000));
   RETURN_IF_ERROR(IntInRange("gap_partial_db", gap_partial_db, 0, 60));

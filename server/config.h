@@ -27,9 +27,10 @@ struct EndpointingDefaults {
   double vad_threshold = 0.5;
   // Speech shorter than this is ignored as noise. Default: 250 ms; 0..5000.
   int min_speech_ms = 250;
-  // Audio a stream's first utterance keeps before its first frame judged speech (the VAD, from
-  // a fresh state, judges onsets late). Default: 400 ms; 0..1000. Server-wide, not per request.
-  int first_start_pad_ms = 400;
+  // Audio an utterance the VAD hears cold (a stream's first, or one after 5 s without an
+  // utterance) keeps before its first frame judged speech: Silero then judges onsets late.
+  // Default: 400 ms; 0..1000. Server-wide, not per request.
+  int cold_start_pad_ms = 400;
 };
 
 struct ServerConfig {

@@ -152,9 +152,9 @@ std::vector<ConfigField> MakeFields() {
       "endpointing.min_speech_ms", "default: shortest speech (ms) that counts",
       [](auto& c) -> auto& { return c.endpointing.min_speech_ms; }));
   f.push_back(Field(
-      "endpointing.first_start_pad_ms",
-      "audio (ms) a stream's first utterance keeps before its detected start",
-      [](auto& c) -> auto& { return c.endpointing.first_start_pad_ms; }));
+      "endpointing.cold_start_pad_ms",
+      "audio (ms) a stream's first utterance, or one after 5 s of none, keeps before its start",
+      [](auto& c) -> auto& { return c.endpointing.cold_start_pad_ms; }));
   f.push_back(Field(
       "partial_interval_ms", "speech (ms) between two interim results",
       [](auto& c) -> auto& { return c.partial_interval_ms; }));

@@ -90,10 +90,10 @@ TEST(ServerConfigTest, ValidateNamesTheSettingAndValue) {
       {[](ServerConfig& c) { c.commit_min_audio_ms = -1; }, "commit_min_audio_ms"},
       {[](ServerConfig& c) { c.commit_min_audio_ms = 30001; }, "commit_min_audio_ms"},
       {[](ServerConfig& c) { c.endpointing.max_utterance_ms = 60000; }, "max_utterance_ms"},
-      {[](ServerConfig& c) { c.endpointing.first_start_pad_ms = -1; },
-       "endpointing.first_start_pad_ms"},
-      {[](ServerConfig& c) { c.endpointing.first_start_pad_ms = 1001; },
-       "endpointing.first_start_pad_ms"},
+      {[](ServerConfig& c) { c.endpointing.cold_start_pad_ms = -1; },
+       "endpointing.cold_start_pad_ms"},
+      {[](ServerConfig& c) { c.endpointing.cold_start_pad_ms = 1001; },
+       "endpointing.cold_start_pad_ms"},
       {[](ServerConfig& c) { c.endpointing.vad_threshold = 1; }, "vad_threshold"},
       {[](ServerConfig& c) { c.latency_budgets = "stt=abc"; }, "latency_budgets"},
       {[](ServerConfig& c) { c.latency_budgets = "stt=500"; }, "latency_budgets"},
@@ -228,10 +228,10 @@ TEST(ServerConfigTest, PrecedenceIsDefaultsThenFileThenEnvironmentThenFlags) {
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->endpointing.silence_ms, 900);
   EXPECT_EQ(config->endpointing.min_speech_ms, 100);
-  EXPECT_EQ(config->endpointing.first_start_pad_ms, 400);  // default
-  config = Resolve({"--endpointing-first-start-pad-ms", "250"}, {});
+  EXPECT_EQ(config->endpointing.cold_start_pad_ms, 400);  // default
+  config = Resolve({"--endpointing-cold-start-pad-ms", "250"}, {});
   ASSERT_TRUE(config.ok()) << config.status();
-  EXPECT_EQ(config->endpointing.first_start_pad_ms, 250);
+  EXPECT_EQ(config->endpointing.cold_start_pad_ms, 250);
   config = Resolve({"--max-batch", "4"}, {{"WAAV_MAX_BATCH", "2"}});
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->max_batch, 4);

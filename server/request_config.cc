@@ -54,7 +54,7 @@ absl::Status ResolveEndpointing(const v1::EndpointingConfig& in, const Endpointi
   const float off = std::max(threshold - 0.15f, 0.01f);
   engine->hysteresis = std::max(0.0f, threshold - off);
   engine->min_speech_ms = static_cast<int>(min_speech_ms);
-  engine->first_start_pad_ms = d.first_start_pad_ms;
+  engine->cold_start_pad_ms = d.cold_start_pad_ms;
 
   effective->set_silence_ms(silence_ms);
   effective->set_max_utterance_ms(static_cast<uint32_t>(engine->max_utterance_ms));

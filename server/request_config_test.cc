@@ -50,7 +50,7 @@ TEST_F(RequestConfigTest, EveryDefaultIsFilledIn) {
   EXPECT_EQ(setup->request_id, e.request_id());
   EXPECT_EQ(setup->options.endpoint.silence_ms, 500);
   EXPECT_FLOAT_EQ(setup->options.endpoint.hysteresis, 0.15f);
-  EXPECT_EQ(setup->options.endpoint.first_start_pad_ms, 400);
+  EXPECT_EQ(setup->options.endpoint.cold_start_pad_ms, 400);
   EXPECT_TRUE(setup->options.Validate().ok());
 }
 

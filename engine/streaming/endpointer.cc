@@ -32,9 +32,13 @@ absl::Status EndpointConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("speech padding must be in [0, 1000] ms; got ", speech_pad_ms));
   }
-  if (first_start_pad_ms < 0 || first_start_pad_ms > 1000) {
+  if (cold_start_pad_ms < 0 || cold_start_pad_ms > 1000) {
     return absl::InvalidArgumentError(
-        absl::StrCat("first start padding must be in [0, 1000] ms; got ", first_start_pad_ms));
+        absl::StrCat("cold start padding must be in [0, 1000] ms; got ", cold_start_pad_ms));
+  }
+  if (cold_after_ms < 0 || cold_after_ms > 3600000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cold_after_ms must be in [0, 3600000]; got ", cold_after_ms));
   }
   return absl::OkStatus();
 }
@@ -64,9 +68,11 @@ Endpointer::Update Endpointer::Push(float probability, int64_t frame_start, int 
       if (speech) last_speech_end_ = frame_end;
       if (frame_end - candidate_start_ >= Ms(config_.min_speech_ms)) {
         state_ = State::kSpeech;
+        const bool cold =
+            !started_before_ || candidate_start_ - previous_end_ >= Ms(config_.cold_after_ms);
         utterance_start_ = std::max(
-            start_floor_, candidate_start_ - Ms(started_before_ ? config_.speech_pad_ms
-                                                                : config_.first_start_pad_ms));
+            start_floor_,
+            candidate_start_ - Ms(cold ? config_.cold_start_pad_ms : config_.speech_pad_ms));
         started_before_ = true;
         silence_since_ = -1;
         update.started = UtteranceStart{utterance_start_, frame_end};
@@ -85,12 +91,14 @@ Endpointer::Update Endpointer::Push(float probability, int64_t frame_start, int 
             UtteranceEnd{std::min(frame_end, last_speech_end_ + Ms(config_.speech_pad_ms)),
                          frame_end, EndReason::kSilence};
         start_floor_ = update.ended->end_sample;
+        previous_end_ = update.ended->end_sample;
       } else if (frame_end - utterance_start_ >= Ms(config_.max_utterance_ms)) {
         // Cut here; speech that goes on starts the next utterance at once, reaching back over
         // the cut by the end's padding (a word there is heard by both).
         state_ = speech ? State::kMaybeSpeech : State::kSilence;
         candidate_start_ = frame_end;
         start_floor_ = std::max<int64_t>(0, frame_end - Ms(config_.speech_pad_ms));
+        previous_end_ = frame_end;
         update.ended = UtteranceEnd{frame_end, frame_end, EndReason::kMaxLength};
       }
       break;

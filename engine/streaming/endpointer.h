@@ -27,14 +27,21 @@ struct EndpointConfig {
   // Audio kept before the detected start and after the end, so word edges are not clipped.
   // Default: 200 ms.
   int speech_pad_ms = 200;
-  // The same before the start of a stream's first utterance. Silero VAD from a fresh state
-  // judges onsets late (an unvoiced "pr", "th", "it" below 0.5 until 160-350 ms into the
-  // speech on 6 of 32 LJ Speech clips; 0-32 ms once it has heard speech), and a window that
-  // starts inside the first word loses it: the final of LJ001-0001.wav said "in the only
-  // sense" for "Printing, in the only sense". Later utterances keep `speech_pad_ms` (400 there
-  // made a start partial worse on jfk.wav's last sentence). A start never reaches back before
-  // the previous utterance's padded end. Default: 400 ms (faster-whisper's VAD padding).
-  int first_start_pad_ms = 400;
+  // The same before the start of an utterance the VAD hears cold: a stream's first, or one
+  // after `cold_after_ms` of no utterance. Silero VAD from a fresh state judges onsets late (an
+  // unvoiced "pr", "th", "it" below 0.5 until 160-352 ms into the speech on 6 of 32 LJ Speech
+  // clips), and its state cools again over long pauses (after speech and 10 s of silence up to
+  // 256 ms late, 30 s of faint noise 384; 0-32 ms after 1-3 s); a window that starts inside
+  // the first word loses it: the final of LJ001-0001.wav said "in the only sense" for
+  // "Printing, in the only sense". After short pauses `speech_pad_ms` stays (400 there made a
+  // start partial worse on jfk.wav's last sentence). bench/vad_onset_lag.py measures the lags.
+  // A start never reaches back before the previous utterance's padded end. Default: 400 ms
+  // (faster-whisper's VAD padding).
+  int cold_start_pad_ms = 400;
+  // No utterance for this long (from the previous one's padded end to the next one's first
+  // speech frame) and the next start is padded by `cold_start_pad_ms`. Default: 5000 ms
+  // (Silero's onsets were at most 96 ms late after 5 s of silence, 256 after 10 s).
+  int cold_after_ms = 5000;
 
   [[nodiscard]] absl::Status Validate() const;
 };
@@ -87,6 +94,7 @@ class Endpointer {
   int64_t utterance_start_ = 0;  // padded start of the confirmed utterance
   int64_t start_floor_ = 0;      // the earliest sample the next utterance may start at
   bool started_before_ = false;  // an utterance was confirmed earlier in the stream
+  int64_t previous_end_ = 0;     // the previous utterance's end (padded, or the cut)
   int64_t last_speech_end_ = 0;  // end of the latest frame at or above threshold
   int64_t silence_since_ = -1;   // start of the current run of silent frames, −1 if none
 };

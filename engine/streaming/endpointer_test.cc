@@ -73,26 +73,32 @@ TEST(EndpointerTest, SpeechThenSilenceGivesOneUtteranceWithPadding) {
   EXPECT_EQ(ends, 1);
 }
 
-TEST(EndpointerTest, AStreamsFirstStartIsPaddedMoreThanTheRest) {
+TEST(EndpointerTest, AColdStartIsPaddedMoreThanTheRest) {
   EndpointConfig config;
-  config.first_start_pad_ms = 640;  // 20 frames
-  config.speech_pad_ms = 96;        // 3 frames
+  config.cold_start_pad_ms = 640;  // 20 frames
+  config.speech_pad_ms = 96;       // 3 frames
+  config.cold_after_ms = 2000;     // 62.5 frames
   Endpointer e(config);
-  // Silence, speech, silence, speech, silence.
-  const FeedLog run = Feed(e, Concat({Repeat(0.05f, 30), Repeat(0.95f, 40), Repeat(0.05f, 40),
-                                      Repeat(0.95f, 40), Repeat(0.05f, 30)}));
+  // Silence, speech, a short pause (40 frames), speech, a long pause (70), speech, silence.
+  const FeedLog run =
+      Feed(e, Concat({Repeat(0.05f, 30), Repeat(0.95f, 40), Repeat(0.05f, 40), Repeat(0.95f, 40),
+                      Repeat(0.05f, 70), Repeat(0.95f, 40), Repeat(0.05f, 30)}));
   std::vector<UtteranceStart> starts;
   std::vector<UtteranceEnd> ends;
   for (const auto& u : run.updates) {
     if (u.started) starts.push_back(*u.started);
     if (u.ended) ends.push_back(*u.ended);
   }
-  ASSERT_EQ(starts.size(), 2u);
-  ASSERT_EQ(ends.size(), 2u);
+  ASSERT_EQ(starts.size(), 3u);
+  ASSERT_EQ(ends.size(), 3u);
+  // The stream's first start: cold.
   EXPECT_EQ(starts[0].start_sample, (30 - 20) * kFrame);
   EXPECT_EQ(ends[0].end_sample, (30 + 40 + 3) * kFrame);
-  EXPECT_EQ(starts[1].start_sample, (30 + 40 + 40 - 3) * kFrame);
-  EXPECT_EQ(ends[1].end_sample, (30 + 40 + 40 + 40 + 3) * kFrame);
+  // 37 frames after the first's padded end: warm, the usual padding.
+  EXPECT_EQ(starts[1].start_sample, (150 - 40 - 3) * kFrame);
+  EXPECT_EQ(ends[1].end_sample, (150 + 3) * kFrame);
+  // 67 frames after the second's padded end: cold again.
+  EXPECT_EQ(starts[2].start_sample, (220 - 20) * kFrame);
 
   // Speech from the stream's first frames: the start is the stream's start.
   Endpointer early(config);
@@ -207,9 +213,12 @@ TEST(EndpointerTest, ConfigValidation) {
   bad.silence_ms = 10;
   EXPECT_FALSE(bad.Validate().ok());
   bad = EndpointConfig{};
-  bad.first_start_pad_ms = -1;
+  bad.cold_start_pad_ms = -1;
   EXPECT_FALSE(bad.Validate().ok());
-  bad.first_start_pad_ms = 1001;
+  bad.cold_start_pad_ms = 1001;
+  EXPECT_FALSE(bad.Validate().ok());
+  bad = EndpointConfig{};
+  bad.cold_after_ms = -1;
   EXPECT_FALSE(bad.Validate().ok());
   bad = EndpointConfig{};
   bad.max_utterance_ms = 60000;

@@ -368,7 +368,7 @@ class StreamingEngine::Impl {
       keep_from = s.endpointer.utterance_start();
     } else {
       const EndpointConfig& e = s.options.endpoint;
-      const int pad_ms = std::max(e.speech_pad_ms, e.first_start_pad_ms);
+      const int pad_ms = std::max(e.speech_pad_ms, e.cold_start_pad_ms);
       keep_from = s.vad_samples -
                   static_cast<int64_t>(e.min_speech_ms + pad_ms + 100) * kSampleRateHz / 1000;
     }
