@@ -30,8 +30,8 @@ struct EndpointConfig {
   // The same before the start of an utterance the VAD hears cold: a stream's first, or one
   // after `cold_after_ms` of no utterance. Silero VAD from a fresh state judges onsets late (an
   // unvoiced "pr", "th", "it" below 0.5 until 160-352 ms into the speech on 6 of 32 LJ Speech
-  // clips), and its state cools again over long pauses (after speech and 10 s of silence up to
-  // 256 ms late, 30 s of faint noise 384; 0-32 ms after 1-3 s); a window that starts inside
+  // clips), and its state cools again over long pauses (after a clip and 10 s of faint noise up
+  // to 288 ms late, 30 s 384; 0-32 ms after 1-3 s); a window that starts inside
   // the first word loses it: the final of LJ001-0001.wav said "in the only sense" for
   // "Printing, in the only sense". After short pauses `speech_pad_ms` stays (400 there made a
   // start partial worse on jfk.wav's last sentence). bench/vad_onset_lag.py measures the lags.
@@ -40,7 +40,7 @@ struct EndpointConfig {
   int cold_start_pad_ms = 400;
   // No utterance for this long (from the previous one's padded end to the next one's first
   // speech frame) and the next start is padded by `cold_start_pad_ms`. Default: 5000 ms
-  // (Silero's onsets were at most 96 ms late after 5 s of silence, 256 after 10 s).
+  // (Silero's onsets were at most 96 ms late after 5 s of faint noise, 288 after 10 s).
   int cold_after_ms = 5000;
 
   [[nodiscard]] absl::Status Validate() const;
